@@ -1,0 +1,181 @@
+// Package config is agentd's configuration: one Config struct with
+// documented fields and defaults, loaded from a YAML file (the seed-001
+// configuration reference, §13.2, is a valid file), overridden by AGENTD_*
+// environment variables and then by command-line flags.
+package config
+
+import (
+	"time"
+)
+
+// Duration is a time.Duration that reads from YAML as an integer number of
+// milliseconds (the seed-001 convention, e.g. `broadcastInterval: 5000`) or
+// as a Go duration string ("5s", "1m30s").
+type Duration time.Duration
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Config is the whole configuration of a node.
+type Config struct {
+	// DataDir holds the keys, the agent_id and the Badger files.
+	DataDir string `yaml:"dataDir"`
+	// Listen are the libp2p listen multiaddrs.
+	Listen []string `yaml:"listen"`
+	// API is the local HTTP API.
+	API APIConfig `yaml:"api"`
+	// Discovery is the seed-001 discovery section (udp, dht, skillCenter,
+	// healthCheck) plus agentd's mdns section.
+	Discovery DiscoveryConfig `yaml:"discovery"`
+	// Cache is the seed-001 §11.1 cache section.
+	Cache CacheConfig `yaml:"cache"`
+	// Trust is the trust policy and certificate store.
+	Trust TrustConfig `yaml:"trust"`
+	// Registry is the seed-000 registry fallback.
+	Registry RegistryConfig `yaml:"registry"`
+	// Log configures logging.
+	Log LogConfig `yaml:"log"`
+}
+
+// APIConfig configures the local API.
+type APIConfig struct {
+	// Addr is host:port; loopback by default.
+	Addr string `yaml:"addr"`
+	// JWTSecret (HS256) or JWTPublicKey (ES256 PEM file) enable bearer auth;
+	// required when Addr is not loopback.
+	JWTSecret    string `yaml:"jwtSecret"`
+	JWTPublicKey string `yaml:"jwtPublicKey"`
+	// RequireAuthOnLoopback turns auth on for loopback clients too.
+	RequireAuthOnLoopback bool `yaml:"requireAuthOnLoopback"`
+	// ServeRegistry lets this node act as a seed-000 registry for agents
+	// that cannot run P2P (auth required).
+	ServeRegistry bool `yaml:"serveRegistry"`
+}
+
+// DiscoveryConfig is the seed-001 `discovery:` section.
+type DiscoveryConfig struct {
+	UDP         UDPConfig         `yaml:"udp"`
+	MDNS        MDNSConfig        `yaml:"mdns"`
+	DHT         DHTConfig         `yaml:"dht"`
+	SkillCenter SkillCenterConfig `yaml:"skillCenter"`
+	HealthCheck HealthCheckConfig `yaml:"healthCheck"`
+	// Interface is the network interface for LAN discovery ("" = all
+	// multicast-capable interfaces).
+	Interface string `yaml:"interface"`
+}
+
+// UDPConfig is seed 001 §5.1.
+type UDPConfig struct {
+	Enabled           bool     `yaml:"enabled"`
+	MulticastGroup    string   `yaml:"multicastGroup"`
+	Port              int      `yaml:"port"`
+	BroadcastInterval Duration `yaml:"broadcastInterval"`
+	Timeout           Duration `yaml:"timeout"`
+	// HMACKey, when set, makes agentd accept the seed's HMAC-signed
+	// messages from peers that share the key.
+	HMACKey string `yaml:"hmacKey"`
+}
+
+// MDNSConfig configures mDNS/DNS-SD (seed 000 §3.1).
+type MDNSConfig struct {
+	Enabled bool     `yaml:"enabled"`
+	TTL     Duration `yaml:"ttl"`
+}
+
+// BootstrapNode is a seed-001 bootstrap entry. host/port are the seed's
+// form; agentd needs the peer id too (libp2p authenticates peers), given as
+// peerId or inside multiaddr.
+type BootstrapNode struct {
+	Host      string `yaml:"host"`
+	Port      int    `yaml:"port"`
+	PeerID    string `yaml:"peerId"`
+	Multiaddr string `yaml:"multiaddr"`
+}
+
+// DHTConfig is seed 001 §13.2 `dht:` plus agentd's knobs.
+type DHTConfig struct {
+	Enabled           bool            `yaml:"enabled"`
+	BootstrapNodes    []BootstrapNode `yaml:"bootstrapNodes"`
+	ReplicationFactor int             `yaml:"replicationFactor"`
+	// ClientMode makes this node a DHT client (for hosts that cannot
+	// accept connections).
+	ClientMode bool `yaml:"clientMode"`
+}
+
+// SkillCenterConfig is seed 001 §13.2 `skillCenter:`.
+type SkillCenterConfig struct {
+	Enabled bool     `yaml:"enabled"`
+	URL     string   `yaml:"url"`
+	Timeout Duration `yaml:"timeout"`
+	Cache   struct {
+		Enabled bool     `yaml:"enabled"`
+		TTL     Duration `yaml:"ttl"`
+	} `yaml:"cache"`
+}
+
+// HealthCheckConfig is seed 001 §8.2.
+type HealthCheckConfig struct {
+	HeartbeatInterval  Duration `yaml:"heartbeatInterval"`
+	Timeout            Duration `yaml:"timeout"`
+	RetryCount         int      `yaml:"retryCount"`
+	UnhealthyThreshold int      `yaml:"unhealthyThreshold"`
+}
+
+// CacheConfig is seed 001 §11.1.
+type CacheConfig struct {
+	Enabled             bool     `yaml:"enabled"`
+	TTL                 Duration `yaml:"ttl"`
+	MaxSize             int      `yaml:"maxSize"`
+	RefreshBeforeExpiry Duration `yaml:"refreshBeforeExpiry"`
+}
+
+// TrustConfig configures package trust.
+type TrustConfig struct {
+	Policy         string   `yaml:"policy"` // open | allowlist | ca
+	AllowList      []string `yaml:"allowList"`
+	Roots          []string `yaml:"roots"`         // PEM files or directories
+	Intermediates  []string `yaml:"intermediates"` // PEM files or directories
+	CRLs           []string `yaml:"crls"`
+	RevokedSerials []string `yaml:"revokedSerials"`
+	RotationGrace  Duration `yaml:"rotationGrace"`
+}
+
+// RegistryConfig is the seed-000 registry fallback.
+type RegistryConfig struct {
+	URL   string `yaml:"url"`
+	Token string `yaml:"token"`
+}
+
+// LogConfig configures slog.
+type LogConfig struct {
+	Level  string `yaml:"level"`  // debug | info | warn | error
+	Format string `yaml:"format"` // text | json
+}
+
+// Default returns the defaults of every setting (the map's defaults table).
+func Default() Config {
+	c := Config{
+		DataDir: "~/.agentd",
+		API:     APIConfig{Addr: "127.0.0.1:4778"},
+		Log:     LogConfig{Level: "info", Format: "text"},
+		Trust:   TrustConfig{Policy: "open", RotationGrace: Duration(24 * time.Hour)},
+		Cache: CacheConfig{
+			Enabled: true, TTL: Duration(300 * time.Second), MaxSize: 1000,
+			RefreshBeforeExpiry: Duration(60 * time.Second),
+		},
+	}
+	c.Discovery.UDP = UDPConfig{
+		Enabled: true, MulticastGroup: "224.0.0.1", Port: 54321,
+		BroadcastInterval: Duration(5 * time.Second), Timeout: Duration(30 * time.Second),
+	}
+	c.Discovery.MDNS = MDNSConfig{Enabled: true, TTL: Duration(10 * time.Second)}
+	c.Discovery.DHT = DHTConfig{Enabled: true, ReplicationFactor: 20}
+	c.Discovery.SkillCenter.Timeout = Duration(10 * time.Second)
+	c.Discovery.SkillCenter.Cache.Enabled = true
+	c.Discovery.SkillCenter.Cache.TTL = Duration(300 * time.Second)
+	c.Discovery.HealthCheck = HealthCheckConfig{
+		HeartbeatInterval: Duration(5 * time.Second), Timeout: Duration(30 * time.Second),
+		RetryCount: 3, UnhealthyThreshold: 3,
+	}
+	return c
+}

@@ -1,0 +1,110 @@
+// Package metrics defines agentd's Prometheus metrics. Each node owns its
+// own registry (never the global one), so many nodes can run in one process
+// (simnet) and each exposes only its own figures on GET /metrics.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics holds every collector of one node. A nil *Metrics is valid and
+// records nothing, so packages can be used without metrics in tests.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	// Rejects counts inputs refused, by transport (gossip, dht, lan, api,
+	// udp, mdns) and reason (trust.Reason values and parse failures).
+	Rejects *prometheus.CounterVec
+	// Lookups counts discovery results by source (local, lan, dht,
+	// skillcenter, cache) and outcome (hit, miss, error).
+	Lookups *prometheus.CounterVec
+	// LookupLatency observes resolver latency by the source that answered.
+	LookupLatency *prometheus.HistogramVec
+	// GossipDelivered counts accepted gossip messages by type.
+	GossipDelivered *prometheus.CounterVec
+	// GossipPublished counts messages this node published, by type.
+	GossipPublished *prometheus.CounterVec
+	// Peers is the number of connected libp2p peers.
+	Peers prometheus.Gauge
+	// Records is the number of records in the cache, by state (fresh, stale).
+	Records *prometheus.GaugeVec
+	// LiveAgents is the number of agents in the live view by status.
+	LiveAgents *prometheus.GaugeVec
+	// Fetches counts /agentd/record/1.0.0 fetches by outcome.
+	Fetches *prometheus.CounterVec
+	// Provides counts DHT provide operations by outcome.
+	Provides *prometheus.CounterVec
+	// LANPackets counts LAN datagrams by mechanism (udp, mdns) and outcome.
+	LANPackets *prometheus.CounterVec
+	// HTTPRequests counts API requests by surface and status code.
+	HTTPRequests *prometheus.CounterVec
+}
+
+// New creates the collectors on a fresh registry. withRuntime adds the Go
+// and process collectors (off in simnet, where they would be shared).
+func New(withRuntime bool) *Metrics {
+	r := prometheus.NewRegistry()
+	if withRuntime {
+		r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	m := &Metrics{
+		Registry: r,
+		Rejects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentd_validation_rejects_total", Help: "Inputs refused, by transport and reason.",
+		}, []string{"transport", "reason"}),
+		Lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentd_lookups_total", Help: "Discovery lookups by answering source and outcome.",
+		}, []string{"source", "outcome"}),
+		LookupLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "agentd_lookup_duration_seconds", Help: "Resolver latency by answering source.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"source"}),
+		GossipDelivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentd_gossip_delivered_total", Help: "Gossip messages accepted, by type.",
+		}, []string{"type"}),
+		GossipPublished: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentd_gossip_published_total", Help: "Gossip messages published by this node, by type.",
+		}, []string{"type"}),
+		Peers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "agentd_peers", Help: "Connected libp2p peers.",
+		}),
+		Records: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "agentd_records", Help: "Records in the cache, by state.",
+		}, []string{"state"}),
+		LiveAgents: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "agentd_live_agents", Help: "Agents in the live view, by status.",
+		}, []string{"status"}),
+		Fetches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentd_record_fetches_total", Help: "Record fetches over /agentd/record/1.0.0, by outcome.",
+		}, []string{"outcome"}),
+		Provides: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentd_dht_provides_total", Help: "DHT provide operations, by outcome.",
+		}, []string{"outcome"}),
+		LANPackets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentd_lan_packets_total", Help: "LAN packets by mechanism and outcome.",
+		}, []string{"mechanism", "outcome"}),
+		HTTPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentd_http_requests_total", Help: "Local API requests by surface and status code.",
+		}, []string{"surface", "code"}),
+	}
+	r.MustRegister(m.Rejects, m.Lookups, m.LookupLatency, m.GossipDelivered, m.GossipPublished,
+		m.Peers, m.Records, m.LiveAgents, m.Fetches, m.Provides, m.LANPackets, m.HTTPRequests)
+	return m
+}
+
+// Reject counts one refused input. Safe on a nil receiver.
+func (m *Metrics) Reject(transport, reason string) {
+	if m == nil {
+		return
+	}
+	m.Rejects.WithLabelValues(transport, reason).Inc()
+}
+
+// Inc increments a counter vector's labelled child. Safe on a nil receiver.
+func (m *Metrics) Inc(v func(*Metrics) *prometheus.CounterVec, labels ...string) {
+	if m == nil {
+		return
+	}
+	v(m).WithLabelValues(labels...).Inc()
+}

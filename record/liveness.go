@@ -1,0 +1,141 @@
+package record
+
+import (
+	"crypto/ecdsa"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// UnregisterReason is why an agent leaves (seed 001 §9.1).
+type UnregisterReason string
+
+// The four reasons of seed 001 §9.1.
+const (
+	ReasonShutdown    UnregisterReason = "SHUTDOWN"
+	ReasonError       UnregisterReason = "ERROR"
+	ReasonMaintenance UnregisterReason = "MAINTENANCE"
+	ReasonUpgrade     UnregisterReason = "UPGRADE"
+)
+
+// Valid reports whether r is one of the seed-001 reasons.
+func (r UnregisterReason) Valid() bool {
+	switch r {
+	case ReasonShutdown, ReasonError, ReasonMaintenance, ReasonUpgrade:
+		return true
+	}
+	return false
+}
+
+// Beat is the compact, signed liveness statement carried by heartbeat, status
+// and unregister messages: {agent_id, peer_id, seq, status, timestamp}, plus
+// the unregister reason and the sender's heartbeat interval. seq shares the
+// agent's monotonic counter with its records, so a replay of anything older
+// than the newest statement is recognisable.
+type Beat struct {
+	AgentID    string           `json:"agent_id"`
+	PeerID     string           `json:"peer_id"`
+	Seq        uint64           `json:"seq"`
+	Status     Status           `json:"status,omitempty"`
+	Reason     UnregisterReason `json:"reason,omitempty"`
+	Timestamp  int64            `json:"timestamp"`             // epoch milliseconds
+	IntervalMS int64            `json:"interval_ms,omitempty"` // the sender's current heartbeat interval
+}
+
+// Validate checks the fields of the beat.
+func (b *Beat) Validate() error {
+	if err := ValidateAgentID(b.AgentID); err != nil {
+		return fieldErr("agent_id", "%v", err)
+	}
+	if _, err := PeerPublicKey(b.PeerID); err != nil {
+		return fieldErr("peer_id", "%v", err)
+	}
+	if b.Seq == 0 || b.Seq > MaxSeq {
+		return fieldErr("seq", "must be between 1 and 2^53-1")
+	}
+	if b.Status != "" && !b.Status.Valid() {
+		return fieldErr("status", "%q is not one of HEALTHY, DEGRADED, UNHEALTHY, MAINTENANCE", trunc(string(b.Status)))
+	}
+	if b.Reason != "" && !b.Reason.Valid() {
+		return fieldErr("reason", "%q is not one of SHUTDOWN, ERROR, MAINTENANCE, UPGRADE", trunc(string(b.Reason)))
+	}
+	if b.Timestamp <= 0 {
+		return fieldErr("timestamp", "must be epoch milliseconds")
+	}
+	if b.IntervalMS < 0 || b.IntervalMS > int64(24*time.Hour/time.Millisecond) {
+		return fieldErr("interval_ms", "must be between 0 and one day")
+	}
+	return nil
+}
+
+// Time returns the timestamp as a time.Time.
+func (b *Beat) Time() time.Time { return time.UnixMilli(b.Timestamp) }
+
+// SignedBeat is a Beat with the agent-key signature over its canonical form.
+type SignedBeat struct {
+	Beat      Beat
+	Canonical []byte
+	Signature []byte
+}
+
+// SignBeat canonicalizes and signs b with the agent key.
+func SignBeat(b Beat, key *ecdsa.PrivateKey) (*SignedBeat, error) {
+	if err := b.Validate(); err != nil {
+		return nil, err
+	}
+	canon, err := Canonicalize(b)
+	if err != nil {
+		return nil, err
+	}
+	sig, err := SignBytes(key, canon)
+	if err != nil {
+		return nil, err
+	}
+	return &SignedBeat{Beat: b, Canonical: canon, Signature: sig}, nil
+}
+
+// Verify checks the signature with the agent's key.
+func (sb *SignedBeat) Verify(pub *ecdsa.PublicKey) error {
+	if len(sb.Signature) == 0 {
+		return fmt.Errorf("%w: beat signature is missing", ErrUnsigned)
+	}
+	if !VerifyBytes(pub, sb.Canonical, sb.Signature) {
+		return ErrBadSignature
+	}
+	return nil
+}
+
+// WireBeat is the JSON form of a SignedBeat.
+type WireBeat struct {
+	Beat      json.RawMessage `json:"beat"`
+	Signature string          `json:"signature"`
+}
+
+// Wire returns the JSON form.
+func (sb *SignedBeat) Wire() WireBeat {
+	return WireBeat{Beat: json.RawMessage(sb.Canonical), Signature: base64.StdEncoding.EncodeToString(sb.Signature)}
+}
+
+// ParseWireBeat decodes and validates a WireBeat (signature not verified).
+func ParseWireBeat(w WireBeat) (*SignedBeat, error) {
+	if len(w.Beat) == 0 {
+		return nil, fieldErr("beat", "is required")
+	}
+	canon, err := CanonicalizeJSON(w.Beat)
+	if err != nil {
+		return nil, &FieldError{Field: "beat", Reason: err.Error()}
+	}
+	sb := &SignedBeat{Canonical: canon}
+	if err := json.Unmarshal(canon, &sb.Beat); err != nil {
+		return nil, jsonFieldErr("beat", err)
+	}
+	if err := sb.Beat.Validate(); err != nil {
+		return nil, err
+	}
+	sb.Signature, err = base64.StdEncoding.DecodeString(w.Signature)
+	if err != nil || len(sb.Signature) == 0 {
+		return nil, fieldErr("signature", "must be a non-empty base64 signature")
+	}
+	return sb, nil
+}

@@ -1,0 +1,281 @@
+package record
+
+import (
+	"crypto/ecdsa"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+type peerKey = crypto.PubKey
+
+// SignedAgent is an agent object together with its canonical bytes and its
+// two signatures: Signature by the agent key (ECDSA P-256, SHA-256, ASN.1
+// DER) and PeerSignature by the peer key whose id the record names
+// (Ed25519). Both sign exactly Canonical, the RFC 8785 form of the agent
+// object.
+//
+// A SignedAgent is immutable once built; share it freely.
+type SignedAgent struct {
+	ProtocolVersion string
+	Agent           Agent
+	Canonical       []byte
+	Signature       []byte
+	PeerSignature   []byte
+}
+
+// Announce is the seed-000 Announce message (§4.1.1) on the wire, extended
+// with peer_signature.
+type Announce struct {
+	ProtocolVersion string          `json:"protocol_version"`
+	Agent           json.RawMessage `json:"agent"`
+	Signature       string          `json:"signature,omitempty"`
+	PeerSignature   string          `json:"peer_signature,omitempty"`
+	Timestamp       json.RawMessage `json:"timestamp,omitempty"` // allowed, ignored (seed 000 §4.1)
+}
+
+// Sign validates a, canonicalizes it and signs it with the agent key and,
+// when peerKey is non-nil, the peer key. The peer key must match a.PeerID.
+func Sign(a *Agent, agentKey *ecdsa.PrivateKey, peerPriv crypto.PrivKey) (*SignedAgent, error) {
+	if err := a.Validate(); err != nil {
+		return nil, err
+	}
+	pub, err := ParsePublicKeyPEM(a.PublicKey)
+	if err != nil {
+		return nil, fieldErr("public_key", "%v", err)
+	}
+	if !pub.Equal(agentKey.Public()) {
+		return nil, fieldErr("public_key", "does not match the signing key")
+	}
+	canon, err := Canonicalize(a)
+	if err != nil {
+		return nil, err
+	}
+	if len(canon) > MaxAgentBytes {
+		return nil, fmt.Errorf("%w: canonical agent object is %d bytes, limit %d", ErrTooLarge, len(canon), MaxAgentBytes)
+	}
+	sig, err := SignBytes(agentKey, canon)
+	if err != nil {
+		return nil, err
+	}
+	sa := &SignedAgent{ProtocolVersion: ProtocolVersion, Canonical: canon, Signature: sig}
+	if err := json.Unmarshal(canon, &sa.Agent); err != nil {
+		return nil, fmt.Errorf("re-decode canonical agent: %w", err)
+	}
+	if peerPriv != nil {
+		if err := sa.coSign(peerPriv); err != nil {
+			return nil, err
+		}
+	}
+	return sa, nil
+}
+
+// CoSign returns a copy of sa with the peer signature made by peerPriv, which
+// must be the key of sa.Agent.PeerID. A daemon co-signs a record its local
+// client signed with its own agent key, vouching that it hosts the agent.
+func (sa *SignedAgent) CoSign(peerPriv crypto.PrivKey) (*SignedAgent, error) {
+	c := *sa
+	if err := c.coSign(peerPriv); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+func (sa *SignedAgent) coSign(peerPriv crypto.PrivKey) error {
+	id, err := peer.IDFromPrivateKey(peerPriv)
+	if err != nil {
+		return fmt.Errorf("peer key: %w", err)
+	}
+	if id.String() != sa.Agent.PeerID {
+		return fieldErr("peer_id", "%s is not the id of the signing peer key %s", sa.Agent.PeerID, id)
+	}
+	psig, err := peerPriv.Sign(sa.Canonical)
+	if err != nil {
+		return fmt.Errorf("peer sign: %w", err)
+	}
+	sa.PeerSignature = psig
+	return nil
+}
+
+// VerifySignatures checks both signatures over the canonical bytes: the agent
+// signature with the record's public_key and the peer signature with the key
+// embedded in the record's peer_id. It does not apply any trust policy (see
+// package trust) and does not check expiry.
+func (sa *SignedAgent) VerifySignatures() error {
+	if len(sa.Signature) == 0 {
+		return fmt.Errorf("%w: signature is missing", ErrUnsigned)
+	}
+	if len(sa.PeerSignature) == 0 {
+		return fmt.Errorf("%w: peer_signature is missing", ErrUnsigned)
+	}
+	pub, err := ParsePublicKeyPEM(sa.Agent.PublicKey)
+	if err != nil {
+		return fieldErr("public_key", "%v", err)
+	}
+	if !VerifyBytes(pub, sa.Canonical, sa.Signature) {
+		return ErrBadSignature
+	}
+	pk, err := PeerPublicKey(sa.Agent.PeerID)
+	if err != nil {
+		return fieldErr("peer_id", "%v", err)
+	}
+	ok, err := pk.Verify(sa.Canonical, sa.PeerSignature)
+	if err != nil || !ok {
+		return ErrBadPeerSignature
+	}
+	return nil
+}
+
+// AgentPublicKey returns the parsed agent key of the record.
+func (sa *SignedAgent) AgentPublicKey() (*ecdsa.PublicKey, error) {
+	return ParsePublicKeyPEM(sa.Agent.PublicKey)
+}
+
+// Hash is the SHA-256 of the canonical agent object: the record's identity in
+// LAN summaries and in the content-hash message ids.
+func (sa *SignedAgent) Hash() [32]byte { return sha256.Sum256(sa.Canonical) }
+
+// Announce returns the wire form of sa.
+func (sa *SignedAgent) Announce() Announce {
+	pv := sa.ProtocolVersion
+	if pv == "" {
+		pv = ProtocolVersion
+	}
+	a := Announce{ProtocolVersion: pv, Agent: json.RawMessage(sa.Canonical)}
+	if len(sa.Signature) > 0 {
+		a.Signature = base64.StdEncoding.EncodeToString(sa.Signature)
+	}
+	if len(sa.PeerSignature) > 0 {
+		a.PeerSignature = base64.StdEncoding.EncodeToString(sa.PeerSignature)
+	}
+	return a
+}
+
+// MarshalAnnounce returns the JSON of the Announce message for sa.
+func (sa *SignedAgent) MarshalAnnounce() []byte {
+	b, err := json.Marshal(sa.Announce())
+	if err != nil {
+		// Announce holds only strings and canonical JSON; this cannot fail.
+		panic("record: marshal announce: " + err.Error())
+	}
+	return b
+}
+
+// ParseAnnounce parses a seed-000 Announce message, negotiates its version,
+// canonicalizes and validates the agent object, and decodes the signatures.
+// It does not verify the signatures: call VerifySignatures or a
+// trust.Verifier. A minor version newer than ours is accepted; the returned
+// bool is true in that case so the caller can log a warning (seed 000 §8.1).
+func ParseAnnounce(b []byte) (*SignedAgent, bool, error) {
+	if len(b) > MaxMessageBytes {
+		return nil, false, fmt.Errorf("%w: announce is %d bytes, limit %d", ErrTooLarge, len(b), MaxMessageBytes)
+	}
+	if _, err := CanonicalizeJSON(b); err != nil {
+		return nil, false, err
+	}
+	var a Announce
+	if err := json.Unmarshal(b, &a); err != nil {
+		return nil, false, jsonFieldErr("", err)
+	}
+	newer, err := CheckVersion(a.ProtocolVersion)
+	if err != nil {
+		return nil, false, err
+	}
+	sa, err := FromAnnounce(a)
+	if err != nil {
+		return nil, false, err
+	}
+	return sa, newer, nil
+}
+
+// FromAnnounce builds a SignedAgent from an already decoded Announce whose
+// version was checked.
+func FromAnnounce(a Announce) (*SignedAgent, error) {
+	if len(a.Agent) == 0 || string(a.Agent) == "null" {
+		return nil, fieldErr("agent", "is required")
+	}
+	canon, err := CanonicalizeJSON(a.Agent)
+	if err != nil {
+		return nil, &FieldError{Field: "agent", Reason: err.Error()}
+	}
+	if len(canon) > MaxAgentBytes {
+		return nil, fmt.Errorf("%w: canonical agent object is %d bytes, limit %d", ErrTooLarge, len(canon), MaxAgentBytes)
+	}
+	sa := &SignedAgent{ProtocolVersion: a.ProtocolVersion, Canonical: canon}
+	if err := DecodeAgent(canon, &sa.Agent); err != nil {
+		return nil, err
+	}
+	if err := sa.Agent.Validate(); err != nil {
+		return nil, err
+	}
+	if a.Signature != "" {
+		sa.Signature, err = base64.StdEncoding.DecodeString(a.Signature)
+		if err != nil {
+			return nil, fieldErr("signature", "is not base64: %v", err)
+		}
+	}
+	if a.PeerSignature != "" {
+		sa.PeerSignature, err = base64.StdEncoding.DecodeString(a.PeerSignature)
+		if err != nil {
+			return nil, fieldErr("peer_signature", "is not base64: %v", err)
+		}
+	}
+	return sa, nil
+}
+
+// DecodeAgent decodes an agent object, turning type errors into FieldErrors.
+// A JSON null for capabilities is reported as missing.
+func DecodeAgent(raw []byte, a *Agent) error {
+	var probe map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return jsonFieldErr("agent", err)
+	}
+	if c, ok := probe["capabilities"]; !ok || string(c) == "null" {
+		return fieldErr("agent.capabilities", "is required (an empty object is allowed)")
+	}
+	if err := json.Unmarshal(raw, a); err != nil {
+		return jsonFieldErr("agent", err)
+	}
+	return nil
+}
+
+func jsonFieldErr(prefix string, err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		f := te.Field
+		if prefix != "" && f != "" {
+			f = prefix + "." + f
+		} else if f == "" {
+			f = prefix
+		}
+		return &FieldError{Field: f, Reason: fmt.Sprintf("must be %s, not JSON %s", te.Type, te.Value)}
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return &FieldError{Field: prefix, Reason: fmt.Sprintf("invalid JSON at byte %d: %v", se.Offset, err)}
+	}
+	return &FieldError{Field: prefix, Reason: err.Error()}
+}
+
+// SignBytes signs SHA-256(msg) with an ECDSA key and returns the ASN.1 DER
+// signature (SHA256withECDSA, seed 001 §10.1).
+func SignBytes(key *ecdsa.PrivateKey, msg []byte) ([]byte, error) {
+	h := sha256.Sum256(msg)
+	sig, err := ecdsa.SignASN1(rand.Reader, key, h[:])
+	if err != nil {
+		return nil, fmt.Errorf("ecdsa sign: %w", err)
+	}
+	return sig, nil
+}
+
+// VerifyBytes verifies an ASN.1 DER ECDSA signature over SHA-256(msg).
+func VerifyBytes(pub *ecdsa.PublicKey, msg, sig []byte) bool {
+	h := sha256.Sum256(msg)
+	return ecdsa.VerifyASN1(pub, h[:], sig)
+}

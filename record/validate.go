@@ -1,0 +1,395 @@
+package record
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"math"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/Masterminds/semver/v3"
+	"github.com/google/uuid"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Limits on a record. They keep one record well inside a GossipSub message,
+// a DHT value and a /agentd/record/1.0.0 response, and bound the work a
+// hostile peer can cause. They are part of the wire contract (docs/protocol.md).
+const (
+	MaxAgentBytes        = 32 << 10 // canonical agent object
+	MaxMessageBytes      = 64 << 10 // any JSON message carrying one agent
+	MaxSkills            = 32
+	MaxCapabilitiesPer   = 64 // per skill
+	MaxAgentCapabilities = 256
+	MaxScenesPerSkill    = 16
+	MaxTags              = 32
+	MaxMetadataKeys      = 32
+	MaxIDLen             = 128  // skill, capability, scene, tag ids
+	MaxTextLen           = 1024 // descriptions
+	MaxShortTextLen      = 256  // versions, names, endpoints' parts
+	MaxEndpointLen       = 512
+	MaxSchemaBytes       = 8 << 10
+	MaxPublicKeyBytes    = 4 << 10
+	MaxCertificateBytes  = 12 << 10
+	MaxTTLSeconds        = 7 * 24 * 3600
+	// MaxSeq is the largest seq: JSON numbers are IEEE doubles (RFC 8785), so
+	// integers above 2^53-1 cannot be represented exactly.
+	MaxSeq = 1<<53 - 1
+)
+
+var (
+	dnsLabelRe = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
+	// Identifiers must not contain the separators of the seed-001 text
+	// messages (: ; , |), the DHT wildcard (*), whitespace or control
+	// characters, so that every transport can carry them unescaped.
+	identRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/@+-]*$`)
+)
+
+// ValidIdent reports whether s may be used as a skill, capability or scene id.
+func ValidIdent(s string) bool {
+	return len(s) > 0 && len(s) <= MaxIDLen && identRe.MatchString(s)
+}
+
+// Validate checks every field of the agent and returns a *FieldError naming
+// the first offending field.
+func (a *Agent) Validate() error {
+	if a.AgentID == "" {
+		return fieldErr("agent_id", "is required")
+	}
+	if err := ValidateAgentID(a.AgentID); err != nil {
+		return fieldErr("agent_id", "%v", err)
+	}
+	if a.AgentName != "" && !dnsLabelRe.MatchString(a.AgentName) {
+		return fieldErr("agent_name", "must be a DNS label (1-63 letters, digits or '-', not starting or ending with '-')")
+	}
+	if a.Capabilities == nil {
+		return fieldErr("capabilities", "is required (an empty object is allowed)")
+	}
+	if len(a.Capabilities) > MaxAgentCapabilities {
+		return fieldErr("capabilities", "has %d entries, more than %d", len(a.Capabilities), MaxAgentCapabilities)
+	}
+	for k, v := range a.Capabilities {
+		if !ValidIdent(k) {
+			return fieldErr("capabilities."+trunc(k), "capability name must match %s and be at most %d bytes", identRe, MaxIDLen)
+		}
+		if len(v) > MaxShortTextLen || !utf8.ValidString(v) {
+			return fieldErr("capabilities."+k, "value must be valid UTF-8 of at most %d bytes", MaxShortTextLen)
+		}
+	}
+	if a.PublicKey == "" {
+		return fieldErr("public_key", "is required")
+	}
+	if len(a.PublicKey) > MaxPublicKeyBytes {
+		return fieldErr("public_key", "is larger than %d bytes", MaxPublicKeyBytes)
+	}
+	if _, err := ParsePublicKeyPEM(a.PublicKey); err != nil {
+		return fieldErr("public_key", "%v", err)
+	}
+	if len(a.Certificate) > MaxCertificateBytes {
+		return fieldErr("certificate", "is larger than %d bytes", MaxCertificateBytes)
+	}
+	if a.Certificate != "" {
+		if _, err := ParseCertificatesPEM(a.Certificate); err != nil {
+			return fieldErr("certificate", "%v", err)
+		}
+	}
+	if a.Transport.Type == "" {
+		return fieldErr("transport.type", "is required")
+	}
+	if len(a.Transport.Type) > 32 || !identRe.MatchString(a.Transport.Type) {
+		return fieldErr("transport.type", "must be a short identifier such as tcp, ws, unix, http or libp2p")
+	}
+	if len(a.Transport.Endpoint) > MaxEndpointLen || !printable(a.Transport.Endpoint) {
+		return fieldErr("transport.endpoint", "must be printable and at most %d bytes", MaxEndpointLen)
+	}
+	if err := validateMetadata(a.Metadata); err != nil {
+		return err
+	}
+	if a.PeerID == "" {
+		return fieldErr("peer_id", "is required")
+	}
+	if _, err := PeerPublicKey(a.PeerID); err != nil {
+		return fieldErr("peer_id", "%v", err)
+	}
+	if len(a.Description) > MaxTextLen || !utf8.ValidString(a.Description) {
+		return fieldErr("description", "must be valid UTF-8 of at most %d bytes", MaxTextLen)
+	}
+	if a.Version != "" {
+		if _, err := semver.StrictNewVersion(a.Version); err != nil {
+			return fieldErr("version", "%q is not a semantic version (MAJOR.MINOR.PATCH): %v", trunc(a.Version), err)
+		}
+	}
+	if len(a.Skills) > MaxSkills {
+		return fieldErr("skills", "has %d skills, more than %d", len(a.Skills), MaxSkills)
+	}
+	seen := map[string]bool{}
+	for i := range a.Skills {
+		path := fmt.Sprintf("skills[%d]", i)
+		if err := a.Skills[i].validate(path); err != nil {
+			return err
+		}
+		if seen[a.Skills[i].SkillID] {
+			return fieldErr(path+".skill_id", "duplicate skill_id %q", a.Skills[i].SkillID)
+		}
+		seen[a.Skills[i].SkillID] = true
+	}
+	if len(a.Tags) > MaxTags {
+		return fieldErr("tags", "has %d tags, more than %d", len(a.Tags), MaxTags)
+	}
+	for i, t := range a.Tags {
+		if t == "" || len(t) > MaxIDLen || !printable(t) {
+			return fieldErr(fmt.Sprintf("tags[%d]", i), "must be 1-%d printable bytes", MaxIDLen)
+		}
+	}
+	if a.TenantScope != "" && !ValidIdent(a.TenantScope) {
+		return fieldErr("tenant_scope", "must be an identifier of at most %d bytes", MaxIDLen)
+	}
+	if a.Seq == 0 {
+		return fieldErr("seq", "must be at least 1")
+	}
+	if a.Seq > MaxSeq {
+		return fieldErr("seq", "must be at most 2^53-1")
+	}
+	if a.IssuedAt == "" {
+		return fieldErr("issued_at", "is required")
+	}
+	if _, err := time.Parse(time.RFC3339Nano, a.IssuedAt); err != nil {
+		return fieldErr("issued_at", "must be an RFC 3339 timestamp: %v", err)
+	}
+	if a.TTLSeconds <= 0 || a.TTLSeconds > MaxTTLSeconds {
+		return fieldErr("ttl_seconds", "must be between 1 and %d", MaxTTLSeconds)
+	}
+	return nil
+}
+
+func (s *Skill) validate(path string) error {
+	if s.SkillID == "" {
+		return fieldErr(path+".skill_id", "is required")
+	}
+	if !ValidIdent(s.SkillID) {
+		return fieldErr(path+".skill_id", "%q must match %s and be at most %d bytes", trunc(s.SkillID), identRe, MaxIDLen)
+	}
+	if s.Version == "" {
+		return fieldErr(path+".version", "is required")
+	}
+	if _, err := semver.StrictNewVersion(s.Version); err != nil {
+		return fieldErr(path+".version", "%q is not a semantic version (MAJOR.MINOR.PATCH): %v", trunc(s.Version), err)
+	}
+	if !s.SkillType.Valid() {
+		return fieldErr(path+".skill_type", "%q is not one of enterprise-skill, tool-skill, integration-skill", trunc(string(s.SkillType)))
+	}
+	if len(s.Endpoint) > MaxEndpointLen || !printable(s.Endpoint) || strings.ContainsAny(s.Endpoint, ";|,") {
+		return fieldErr(path+".endpoint", "must be printable, at most %d bytes, without ; | or ,", MaxEndpointLen)
+	}
+	if len(s.Capabilities) == 0 {
+		return fieldErr(path+".capabilities", "a skill needs at least one capability")
+	}
+	if len(s.Capabilities) > MaxCapabilitiesPer {
+		return fieldErr(path+".capabilities", "has %d capabilities, more than %d", len(s.Capabilities), MaxCapabilitiesPer)
+	}
+	seen := map[string]bool{}
+	for j, c := range s.Capabilities {
+		cp := fmt.Sprintf("%s.capabilities[%d]", path, j)
+		if c.ID == "" {
+			return fieldErr(cp+".id", "is required")
+		}
+		if !ValidIdent(c.ID) {
+			return fieldErr(cp+".id", "%q must match %s and be at most %d bytes", trunc(c.ID), identRe, MaxIDLen)
+		}
+		if seen[c.ID] {
+			return fieldErr(cp+".id", "duplicate capability %q", c.ID)
+		}
+		seen[c.ID] = true
+		if c.Version != "" {
+			if _, err := semver.NewVersion(c.Version); err != nil {
+				return fieldErr(cp+".version", "%q is not a version: %v", trunc(c.Version), err)
+			}
+		}
+		if len(c.Description) > MaxTextLen || !utf8.ValidString(c.Description) {
+			return fieldErr(cp+".description", "must be valid UTF-8 of at most %d bytes", MaxTextLen)
+		}
+		if err := validateSchema(cp+".input_schema", c.InputSchema); err != nil {
+			return err
+		}
+		if err := validateSchema(cp+".output_schema", c.OutputSchema); err != nil {
+			return err
+		}
+		if c.ConfidenceHint != nil {
+			h := *c.ConfidenceHint
+			if math.IsNaN(h) || h < 0 || h > 1 {
+				return fieldErr(cp+".confidence_hint", "must be between 0 and 1")
+			}
+		}
+	}
+	if len(s.Scenes) > MaxScenesPerSkill {
+		return fieldErr(path+".scenes", "has %d scenes, more than %d", len(s.Scenes), MaxScenesPerSkill)
+	}
+	for k, sc := range s.Scenes {
+		if !ValidIdent(sc) {
+			return fieldErr(fmt.Sprintf("%s.scenes[%d]", path, k), "%q must match %s", trunc(sc), identRe)
+		}
+	}
+	if s.Status != "" && !s.Status.Valid() {
+		return fieldErr(path+".status", "%q is not one of HEALTHY, DEGRADED, UNHEALTHY, MAINTENANCE", trunc(string(s.Status)))
+	}
+	return nil
+}
+
+func validateSchema(path string, raw json.RawMessage) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	if len(raw) > MaxSchemaBytes {
+		return fieldErr(path, "is larger than %d bytes", MaxSchemaBytes)
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return fieldErr(path, "is not JSON: %v", err)
+	}
+	switch v.(type) {
+	case map[string]any, bool, nil:
+		return nil
+	}
+	return fieldErr(path, "a JSON Schema must be an object or a boolean")
+}
+
+func validateMetadata(m map[string]any) error {
+	if len(m) > MaxMetadataKeys {
+		return fieldErr("metadata", "has %d keys, more than %d", len(m), MaxMetadataKeys)
+	}
+	for k, v := range m {
+		if k == "" || len(k) > MaxIDLen || !printable(k) {
+			return fieldErr("metadata", "keys must be 1-%d printable bytes", MaxIDLen)
+		}
+		switch k {
+		case MetaMCPVersion, MetaOS, MetaArch:
+			s, ok := v.(string)
+			if !ok || len(s) > MaxShortTextLen {
+				return fieldErr("metadata."+k, "reserved key must be a string of at most %d bytes", MaxShortTextLen)
+			}
+		}
+	}
+	return nil
+}
+
+// ValidateAgentID checks that id is an RFC 4122 UUID of version 4, written
+// in the canonical 36-character form.
+func ValidateAgentID(id string) error {
+	if len(id) != 36 {
+		return fmt.Errorf("%q is not an RFC 4122 UUID in canonical form (36 characters)", trunc(id))
+	}
+	u, err := uuid.Parse(id)
+	if err != nil {
+		return fmt.Errorf("%q is not an RFC 4122 UUID: %v", trunc(id), err)
+	}
+	if u.Variant() != uuid.RFC4122 {
+		return fmt.Errorf("%q is not an RFC 4122 variant UUID", trunc(id))
+	}
+	if u.Version() != 4 {
+		return fmt.Errorf("%q is a version %d UUID, version 4 is required", trunc(id), u.Version())
+	}
+	return nil
+}
+
+// ParsePublicKeyPEM parses the public_key field: a PEM "PUBLIC KEY" (PKIX)
+// block holding an ECDSA P-256 key, or a PEM "CERTIFICATE" whose key is one.
+func ParsePublicKeyPEM(s string) (*ecdsa.PublicKey, error) {
+	block, rest := pem.Decode([]byte(s))
+	if block == nil {
+		return nil, fmt.Errorf("is not PEM")
+	}
+	if len(strings.TrimSpace(string(rest))) != 0 {
+		return nil, fmt.Errorf("has trailing data after the PEM block")
+	}
+	var pub any
+	switch block.Type {
+	case "PUBLIC KEY":
+		k, err := x509.ParsePKIXPublicKey(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("is not a PKIX public key: %v", err)
+		}
+		pub = k
+	case "CERTIFICATE":
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("is not an X.509 certificate: %v", err)
+		}
+		pub = c.PublicKey
+	default:
+		return nil, fmt.Errorf("PEM block type %q is neither PUBLIC KEY nor CERTIFICATE", block.Type)
+	}
+	k, ok := pub.(*ecdsa.PublicKey)
+	if !ok || k.Curve != elliptic.P256() {
+		return nil, fmt.Errorf("must be an ECDSA P-256 key")
+	}
+	return k, nil
+}
+
+// ParseCertificatesPEM parses a PEM bundle of certificates: the leaf first,
+// then any intermediates.
+func ParseCertificatesPEM(s string) ([]*x509.Certificate, error) {
+	var certs []*x509.Certificate
+	rest := []byte(s)
+	for {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			return nil, fmt.Errorf("PEM block type %q is not CERTIFICATE", block.Type)
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("is not an X.509 certificate: %v", err)
+		}
+		certs = append(certs, c)
+	}
+	if len(strings.TrimSpace(string(rest))) != 0 {
+		return nil, fmt.Errorf("has data that is not PEM")
+	}
+	if len(certs) == 0 {
+		return nil, fmt.Errorf("holds no certificate")
+	}
+	return certs, nil
+}
+
+// PeerPublicKey decodes a peer id and extracts the public key embedded in it.
+// Only peer ids that embed their key (Ed25519, secp256k1: identity multihash)
+// are accepted, so a peer signature can be checked from the record alone.
+func PeerPublicKey(id string) (peerKey, error) {
+	p, err := peer.Decode(id)
+	if err != nil {
+		return nil, fmt.Errorf("%q is not a libp2p peer id: %v", trunc(id), err)
+	}
+	k, err := p.ExtractPublicKey()
+	if err != nil {
+		return nil, fmt.Errorf("%q does not embed its public key (use an Ed25519 peer key): %v", trunc(id), err)
+	}
+	return k, nil
+}
+
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func trunc(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}

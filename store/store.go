@@ -1,0 +1,179 @@
+// Package store keeps agentd's state in Badger v4: the durable local
+// registrations, the cache of remote records (native TTL, bounded size,
+// secondary indexes), tombstones of unregistered agents, the peer address
+// book, the key pins of the trust package and the per-agent sequence
+// counters. Open with Dir == "" for the in-memory mode used by tests and
+// simnet.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/trust"
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+)
+
+// Source says where a record came from. Every discovery result carries one.
+type Source string
+
+// Sources of records.
+const (
+	SourceLocal       Source = "local"       // registered on this node
+	SourceGossip      Source = "gossip"      // received over GossipSub
+	SourceLAN         Source = "lan"         // mDNS or UDP multicast
+	SourceDHT         Source = "dht"         // fetched from a DHT provider
+	SourceSkillCenter Source = "skillcenter" // SkillCenter catalog
+	SourceRegistry    Source = "registry"    // a seed-000 registry (POST /agents)
+	SourceCache       Source = "cache"       // an expired entry served from the cache
+)
+
+// Sentinel errors.
+var (
+	// ErrNotFound is returned when no entry exists for the key.
+	ErrNotFound = errors.New("not found")
+	// ErrOlder is returned by Put when the store already holds a record
+	// with a higher seq for the agent (the put is ignored).
+	ErrOlder = errors.New("record is older than the stored one")
+	// ErrTombstoned is returned by Put when the agent was unregistered with
+	// a seq at least as high as the record's.
+	ErrTombstoned = errors.New("agent was unregistered")
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("store closed")
+)
+
+// Entry is a cached remote record with where and when it was learnt.
+type Entry struct {
+	Record     *record.SignedAgent
+	Source     Source
+	ReceivedAt time.Time
+	// ExpiresAt is when the entry stops being fresh: the earlier of the
+	// record's issued_at+ttl and ReceivedAt+cache TTL (or a later time set
+	// by Touch while the agent is known alive).
+	ExpiresAt time.Time
+	// Stale is set on read when ExpiresAt has passed; such entries are
+	// only returned with Filter.IncludeStale, inside the grace window.
+	Stale bool
+}
+
+// Age is how long ago the entry was received.
+func (e Entry) Age(now time.Time) time.Duration { return now.Sub(e.ReceivedAt) }
+
+// Filter selects cached entries. Empty fields match everything; all given
+// fields must match (AND).
+type Filter struct {
+	AgentID    string
+	Capability string
+	Skill      string
+	Scene      string
+	Type       string // skill type
+	Tags       []string
+	Tenant     string
+	// Version is a semver constraint (Masterminds syntax, e.g. ">=1.2.0 <2").
+	// It applies to the matching skill's version when Skill or Capability
+	// is given, otherwise to the agent's version or any skill's version.
+	Version string
+	// Text is a case-insensitive substring over names, descriptions, ids.
+	Text         string
+	Limit        int
+	IncludeStale bool
+	// Sources, when non-empty, restricts entries to these sources.
+	Sources []Source
+}
+
+// Tombstone remembers that an agent unregistered, so a late replay of an
+// older record or beat does not bring it back.
+type Tombstone struct {
+	AgentID string                  `json:"agent_id"`
+	Seq     uint64                  `json:"seq"`
+	Reason  record.UnregisterReason `json:"reason"`
+	At      time.Time               `json:"at"`
+}
+
+// PeerRecord is an entry of the peer address book used to re-bootstrap.
+type PeerRecord struct {
+	ID       peer.ID        `json:"id"`
+	Addrs    []ma.Multiaddr `json:"-"`
+	LastSeen time.Time      `json:"last_seen"`
+}
+
+// Options configure a store. Zero values take the defaults.
+type Options struct {
+	// Dir is the Badger directory; "" opens an in-memory store.
+	Dir string
+	// CacheTTL bounds how long a remote record stays fresh (default 300 s,
+	// seed 001 §11.1).
+	CacheTTL time.Duration
+	// MaxEntries bounds the cache (default 1000); beyond it the entries
+	// that expire soonest are evicted.
+	MaxEntries int
+	// StaleGrace is how long an expired entry is kept to answer as stale
+	// (default 1 h).
+	StaleGrace time.Duration
+	// RefreshBefore is how long before expiry the refresh hook fires
+	// (default 60 s).
+	RefreshBefore time.Duration
+	// TombstoneTTL is how long tombstones are kept (default 24 h).
+	TombstoneTTL time.Duration
+	// MaxPeers bounds the address book (default 256, least recently seen
+	// evicted).
+	MaxPeers int
+	// Now returns the current time (default time.Now).
+	Now func() time.Time
+}
+
+// Store is agentd's state. Every method is safe for concurrent use.
+type Store interface {
+	// PutLocal durably stores a registration made on this node. It returns
+	// only after the write is synced to disk.
+	PutLocal(ctx context.Context, sa *record.SignedAgent) error
+	// DeleteLocal removes a local registration (synced).
+	DeleteLocal(ctx context.Context, agentID string) error
+	// Locals lists the local registrations.
+	Locals(ctx context.Context) ([]*record.SignedAgent, error)
+
+	// Put caches a remote record. It returns ErrOlder if a record with a
+	// higher seq is stored, ErrTombstoned if a tombstone covers it. An
+	// equal seq refreshes ReceivedAt/ExpiresAt/Source.
+	Put(ctx context.Context, e Entry) error
+	// Get returns the cached entry for an agent (stale or not).
+	Get(ctx context.Context, agentID string) (Entry, error)
+	// Touch extends a fresh entry's ExpiresAt (used while heartbeats prove
+	// the agent alive). It returns ErrNotFound for unknown agents.
+	Touch(ctx context.Context, agentID string, expiresAt time.Time) error
+	// Delete removes a cached entry.
+	Delete(ctx context.Context, agentID string) error
+	// Query returns matching entries, fresh first then stale (when asked),
+	// each group ordered by agent id.
+	Query(ctx context.Context, f Filter) ([]Entry, error)
+	// Len returns the number of cached entries (fresh and stale).
+	Len() int
+
+	// PutTombstone records an unregistration and deletes the cached entry
+	// if its seq is not newer.
+	PutTombstone(ctx context.Context, t Tombstone) error
+	// GetTombstone returns the tombstone of an agent.
+	GetTombstone(ctx context.Context, agentID string) (Tombstone, bool, error)
+
+	// PutPeer adds or refreshes an address-book entry.
+	PutPeer(ctx context.Context, p PeerRecord) error
+	// Peers lists the address book, most recently seen first.
+	Peers(ctx context.Context) ([]PeerRecord, error)
+
+	// NextSeq returns a new seq for a local agent, strictly greater than
+	// any returned before (persisted) and at least the current Unix time in
+	// milliseconds, so it stays monotonic even if the data is lost.
+	NextSeq(ctx context.Context, agentID string) (uint64, error)
+
+	// OnRefresh registers a hook called (from the store's own goroutine)
+	// once for each fresh entry RefreshBefore its expiry.
+	OnRefresh(func(Entry))
+
+	trust.PinStore
+
+	// Close stops background work and closes the database.
+	Close() error
+}

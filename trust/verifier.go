@@ -1,0 +1,370 @@
+package trust
+
+import (
+	"crypto/ecdsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/agentd/agentd/record"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Policy is the trust policy of a node (see the package doc).
+type Policy string
+
+// The trust policies.
+const (
+	// PolicyOpen accepts any record whose signatures verify; the first key
+	// seen for an agent_id keeps it.
+	PolicyOpen Policy = "open"
+	// PolicyAllowlist additionally requires the agent_id to be allow-listed.
+	PolicyAllowlist Policy = "allowlist"
+	// PolicyCA additionally requires a certificate chain to a configured root
+	// for agents that are not allow-listed.
+	PolicyCA Policy = "ca"
+)
+
+// Valid reports whether p is a known policy.
+func (p Policy) Valid() bool {
+	switch p {
+	case PolicyOpen, PolicyAllowlist, PolicyCA:
+		return true
+	}
+	return false
+}
+
+// Reason says why a verification failed. Every rejection carries one, and
+// the reasons are the label values of the rejection metrics.
+type Reason string
+
+// Rejection reasons.
+const (
+	ReasonMalformed        Reason = "malformed"
+	ReasonUnsigned         Reason = "unsigned"
+	ReasonBadSignature     Reason = "bad_signature"
+	ReasonBadPeerSignature Reason = "bad_peer_signature"
+	ReasonPeerMismatch     Reason = "peer_mismatch"
+	ReasonKeyMismatch      Reason = "key_mismatch"
+	ReasonNotAllowlisted   Reason = "not_allowlisted"
+	ReasonUnknownKey       Reason = "unknown_key"
+	ReasonExpired          Reason = "expired"
+	ReasonNotYetValid      Reason = "not_yet_valid"
+	ReasonRevoked          Reason = "revoked"
+	ReasonUnknownIssuer    Reason = "unknown_issuer"
+	ReasonNoCertificate    Reason = "no_certificate"
+	ReasonBadCertificate   Reason = "bad_certificate"
+	ReasonKeyRetired       Reason = "key_retired"
+	ReasonReplay           Reason = "replay"
+	ReasonTooLarge         Reason = "too_large"
+	ReasonVersion          Reason = "unsupported_version"
+)
+
+// RejectError is returned by every Verifier method that refuses its input.
+type RejectError struct {
+	Reason Reason
+	Detail string
+}
+
+func (e *RejectError) Error() string {
+	if e.Detail == "" {
+		return "rejected: " + string(e.Reason)
+	}
+	return fmt.Sprintf("rejected (%s): %s", e.Reason, e.Detail)
+}
+
+func reject(r Reason, format string, args ...any) *RejectError {
+	return &RejectError{Reason: r, Detail: fmt.Sprintf(format, args...)}
+}
+
+// ReasonOf classifies any error from verification or parsing into a Reason.
+func ReasonOf(err error) Reason {
+	var re *RejectError
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &re):
+		return re.Reason
+	case errors.Is(err, record.ErrBadSignature):
+		return ReasonBadSignature
+	case errors.Is(err, record.ErrBadPeerSignature):
+		return ReasonBadPeerSignature
+	case errors.Is(err, record.ErrUnsigned):
+		return ReasonUnsigned
+	case errors.Is(err, record.ErrTooLarge):
+		return ReasonTooLarge
+	case errors.Is(err, record.ErrUnsupportedVersion):
+		return ReasonVersion
+	}
+	return ReasonMalformed
+}
+
+// Pin is what a node remembers about an agent id's key.
+type Pin struct {
+	KeyPEM    string    `json:"key"`        // the accepted agent public key (PKIX PEM)
+	FirstSeen time.Time `json:"first_seen"` // when the key was first accepted
+	// PrevKeyPEM is the key replaced by a rotation, accepted until PrevUntil.
+	PrevKeyPEM string    `json:"prev_key,omitempty"`
+	PrevUntil  time.Time `json:"prev_until,omitempty"`
+}
+
+// PinStore persists pins. package store implements it on Badger; MemPins is
+// the in-memory twin.
+type PinStore interface {
+	GetPin(agentID string) (Pin, bool, error)
+	PutPin(agentID string, p Pin) error
+}
+
+// MemPins is an in-memory PinStore, safe for concurrent use.
+type MemPins struct {
+	mu sync.Mutex
+	m  map[string]Pin
+}
+
+// NewMemPins returns an empty in-memory PinStore.
+func NewMemPins() *MemPins { return &MemPins{m: map[string]Pin{}} }
+
+// GetPin implements PinStore.
+func (m *MemPins) GetPin(id string) (Pin, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, ok := m.m[id]
+	return p, ok, nil
+}
+
+// PutPin implements PinStore.
+func (m *MemPins) PutPin(id string, p Pin) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.m[id] = p
+	return nil
+}
+
+// ChainVerifier checks an X.509 chain for an agent: the leaf must chain to a
+// configured root, be unrevoked, and certify key. It is implemented by the
+// certificate trust store; a nil ChainVerifier means none is configured.
+type ChainVerifier interface {
+	VerifyChain(chain []*x509.Certificate, key *ecdsa.PublicKey, agentID string, now time.Time) error
+}
+
+// Config configures a Verifier.
+type Config struct {
+	Policy    Policy
+	AllowList []string      // agent ids trusted by the allowlist and ca policies
+	Chain     ChainVerifier // certificate trust store; required by PolicyCA
+	// ClockSkew is how far in the future issued_at may be. Default 5 min.
+	ClockSkew time.Duration
+	// Now returns the current time; default time.Now.
+	Now func() time.Time
+}
+
+// Verifier is the one trust decision every transport calls. It is safe for
+// concurrent use.
+type Verifier struct {
+	cfg   Config
+	allow map[string]bool
+	pins  PinStore
+	mu    sync.Mutex // serialises pin updates
+}
+
+// NewVerifier builds a Verifier. pins may be nil for an in-memory store.
+func NewVerifier(cfg Config, pins PinStore) (*Verifier, error) {
+	if cfg.Policy == "" {
+		cfg.Policy = PolicyOpen
+	}
+	if !cfg.Policy.Valid() {
+		return nil, fmt.Errorf("trust policy %q is not one of open, allowlist, ca", cfg.Policy)
+	}
+	if cfg.Policy == PolicyCA && cfg.Chain == nil {
+		return nil, errors.New("trust policy ca needs a certificate trust store (trust.roots)")
+	}
+	if cfg.ClockSkew == 0 {
+		cfg.ClockSkew = 5 * time.Minute
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if pins == nil {
+		pins = NewMemPins()
+	}
+	v := &Verifier{cfg: cfg, allow: map[string]bool{}, pins: pins}
+	for _, id := range cfg.AllowList {
+		if err := record.ValidateAgentID(id); err != nil {
+			return nil, fmt.Errorf("allow-list entry: %w", err)
+		}
+		v.allow[id] = true
+	}
+	return v, nil
+}
+
+// Policy returns the configured policy.
+func (v *Verifier) Policy() Policy { return v.cfg.Policy }
+
+// VerifyOptions qualify one verification.
+type VerifyOptions struct {
+	// From is the libp2p peer that authored or served the record, when known
+	// (the gossip author, the peer a fetch stream went to). It must be the
+	// record's peer_id.
+	From peer.ID
+	// AllowExpired accepts a record past issued_at+ttl (for stale answers).
+	AllowExpired bool
+}
+
+// Allowed reports whether the policy admits agentID at all: under the
+// allowlist policy only allow-listed ids are admitted.
+func (v *Verifier) Allowed(agentID string) bool {
+	if v.cfg.Policy == PolicyAllowlist {
+		return v.allow[agentID]
+	}
+	return true
+}
+
+// VerifyAgent decides whether a signed record is trusted: both signatures,
+// the peer binding, the expiry window, the policy (allow-list, certificate
+// chain) and the key pinned for its agent_id. On success under the open
+// policy the key is pinned if it was not yet.
+func (v *Verifier) VerifyAgent(sa *record.SignedAgent, opts VerifyOptions) error {
+	if err := sa.VerifySignatures(); err != nil {
+		return &RejectError{Reason: ReasonOf(err), Detail: err.Error()}
+	}
+	a := &sa.Agent
+	if opts.From != "" && opts.From.String() != a.PeerID {
+		return reject(ReasonPeerMismatch, "record names peer %s but came from %s", a.PeerID, opts.From)
+	}
+	now := v.cfg.Now()
+	if a.Issued().After(now.Add(v.cfg.ClockSkew)) {
+		return reject(ReasonNotYetValid, "issued_at %s is in the future", a.IssuedAt)
+	}
+	if !opts.AllowExpired && !a.ExpiresAt().After(now) {
+		return reject(ReasonExpired, "record expired at %s", a.ExpiresAt().UTC().Format(time.RFC3339))
+	}
+	if !v.Allowed(a.AgentID) {
+		return reject(ReasonNotAllowlisted, "agent %s is not in the allow-list", a.AgentID)
+	}
+	key, err := sa.AgentPublicKey()
+	if err != nil {
+		return reject(ReasonMalformed, "%v", err)
+	}
+	if err := v.checkChain(sa, key, now); err != nil {
+		return err
+	}
+	return v.checkPin(a.AgentID, a.PublicKey, key, now)
+}
+
+func (v *Verifier) checkChain(sa *record.SignedAgent, key *ecdsa.PublicKey, now time.Time) error {
+	if sa.Agent.Certificate == "" {
+		if v.cfg.Policy == PolicyCA && !v.allow[sa.Agent.AgentID] {
+			return reject(ReasonNoCertificate, "policy ca requires a certificate for agent %s", sa.Agent.AgentID)
+		}
+		return nil
+	}
+	if v.cfg.Chain == nil {
+		// A certificate without a configured trust store cannot be
+		// checked; under open/allowlist the self-signature decides.
+		return nil
+	}
+	certs, err := record.ParseCertificatesPEM(sa.Agent.Certificate)
+	if err != nil {
+		return reject(ReasonBadCertificate, "%v", err)
+	}
+	if err := v.cfg.Chain.VerifyChain(certs, key, sa.Agent.AgentID, now); err != nil {
+		var re *RejectError
+		if errors.As(err, &re) {
+			return re
+		}
+		return reject(ReasonUnknownIssuer, "%v", err)
+	}
+	return nil
+}
+
+func (v *Verifier) checkPin(agentID, keyPEM string, key *ecdsa.PublicKey, now time.Time) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	p, ok, err := v.pins.GetPin(agentID)
+	if err != nil {
+		return fmt.Errorf("read pin: %w", err)
+	}
+	if !ok {
+		return v.pins.PutPin(agentID, Pin{KeyPEM: keyPEM, FirstSeen: now})
+	}
+	if sameKey(p.KeyPEM, key) {
+		return nil
+	}
+	if p.PrevKeyPEM != "" && sameKey(p.PrevKeyPEM, key) {
+		if now.Before(p.PrevUntil) {
+			return nil
+		}
+		return reject(ReasonKeyRetired, "key %s of agent %s was rotated out at %s", Fingerprint(key), agentID, p.PrevUntil.UTC().Format(time.RFC3339))
+	}
+	return reject(ReasonKeyMismatch, "agent %s is bound to key %s, not %s (a new key needs a rotation statement signed by the old one)", agentID, fingerprintPEM(p.KeyPEM), Fingerprint(key))
+}
+
+// AgentKey returns the key pinned for agentID (the current one).
+func (v *Verifier) AgentKey(agentID string) (*ecdsa.PublicKey, bool) {
+	p, ok, err := v.pins.GetPin(agentID)
+	if err != nil || !ok {
+		return nil, false
+	}
+	k, err := record.ParsePublicKeyPEM(p.KeyPEM)
+	if err != nil {
+		return nil, false
+	}
+	return k, true
+}
+
+// VerifyBeat checks a heartbeat, status or unregister statement: the agent
+// must be known (its key pinned) and the signature must verify with that key
+// (or with the previous key inside its grace period). from, when set, must
+// be the beat's peer_id.
+func (v *Verifier) VerifyBeat(sb *record.SignedBeat, from peer.ID) error {
+	if from != "" && from.String() != sb.Beat.PeerID {
+		return reject(ReasonPeerMismatch, "beat names peer %s but came from %s", sb.Beat.PeerID, from)
+	}
+	if !v.Allowed(sb.Beat.AgentID) {
+		return reject(ReasonNotAllowlisted, "agent %s is not in the allow-list", sb.Beat.AgentID)
+	}
+	p, ok, err := v.pins.GetPin(sb.Beat.AgentID)
+	if err != nil {
+		return fmt.Errorf("read pin: %w", err)
+	}
+	if !ok {
+		return reject(ReasonUnknownKey, "no key known for agent %s", sb.Beat.AgentID)
+	}
+	if k, err := record.ParsePublicKeyPEM(p.KeyPEM); err == nil && sb.Verify(k) == nil {
+		return nil
+	}
+	if p.PrevKeyPEM != "" && v.cfg.Now().Before(p.PrevUntil) {
+		if k, err := record.ParsePublicKeyPEM(p.PrevKeyPEM); err == nil && sb.Verify(k) == nil {
+			return nil
+		}
+	}
+	return reject(ReasonBadSignature, "beat of agent %s does not verify with its key", sb.Beat.AgentID)
+}
+
+// Fingerprint is the hex SHA-256 of the key's PKIX DER, shortened to 16 hex
+// digits for messages.
+func Fingerprint(k *ecdsa.PublicKey) string {
+	der, err := x509.MarshalPKIXPublicKey(k)
+	if err != nil {
+		return "?"
+	}
+	h := sha256.Sum256(der)
+	return hex.EncodeToString(h[:8])
+}
+
+func fingerprintPEM(s string) string {
+	k, err := record.ParsePublicKeyPEM(s)
+	if err != nil {
+		return "?"
+	}
+	return Fingerprint(k)
+}
+
+func sameKey(pemKey string, k *ecdsa.PublicKey) bool {
+	p, err := record.ParsePublicKeyPEM(pemKey)
+	return err == nil && p.Equal(k)
+}
