@@ -9,8 +9,11 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 
+	"github.com/Masterminds/semver/v3"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/trust"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -176,4 +179,120 @@ type Store interface {
 
 	// Close stops background work and closes the database.
 	Close() error
+}
+
+// Matcher is a compiled Filter: the one place where the query semantics of
+// Filter are defined, used by the store and by the live view alike.
+type Matcher struct {
+	f          Filter
+	constraint *semver.Constraints
+}
+
+// Compile checks the filter and compiles its semver constraint. An invalid
+// constraint is a *record.FieldError for field "version".
+func (f Filter) Compile() (*Matcher, error) {
+	m := &Matcher{f: f}
+	if f.Version != "" {
+		c, err := semver.NewConstraint(f.Version)
+		if err != nil {
+			return nil, &record.FieldError{Field: "version", Reason: fmt.Sprintf("%q is not a semver constraint: %v", f.Version, err)}
+		}
+		m.constraint = c
+	}
+	return m, nil
+}
+
+// Filter returns the filter m was compiled from.
+func (m *Matcher) Filter() Filter { return m.f }
+
+// Matches reports whether the agent satisfies every field of the filter
+// except Limit, IncludeStale and Sources, which are properties of entries
+// and result sets.
+func (m *Matcher) Matches(a *record.Agent) bool {
+	f := m.f
+	if f.AgentID != "" && a.AgentID != f.AgentID {
+		return false
+	}
+	if f.Tenant != "" && a.TenantScope != f.Tenant {
+		return false
+	}
+	for _, t := range f.Tags {
+		if !slices.Contains(a.Tags, t) {
+			return false
+		}
+	}
+	if f.Text != "" && !a.MatchesText(f.Text) {
+		return false
+	}
+	// Skill-level filters must hold on one and the same skill.
+	if f.Skill != "" || f.Scene != "" || f.Type != "" || (f.Capability != "" && len(a.Skills) > 0) {
+		for i := range a.Skills {
+			if m.skillMatches(&a.Skills[i]) {
+				return true
+			}
+		}
+		// A seed-000 record may list the capability only in the
+		// agent-level map.
+		if f.Skill == "" && f.Scene == "" && f.Type == "" && f.Capability != "" {
+			if _, ok := a.Capabilities[f.Capability]; ok {
+				return m.versionMatches(a.Version)
+			}
+		}
+		return false
+	}
+	if f.Capability != "" {
+		if _, ok := a.Capabilities[f.Capability]; !ok {
+			return false
+		}
+	}
+	if m.constraint != nil {
+		if m.versionMatches(a.Version) {
+			return true
+		}
+		for i := range a.Skills {
+			if m.versionMatches(a.Skills[i].Version) {
+				return true
+			}
+		}
+		return false
+	}
+	return true
+}
+
+func (m *Matcher) skillMatches(s *record.Skill) bool {
+	f := m.f
+	if f.Skill != "" && s.SkillID != f.Skill {
+		return false
+	}
+	if f.Type != "" && string(s.SkillType) != f.Type {
+		return false
+	}
+	if f.Scene != "" && !slices.Contains(s.Scenes, f.Scene) {
+		return false
+	}
+	if f.Capability != "" {
+		if _, ok := s.Capability(f.Capability); !ok {
+			return false
+		}
+	}
+	return m.versionMatches(s.Version)
+}
+
+func (m *Matcher) versionMatches(v string) bool {
+	if m.constraint == nil {
+		return true
+	}
+	if v == "" {
+		return false
+	}
+	sv, err := semver.NewVersion(v)
+	if err != nil {
+		return false
+	}
+	return m.constraint.Check(sv)
+}
+
+// SourceAllowed reports whether an entry from src passes Filter.Sources.
+func (m *Matcher) SourceAllowed(src Source) bool {
+	return len(m.f.Sources) == 0 || slices.Contains(m.f.Sources, src)
 }
