@@ -1,0 +1,647 @@
+// Package view is the node's live view of the network: which agents exist,
+// which are alive and in what health, the registry events that describe
+// every change (seed 004 §5), the capability projection (seed 004 §4.3) and
+// scene resolution (seed 001 §4).
+//
+// Every transport feeds the view: gossip delivers announcements and
+// heartbeats (the view implements gossip.Sink), DHT fetches, LAN discovery
+// and the live-view sync hand it verified records through Learn, and the
+// node applies local registrations with ApplyLocal. The view enforces the
+// ordering rules (a record or beat is news only if its seq is newer than
+// what is known and than the agent's tombstone), runs the liveness clock
+// (seed 001 §8: UNHEALTHY after UnhealthyAfter missed heartbeats, gone after
+// Timeout) and writes records through to the store's cache.
+//
+// Liveness: an agent is "live" from the moment a verified record or beat of
+// it arrives until Timeout passes without news. Each beat says the sender's
+// heartbeat interval; missed beats are counted against that interval, so a
+// sender that slows its heartbeats (see docs/scaling.md) is not declared
+// dead early. Local agents never time out.
+package view
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/agentd/agentd/metrics"
+	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/store"
+	"github.com/agentd/agentd/trust"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Config configures the view. Zero values take the seed-001 defaults.
+type Config struct {
+	// HeartbeatInterval is the interval assumed for beats that do not state
+	// one (default 5 s).
+	HeartbeatInterval time.Duration
+	// UnhealthyAfter is the number of missed heartbeats after which an
+	// agent is marked UNHEALTHY (default 3).
+	UnhealthyAfter int
+	// Timeout is how long an agent stays in the live view without news
+	// (default 30 s). It is scaled up for senders whose stated interval is
+	// longer than HeartbeatInterval.
+	Timeout time.Duration
+	// SweepInterval is how often the liveness clock runs (default 500 ms).
+	SweepInterval time.Duration
+	// CacheTTL bounds the freshness of records written to the store
+	// (default 300 s).
+	CacheTTL time.Duration
+	// Now returns the current time (default time.Now).
+	Now func() time.Time
+}
+
+func (c *Config) defaults() {
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = 5 * time.Second
+	}
+	if c.UnhealthyAfter <= 0 {
+		c.UnhealthyAfter = 3
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 30 * time.Second
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = 500 * time.Millisecond
+	}
+	if c.CacheTTL <= 0 {
+		c.CacheTTL = 300 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Kind is the kind of a gossip message (mirrors gossip.Kind so this package
+// does not import the transport).
+type Kind = string
+
+// Message kinds.
+const (
+	KindAnnounce   Kind = "announce"
+	KindHeartbeat  Kind = "heartbeat"
+	KindStatus     Kind = "status"
+	KindUnregister Kind = "unregister"
+)
+
+// agentState is what the view knows about one agent.
+type agentState struct {
+	rec       *record.SignedAgent
+	source    store.Source
+	local     bool
+	firstSeen time.Time
+	lastHeard time.Time
+	interval  time.Duration // the sender's heartbeat interval
+	status    record.Status // status the agent reported (beats), "" = from record
+	unhealthy bool          // marked by the liveness clock
+	beatSeq   uint64        // highest beat seq seen
+}
+
+// Agent is a snapshot of one live agent.
+type Agent struct {
+	Record    *record.SignedAgent
+	Source    store.Source
+	Local     bool
+	FirstSeen time.Time
+	LastHeard time.Time
+	// Status is the effective agent status: UNHEALTHY when heartbeats were
+	// missed, else what the agent reported, else HEALTHY.
+	Status   record.Status
+	Interval time.Duration
+}
+
+// View is the live view. Create it with New, start its liveness clock with
+// Start, and stop it with Close.
+type View struct {
+	cfg     Config
+	st      store.Store
+	ver     *trust.Verifier
+	m       *metrics.Metrics
+	log     *slog.Logger
+	hub     hub
+	unknown func(agentID string, from peer.ID)
+
+	mu     sync.Mutex
+	agents map[string]*agentState
+	proj   projection
+
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+}
+
+// New creates a view over a store. ver is used to verify nothing here
+// (transports verify before handing records over) except to look up keys;
+// it may be nil.
+func New(cfg Config, st store.Store, ver *trust.Verifier, m *metrics.Metrics, log *slog.Logger) *View {
+	cfg.defaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &View{
+		cfg: cfg, st: st, ver: ver, m: m, log: log.With("component", "view"),
+		agents: map[string]*agentState{},
+		proj:   newProjection(),
+	}
+}
+
+// OnUnknownAgent sets the function called when a beat arrives for an agent
+// whose record is unknown; the node fetches the record from the sender.
+// Set it before Start.
+func (v *View) OnUnknownAgent(f func(agentID string, from peer.ID)) { v.unknown = f }
+
+// Start runs the liveness clock until Close.
+func (v *View) Start(ctx context.Context) {
+	ctx, v.cancel = context.WithCancel(ctx)
+	v.done = make(chan struct{})
+	go func() {
+		defer close(v.done)
+		t := time.NewTicker(v.cfg.SweepInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				v.sweep()
+			}
+		}
+	}()
+}
+
+// Close stops the clock and ends every subscription.
+func (v *View) Close() error {
+	v.once.Do(func() {
+		if v.cancel != nil {
+			v.cancel()
+			<-v.done
+		}
+		v.hub.closeAll()
+	})
+	return nil
+}
+
+// Subscribe returns a subscription to the events matching f. buf is the
+// channel buffer (default 256); a consumer that falls further behind is
+// cut off with ErrLagged.
+func (v *View) Subscribe(f Filter, buf int) *Subscription { return v.hub.subscribe(f, buf) }
+
+// ---- ordering checks (gossip validator) ----
+
+func replay(format string, args ...any) error {
+	return &trust.RejectError{Reason: trust.ReasonReplay, Detail: fmt.Sprintf(format, args...)}
+}
+
+// CheckAnnounce reports whether a record is news: its seq must be newer
+// than the record the view or the store holds and than the agent's
+// tombstone.
+func (v *View) CheckAnnounce(sa *record.SignedAgent) error {
+	id, seq := sa.Agent.AgentID, sa.Agent.Seq
+	v.mu.Lock()
+	s := v.agents[id]
+	if s != nil {
+		if s.local {
+			v.mu.Unlock()
+			return replay("agent %s is hosted by this node", id)
+		}
+		if seq <= s.rec.Agent.Seq {
+			v.mu.Unlock()
+			return replay("record seq %d of %s is not newer than %d", seq, id, s.rec.Agent.Seq)
+		}
+	}
+	v.mu.Unlock()
+	return v.checkStored(id, seq)
+}
+
+func (v *View) checkStored(id string, seq uint64) error {
+	ctx := context.Background()
+	if t, ok, err := v.st.GetTombstone(ctx, id); err == nil && ok && seq <= t.Seq {
+		return replay("seq %d of %s is covered by its unregistration (seq %d)", seq, id, t.Seq)
+	}
+	return nil
+}
+
+// CheckBeat reports whether a beat is news: newer than every beat and the
+// record seen for the agent and than its tombstone.
+func (v *View) CheckBeat(kind Kind, sb *record.SignedBeat) error {
+	id, seq := sb.Beat.AgentID, sb.Beat.Seq
+	v.mu.Lock()
+	s := v.agents[id]
+	if s != nil {
+		if s.local {
+			v.mu.Unlock()
+			return replay("agent %s is hosted by this node", id)
+		}
+		if seq <= s.beatSeq || seq < s.rec.Agent.Seq {
+			v.mu.Unlock()
+			return replay("%s seq %d of %s is not newer than %d", kind, seq, id, max(s.beatSeq, s.rec.Agent.Seq))
+		}
+	}
+	v.mu.Unlock()
+	return v.checkStored(id, seq)
+}
+
+// ---- inputs ----
+
+// Announce applies a verified announcement received by gossip.
+func (v *View) Announce(sa *record.SignedAgent, _ peer.ID, _ string) {
+	v.learn(sa, store.SourceGossip, true)
+}
+
+// Learn applies a verified record from a DHT fetch, the LAN, a sync or a
+// catalog. live says whether the record proves the agent alive now (a
+// successful fetch from its host does; a catalog entry does not); records
+// that are not live only go to the store's cache. It returns an error when
+// the record is not news (stale seq, tombstoned, hosted here).
+func (v *View) Learn(sa *record.SignedAgent, src store.Source, live bool) error {
+	return v.learn(sa, src, live)
+}
+
+func (v *View) learn(sa *record.SignedAgent, src store.Source, live bool) error {
+	a := &sa.Agent
+	now := v.cfg.Now()
+	if err := v.putStore(sa, src, now); err != nil && !errors.Is(err, store.ErrOlder) {
+		// ErrOlder: the cache holds a newer record, yet the view may not
+		// (restart); the view's own seq check below decides.
+		if errors.Is(err, store.ErrTombstoned) {
+			return replay("agent %s was unregistered", a.AgentID)
+		}
+		v.log.Warn("cache write failed", "agent", a.AgentID, "err", err)
+	}
+	if !live {
+		return nil
+	}
+	var events []Event
+	v.mu.Lock()
+	s := v.agents[a.AgentID]
+	switch {
+	case s != nil && s.local:
+		v.mu.Unlock()
+		return replay("agent %s is hosted by this node", a.AgentID)
+	case s != nil && a.Seq < s.rec.Agent.Seq:
+		v.mu.Unlock()
+		return replay("record seq %d of %s is older than %d", a.Seq, a.AgentID, s.rec.Agent.Seq)
+	case s != nil && a.Seq == s.rec.Agent.Seq:
+		// Same record again (another path, a refetch): it proves life.
+		s.lastHeard = now
+		events = v.reviveLocked(s, now, events)
+	case s != nil:
+		old := s.rec
+		s.rec, s.source, s.lastHeard = sa, src, now
+		events = v.reviveLocked(s, now, events)
+		events = append(events, v.proj.update(old, sa, v.effective(s), now)...)
+		if !sameCapabilities(&old.Agent, a) || old.Agent.Version != a.Version {
+			events = append(events, v.agentEvent(EventRegistered, s, now, ""))
+		}
+	default:
+		s = &agentState{rec: sa, source: src, firstSeen: now, lastHeard: now, interval: v.cfg.HeartbeatInterval}
+		v.agents[a.AgentID] = s
+		events = append(events, v.agentEvent(EventRegistered, s, now, ""))
+		events = append(events, v.proj.update(nil, sa, v.effective(s), now)...)
+	}
+	v.mu.Unlock()
+	v.emit(events)
+	return nil
+}
+
+// Beat applies a verified heartbeat, status or unregister statement.
+func (v *View) Beat(kind Kind, sb *record.SignedBeat, from peer.ID, _ string) {
+	b := &sb.Beat
+	now := v.cfg.Now()
+	if kind == KindUnregister {
+		v.unregister(b.AgentID, b.Seq, b.Reason, now)
+		return
+	}
+	v.mu.Lock()
+	s := v.agents[b.AgentID]
+	if s == nil {
+		v.mu.Unlock()
+		// Known key (the verifier passed) but not in the live view: a
+		// restart, or an agent that timed out and came back. Restore it
+		// from the cache if we can, else fetch it from its host.
+		if e, err := v.st.Get(context.Background(), b.AgentID); err == nil && e.Record.Agent.Seq <= b.Seq {
+			v.learn(e.Record, e.Source, true)
+			v.mu.Lock()
+			s = v.agents[b.AgentID]
+			if s == nil {
+				v.mu.Unlock()
+				return
+			}
+		} else {
+			if v.unknown != nil {
+				v.unknown(b.AgentID, from)
+			}
+			return
+		}
+	}
+	if s.local || b.Seq <= s.beatSeq {
+		v.mu.Unlock()
+		return
+	}
+	var events []Event
+	s.beatSeq = b.Seq
+	s.lastHeard = now
+	if b.IntervalMS > 0 {
+		s.interval = time.Duration(b.IntervalMS) * time.Millisecond
+	}
+	before := v.effective(s)
+	s.unhealthy = false
+	if b.Status != "" {
+		s.status = b.Status
+	}
+	after := v.effective(s)
+	if kind == KindHeartbeat {
+		events = append(events, v.agentEvent(EventHeartbeat, s, now, ""))
+	}
+	if before != after || kind == KindStatus {
+		events = append(events, v.agentEvent(EventStatus, s, now, ""))
+		events = append(events, v.proj.setStatus(s.rec, after)...)
+	}
+	v.mu.Unlock()
+	_ = v.st.Touch(context.Background(), b.AgentID, v.freshUntil(s.rec, now))
+	v.emit(events)
+}
+
+// UnknownAgent forwards a beat of an agent whose key is unknown.
+func (v *View) UnknownAgent(agentID string, from peer.ID) {
+	if v.unknown != nil {
+		v.unknown(agentID, from)
+	}
+}
+
+// LiveRecords returns up to limit records of live agents (local ones first).
+func (v *View) LiveRecords(limit int) []*record.SignedAgent {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := make([]*record.SignedAgent, 0, min(limit, len(v.agents)))
+	for _, local := range []bool{true, false} {
+		for _, s := range v.agents {
+			if len(out) >= limit {
+				return out
+			}
+			if s.local == local {
+				out = append(out, s.rec)
+			}
+		}
+	}
+	return out
+}
+
+// ApplyLocal adds or replaces a registration hosted by this node.
+func (v *View) ApplyLocal(sa *record.SignedAgent) {
+	now := v.cfg.Now()
+	var events []Event
+	v.mu.Lock()
+	s := v.agents[sa.Agent.AgentID]
+	if s == nil {
+		s = &agentState{rec: sa, source: store.SourceLocal, local: true, firstSeen: now, lastHeard: now, interval: v.cfg.HeartbeatInterval}
+		v.agents[sa.Agent.AgentID] = s
+		events = append(events, v.agentEvent(EventRegistered, s, now, ""))
+		events = append(events, v.proj.update(nil, sa, v.effective(s), now)...)
+	} else {
+		old := s.rec
+		s.rec, s.local, s.source, s.lastHeard, s.unhealthy = sa, true, store.SourceLocal, now, false
+		events = append(events, v.proj.update(old, sa, v.effective(s), now)...)
+		events = append(events, v.agentEvent(EventRegistered, s, now, ""))
+	}
+	v.mu.Unlock()
+	v.emit(events)
+}
+
+// SetLocalStatus records the status a local agent reports.
+func (v *View) SetLocalStatus(agentID string, st record.Status) {
+	now := v.cfg.Now()
+	var events []Event
+	v.mu.Lock()
+	if s := v.agents[agentID]; s != nil && s.local && s.status != st {
+		s.status = st
+		events = append(events, v.agentEvent(EventStatus, s, now, ""))
+		events = append(events, v.proj.setStatus(s.rec, v.effective(s))...)
+	}
+	v.mu.Unlock()
+	v.emit(events)
+}
+
+// RemoveLocal removes a local registration (the node has already written
+// the tombstone and published the unregister).
+func (v *View) RemoveLocal(agentID string, reason record.UnregisterReason) {
+	v.remove(agentID, string(reason), v.cfg.Now(), true)
+}
+
+func (v *View) unregister(agentID string, seq uint64, reason record.UnregisterReason, now time.Time) {
+	ctx := context.Background()
+	if err := v.st.PutTombstone(ctx, store.Tombstone{AgentID: agentID, Seq: seq, Reason: reason, At: now}); err != nil {
+		v.log.Warn("tombstone write failed", "agent", agentID, "err", err)
+	}
+	v.remove(agentID, string(reason), now, false)
+}
+
+func (v *View) remove(agentID, reason string, now time.Time, localOnly bool) {
+	var events []Event
+	v.mu.Lock()
+	s := v.agents[agentID]
+	if s != nil && (!localOnly || s.local) {
+		delete(v.agents, agentID)
+		events = append(events, v.agentEvent(EventDeregistered, s, now, reason))
+		events = append(events, v.proj.update(s.rec, nil, "", now)...)
+	}
+	v.mu.Unlock()
+	v.emit(events)
+}
+
+// ---- liveness clock ----
+
+func (v *View) sweep() {
+	now := v.cfg.Now()
+	var events []Event
+	var gone []string
+	v.mu.Lock()
+	counts := map[record.Status]int{}
+	for id, s := range v.agents {
+		if s.local {
+			counts[v.effective(s)]++
+			continue
+		}
+		silent := now.Sub(s.lastHeard)
+		interval := max(s.interval, v.cfg.HeartbeatInterval)
+		timeout := v.cfg.Timeout
+		if scaled := v.cfg.Timeout * interval / v.cfg.HeartbeatInterval; scaled > timeout {
+			timeout = scaled
+		}
+		if silent > timeout {
+			delete(v.agents, id)
+			gone = append(gone, id)
+			events = append(events, v.agentEvent(EventDeregistered, s, now, ReasonTimeout))
+			events = append(events, v.proj.update(s.rec, nil, "", now)...)
+			continue
+		}
+		if !s.unhealthy && silent > time.Duration(v.cfg.UnhealthyAfter)*interval {
+			s.unhealthy = true
+			events = append(events, v.agentEvent(EventStatus, s, now, ""))
+			events = append(events, v.proj.setStatus(s.rec, record.StatusUnhealthy)...)
+		}
+		counts[v.effective(s)]++
+	}
+	v.mu.Unlock()
+	if v.m != nil {
+		for _, st := range []record.Status{record.StatusHealthy, record.StatusDegraded, record.StatusUnhealthy, record.StatusMaintenance} {
+			v.m.LiveAgents.WithLabelValues(string(st)).Set(float64(counts[st]))
+		}
+	}
+	// The cached record of an agent that left becomes stale at once.
+	for _, id := range gone {
+		_ = v.st.Touch(context.Background(), id, now)
+	}
+	v.emit(events)
+}
+
+// ---- reads ----
+
+// Get returns the live agent with the given id.
+func (v *View) Get(agentID string) (Agent, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	s := v.agents[agentID]
+	if s == nil {
+		return Agent{}, false
+	}
+	return v.snapshot(s), true
+}
+
+// Query returns the live agents matching m, local first then by agent id,
+// at most limit (0 = all).
+func (v *View) Query(m *store.Matcher, limit int) []Agent {
+	v.mu.Lock()
+	out := make([]Agent, 0)
+	for _, s := range v.agents {
+		if m.SourceAllowed(s.source) && m.Matches(&s.rec.Agent) {
+			out = append(out, v.snapshot(s))
+		}
+	}
+	v.mu.Unlock()
+	slices.SortFunc(out, func(a, b Agent) int {
+		if a.Local != b.Local {
+			if a.Local {
+				return -1
+			}
+			return 1
+		}
+		if r := a.Status.Rank() - b.Status.Rank(); r != 0 {
+			return r
+		}
+		return compareStrings(a.Record.Agent.AgentID, b.Record.Agent.AgentID)
+	})
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out
+}
+
+// Len returns the number of live agents.
+func (v *View) Len() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return len(v.agents)
+}
+
+// Locals returns the records hosted by this node.
+func (v *View) Locals() []*record.SignedAgent {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []*record.SignedAgent
+	for _, s := range v.agents {
+		if s.local {
+			out = append(out, s.rec)
+		}
+	}
+	slices.SortFunc(out, func(a, b *record.SignedAgent) int { return compareStrings(a.Agent.AgentID, b.Agent.AgentID) })
+	return out
+}
+
+// ByPeer returns the live records hosted by peer p (for the DHT's "live in
+// the local view" shortcut).
+func (v *View) ByPeer(p peer.ID) []*record.SignedAgent {
+	ps := p.String()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []*record.SignedAgent
+	for _, s := range v.agents {
+		if s.rec.Agent.PeerID == ps && !s.unhealthy {
+			out = append(out, s.rec)
+		}
+	}
+	return out
+}
+
+func (v *View) snapshot(s *agentState) Agent {
+	return Agent{Record: s.rec, Source: s.source, Local: s.local, FirstSeen: s.firstSeen,
+		LastHeard: s.lastHeard, Status: v.effective(s), Interval: s.interval}
+}
+
+// effective is the agent status used for routing.
+func (v *View) effective(s *agentState) record.Status {
+	if s.unhealthy {
+		return record.StatusUnhealthy
+	}
+	if s.status != "" {
+		return s.status
+	}
+	return record.StatusHealthy
+}
+
+// reviveLocked clears the UNHEALTHY mark when news arrives.
+func (v *View) reviveLocked(s *agentState, now time.Time, events []Event) []Event {
+	if !s.unhealthy {
+		return events
+	}
+	s.unhealthy = false
+	events = append(events, v.agentEvent(EventStatus, s, now, ""))
+	return append(events, v.proj.setStatus(s.rec, v.effective(s))...)
+}
+
+func (v *View) agentEvent(t EventType, s *agentState, now time.Time, reason string) Event {
+	return Event{
+		Type: t, Time: now, AgentID: s.rec.Agent.AgentID, PeerID: s.rec.Agent.PeerID,
+		Status: v.effective(s), Reason: reason, Capabilities: s.rec.Agent.AllCapabilities(),
+		Source: s.source, Record: s.rec,
+	}
+}
+
+func (v *View) emit(events []Event) {
+	for _, e := range events {
+		v.hub.publish(e)
+	}
+}
+
+func (v *View) putStore(sa *record.SignedAgent, src store.Source, now time.Time) error {
+	return v.st.Put(context.Background(), store.Entry{Record: sa, Source: src, ReceivedAt: now, ExpiresAt: v.freshUntil(sa, now)})
+}
+
+// freshUntil is how long a cached record stays fresh: the cache TTL, never
+// past the record's own expiry.
+func (v *View) freshUntil(sa *record.SignedAgent, now time.Time) time.Time {
+	t := now.Add(v.cfg.CacheTTL)
+	if exp := sa.Agent.ExpiresAt(); exp.Before(t) {
+		return exp
+	}
+	return t
+}
+
+func sameCapabilities(a, b *record.Agent) bool {
+	return slices.Equal(a.AllCapabilities(), b.AllCapabilities())
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
