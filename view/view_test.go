@@ -1,0 +1,363 @@
+package view
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/store"
+	"github.com/agentd/agentd/trust"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// clock is a manual clock for the liveness tests.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+type fixture struct {
+	t   *testing.T
+	v   *View
+	st  store.Store
+	clk *clock
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	clk := &clock{t: time.Now()}
+	st, err := store.Open(store.Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	v := New(Config{Now: clk.Now}, st, nil, nil, nil)
+	t.Cleanup(func() { v.Close() })
+	return &fixture{t: t, v: v, st: st, clk: clk}
+}
+
+type agentKeys struct {
+	id *trust.Identity
+}
+
+func newAgent(t *testing.T) *agentKeys {
+	t.Helper()
+	id, err := trust.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &agentKeys{id: id}
+}
+
+func conf(f float64) *float64 { return &f }
+
+// sign builds a record with one skill offering caps (confidence hints
+// given per capability) in the scenes.
+func (k *agentKeys) sign(t *testing.T, seq uint64, now time.Time, scenes []string, caps map[string]float64) *record.SignedAgent {
+	t.Helper()
+	sk := record.Skill{SkillID: "skill-x", Version: "1.0.0", SkillType: record.SkillTool, Endpoint: "10.0.0.1:8080", Scenes: scenes}
+	for c, h := range caps {
+		sk.Capabilities = append(sk.Capabilities, record.Capability{ID: c, ConfidenceHint: conf(h)})
+	}
+	a := &record.Agent{Transport: record.Transport{Type: "tcp", Endpoint: "10.0.0.1:9000"}, Skills: []record.Skill{sk}}
+	a.Fill(k.id.AgentID, k.id.PeerID.String(), k.id.PublicKeyPEM(), seq, now, time.Hour)
+	sa, err := k.id.Sign(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sa
+}
+
+func (k *agentKeys) beat(t *testing.T, seq uint64, st record.Status, reason record.UnregisterReason) *record.SignedBeat {
+	t.Helper()
+	sb, err := record.SignBeat(record.Beat{AgentID: k.id.AgentID, PeerID: k.id.PeerID.String(), Seq: seq, Status: st, Reason: reason, Timestamp: time.Now().UnixMilli()}, k.id.AgentKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb
+}
+
+// next returns the next event or fails.
+func next(t *testing.T, s *Subscription) Event {
+	t.Helper()
+	select {
+	case e, ok := <-s.C():
+		if !ok {
+			t.Fatalf("subscription closed: %v", s.Err())
+		}
+		return e
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event")
+	}
+	return Event{}
+}
+
+func expectNone(t *testing.T, s *Subscription) {
+	t.Helper()
+	select {
+	case e := <-s.C():
+		t.Fatalf("unexpected event %+v", e)
+	default:
+	}
+}
+
+func TestLivenessUnhealthyThenTimeout(t *testing.T) {
+	f := newFixture(t)
+	sub := f.v.Subscribe(Filter{}, 64)
+	k := newAgent(t)
+	sa := k.sign(t, 10, f.clk.Now(), nil, map[string]float64{"cap.a": 0.5})
+	if err := f.v.CheckAnnounce(sa); err != nil {
+		t.Fatal(err)
+	}
+	f.v.Announce(sa, k.id.PeerID, "")
+	if e := next(t, sub); e.Type != EventRegistered || e.AgentID != k.id.AgentID {
+		t.Fatalf("got %+v", e)
+	}
+	if e := next(t, sub); e.Type != EventCapabilityChanged || e.Capability != "cap.a" || e.Change != "added" {
+		t.Fatalf("got %+v", e)
+	}
+	// Heartbeats keep it healthy.
+	for i := uint64(1); i <= 3; i++ {
+		f.clk.Add(5 * time.Second)
+		f.v.Beat(KindHeartbeat, k.beat(t, 10+i, "", ""), k.id.PeerID, "")
+		f.v.sweep()
+	}
+	expectNone(t, sub) // heartbeat events are opt-in
+	if a, _ := f.v.Get(k.id.AgentID); a.Status != record.StatusHealthy {
+		t.Fatalf("status %s", a.Status)
+	}
+	// Three missed intervals: UNHEALTHY, still listed.
+	f.clk.Add(15*time.Second + time.Millisecond)
+	f.v.sweep()
+	if e := next(t, sub); e.Type != EventStatus || e.Status != record.StatusUnhealthy {
+		t.Fatalf("got %+v", e)
+	}
+	if got := f.v.Lookup("cap.a"); len(got) != 1 || got[0].Status != record.StatusUnhealthy {
+		t.Fatalf("lookup %+v", got)
+	}
+	// A heartbeat revives it.
+	f.v.Beat(KindHeartbeat, k.beat(t, 20, "", ""), k.id.PeerID, "")
+	if e := next(t, sub); e.Type != EventStatus || e.Status != record.StatusHealthy {
+		t.Fatalf("got %+v", e)
+	}
+	// Silence past the timeout: gone, capability removed, cache stale.
+	f.clk.Add(30*time.Second + time.Millisecond)
+	f.v.sweep()
+	if e := next(t, sub); e.Type != EventStatus || e.Status != record.StatusUnhealthy {
+		t.Fatalf("got %+v", e)
+	}
+	f.clk.Add(time.Second)
+	f.v.sweep()
+	if e := next(t, sub); e.Type != EventDeregistered || e.Reason != ReasonTimeout {
+		t.Fatalf("got %+v", e)
+	}
+	if e := next(t, sub); e.Type != EventCapabilityChanged || e.Change != "removed" {
+		t.Fatalf("got %+v", e)
+	}
+	if f.v.Len() != 0 {
+		t.Fatal("agent still live")
+	}
+	e, err := f.st.Get(context.Background(), k.id.AgentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !e.Stale {
+		t.Fatal("cached record of a departed agent should be stale")
+	}
+}
+
+func TestUnregisterTombstoneRejectsReplay(t *testing.T) {
+	f := newFixture(t)
+	k := newAgent(t)
+	sa := k.sign(t, 10, f.clk.Now(), nil, map[string]float64{"cap.a": 0})
+	f.v.Announce(sa, k.id.PeerID, "")
+	sub := f.v.Subscribe(Filter{}, 16)
+	un := k.beat(t, 12, "", record.ReasonMaintenance)
+	if err := f.v.CheckBeat(KindUnregister, un); err != nil {
+		t.Fatal(err)
+	}
+	f.v.Beat(KindUnregister, un, k.id.PeerID, "")
+	if e := next(t, sub); e.Type != EventDeregistered || e.Reason != "MAINTENANCE" {
+		t.Fatalf("got %+v", e)
+	}
+	// The old announcement replayed after the unregister is not news.
+	err := f.v.CheckAnnounce(sa)
+	var re *trust.RejectError
+	if !errors.As(err, &re) || re.Reason != trust.ReasonReplay {
+		t.Fatalf("replay accepted: %v", err)
+	}
+	if err := f.v.CheckBeat(KindHeartbeat, k.beat(t, 11, "", "")); trust.ReasonOf(err) != trust.ReasonReplay {
+		t.Fatalf("old heartbeat accepted: %v", err)
+	}
+	if err := f.v.Learn(sa, store.SourceDHT, true); err == nil || f.v.Len() != 0 {
+		t.Fatalf("learn of tombstoned record: %v, live=%d", err, f.v.Len())
+	}
+	// A newer registration is news again.
+	sa2 := k.sign(t, 13, f.clk.Now(), nil, map[string]float64{"cap.a": 0})
+	if err := f.v.CheckAnnounce(sa2); err != nil {
+		t.Fatal(err)
+	}
+	f.v.Announce(sa2, k.id.PeerID, "")
+	if f.v.Len() != 1 {
+		t.Fatal("re-registration not applied")
+	}
+}
+
+func TestCheckOrdering(t *testing.T) {
+	f := newFixture(t)
+	k := newAgent(t)
+	sa := k.sign(t, 10, f.clk.Now(), nil, map[string]float64{"c": 0})
+	f.v.Announce(sa, k.id.PeerID, "")
+	if err := f.v.CheckAnnounce(sa); trust.ReasonOf(err) != trust.ReasonReplay {
+		t.Fatalf("same seq accepted: %v", err)
+	}
+	if err := f.v.CheckBeat(KindHeartbeat, k.beat(t, 9, "", "")); trust.ReasonOf(err) != trust.ReasonReplay {
+		t.Fatalf("beat older than record accepted: %v", err)
+	}
+	b := k.beat(t, 11, "", "")
+	if err := f.v.CheckBeat(KindHeartbeat, b); err != nil {
+		t.Fatal(err)
+	}
+	f.v.Beat(KindHeartbeat, b, k.id.PeerID, "")
+	if err := f.v.CheckBeat(KindHeartbeat, b); trust.ReasonOf(err) != trust.ReasonReplay {
+		t.Fatalf("duplicate beat accepted: %v", err)
+	}
+	// A local agent's messages coming back are never news.
+	l := newAgent(t)
+	f.v.ApplyLocal(l.sign(t, 5, f.clk.Now(), nil, map[string]float64{"c": 0}))
+	if err := f.v.CheckAnnounce(l.sign(t, 6, f.clk.Now(), nil, map[string]float64{"c": 0})); err == nil {
+		t.Fatal("announce of a hosted agent accepted from the network")
+	}
+}
+
+func TestUnknownAgentBeat(t *testing.T) {
+	f := newFixture(t)
+	k := newAgent(t)
+	var got []string
+	f.v.OnUnknownAgent(func(id string, _ peer.ID) { got = append(got, id) })
+	f.v.Beat(KindHeartbeat, k.beat(t, 5, "", ""), k.id.PeerID, "")
+	if len(got) != 1 || got[0] != k.id.AgentID {
+		t.Fatalf("unknown-agent hook calls: %v", got)
+	}
+	// A heartbeat of an agent in the cache (a restart) restores it.
+	sa := k.sign(t, 10, f.clk.Now(), nil, map[string]float64{"c": 0})
+	if err := f.v.Learn(sa, store.SourceGossip, false); err != nil {
+		t.Fatal(err)
+	}
+	f.v.Beat(KindHeartbeat, k.beat(t, 11, "", ""), k.id.PeerID, "")
+	if f.v.Len() != 1 || len(got) != 1 {
+		t.Fatalf("not restored from cache: live=%d hook=%v", f.v.Len(), got)
+	}
+}
+
+func TestProjectionRanking(t *testing.T) {
+	f := newFixture(t)
+	a, b, c := newAgent(t), newAgent(t), newAgent(t)
+	f.v.Announce(a.sign(t, 1, f.clk.Now(), nil, map[string]float64{"x": 0.2}), a.id.PeerID, "")
+	f.v.Announce(b.sign(t, 1, f.clk.Now(), nil, map[string]float64{"x": 0.9}), b.id.PeerID, "")
+	f.v.Announce(c.sign(t, 1, f.clk.Now(), nil, map[string]float64{"x": 0.95}), c.id.PeerID, "")
+	// c reports DEGRADED: health beats confidence.
+	f.v.Beat(KindStatus, c.beat(t, 2, record.StatusDegraded, ""), c.id.PeerID, "")
+	got := f.v.Lookup("x")
+	if len(got) != 3 {
+		t.Fatalf("providers %d", len(got))
+	}
+	want := []string{b.id.AgentID, a.id.AgentID, c.id.AgentID}
+	for i, p := range got {
+		if p.AgentID != want[i] {
+			t.Fatalf("rank %d: got %s (%s %.2f), want %s", i, p.AgentID, p.Status, p.Confidence, want[i])
+		}
+	}
+	if caps := f.v.Capabilities(); len(caps) != 1 || len(caps["x"]) != 3 {
+		t.Fatalf("capabilities %v", caps)
+	}
+}
+
+func TestRequestScene(t *testing.T) {
+	f := newFixture(t)
+	a, b, c := newAgent(t), newAgent(t), newAgent(t)
+	f.v.Announce(a.sign(t, 1, f.clk.Now(), []string{"auth"}, map[string]float64{"org-data-read": 0.4, "user-auth": 0.4}), a.id.PeerID, "")
+	f.v.Announce(b.sign(t, 1, f.clk.Now(), []string{"auth"}, map[string]float64{"org-data-read": 0.9, "user-auth": 0.9}), b.id.PeerID, "")
+	f.v.Announce(c.sign(t, 1, f.clk.Now(), []string{"auth"}, map[string]float64{"org-data-read": 1}), c.id.PeerID, "")
+	j, err := f.v.RequestScene("auth", []string{"org-data-read", "user-auth"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.AgentID != b.id.AgentID || j.ConnectionInfo.Host != "10.0.0.1" || j.ConnectionInfo.Port != 8080 || j.SkillInfo.SkillID != "skill-x" {
+		t.Fatalf("join %+v", j)
+	}
+	f.v.Beat(KindStatus, b.beat(t, 2, record.StatusMaintenance, ""), b.id.PeerID, "")
+	if j, _ = f.v.RequestScene("auth", []string{"org-data-read", "user-auth"}); j.AgentID != a.id.AgentID {
+		t.Fatalf("maintenance skill chosen: %+v", j)
+	}
+	if _, err := f.v.RequestScene("auth", []string{"nope"}); !errors.Is(err, ErrSceneNotFound) {
+		t.Fatalf("err %v", err)
+	}
+	if _, err := f.v.RequestScene("billing", nil); !errors.Is(err, ErrSceneNotFound) {
+		t.Fatalf("err %v", err)
+	}
+	if m := f.v.SceneMembers("auth"); len(m) != 3 {
+		t.Fatalf("members %d", len(m))
+	}
+}
+
+func TestSubscriptionFilters(t *testing.T) {
+	f := newFixture(t)
+	byCap := f.v.Subscribe(Filter{Capability: "order.status"}, 16)
+	byPrefix := f.v.Subscribe(Filter{Prefix: "product."}, 16)
+	beats := f.v.Subscribe(Filter{Types: []EventType{EventHeartbeat}}, 16)
+	k := newAgent(t)
+	f.v.Announce(k.sign(t, 1, f.clk.Now(), nil, map[string]float64{"product.search": 0}), k.id.PeerID, "")
+	if e := next(t, byPrefix); e.Type != EventRegistered {
+		t.Fatalf("got %+v", e)
+	}
+	if e := next(t, byPrefix); e.Type != EventCapabilityChanged || e.Capability != "product.search" {
+		t.Fatalf("got %+v", e)
+	}
+	expectNone(t, byCap)
+	expectNone(t, beats)
+	f.v.Beat(KindHeartbeat, k.beat(t, 2, "", ""), k.id.PeerID, "")
+	if e := next(t, beats); e.Type != EventHeartbeat {
+		t.Fatalf("got %+v", e)
+	}
+	expectNone(t, byPrefix)
+}
+
+func TestSubscriptionLagged(t *testing.T) {
+	f := newFixture(t)
+	sub := f.v.Subscribe(Filter{Heartbeats: true}, 2)
+	k := newAgent(t)
+	f.v.Announce(k.sign(t, 1, f.clk.Now(), nil, map[string]float64{"c": 0}), k.id.PeerID, "")
+	for i := uint64(2); i < 6; i++ {
+		f.v.Beat(KindHeartbeat, k.beat(t, i, "", ""), k.id.PeerID, "")
+	}
+	n := 0
+	for range sub.C() {
+		n++
+	}
+	if n != 2 || !errors.Is(sub.Err(), ErrLagged) {
+		t.Fatalf("received %d, err %v", n, sub.Err())
+	}
+}
+
+func TestStartClose(t *testing.T) {
+	f := newFixture(t)
+	f.v.Start(context.Background())
+	sub := f.v.Subscribe(Filter{}, 1)
+	if err := f.v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := <-sub.C(); ok || !errors.Is(sub.Err(), ErrViewClosed) {
+		t.Fatal("subscription not closed with the view")
+	}
+	_ = f.v.Close()
+}
