@@ -302,3 +302,30 @@ func (a *Agent) MatchesText(q string) bool {
 	}
 	return false
 }
+
+// IssuedAtLayout is the layout Fill writes issued_at in: RFC 3339, UTC,
+// millisecond precision.
+const IssuedAtLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// Fill sets the identity fields that whoever signs the record owns. agent_id,
+// peer_id and public_key are set only when they are empty (a record that
+// names them already keeps them, and Sign then checks they are the
+// signer's); seq, issued_at (UTC, RFC 3339, millisecond precision) and
+// ttl_seconds (ttl truncated to whole seconds) are always set. It finishes
+// with SyncCapabilities so the seed-000 capabilities map lists every
+// capability of the skills.
+func (a *Agent) Fill(agentID, peerID, publicKeyPEM string, seq uint64, now time.Time, ttl time.Duration) {
+	if a.AgentID == "" {
+		a.AgentID = agentID
+	}
+	if a.PeerID == "" {
+		a.PeerID = peerID
+	}
+	if a.PublicKey == "" {
+		a.PublicKey = publicKeyPEM
+	}
+	a.Seq = seq
+	a.IssuedAt = now.UTC().Format(IssuedAtLayout)
+	a.TTLSeconds = int64(ttl / time.Second)
+	a.SyncCapabilities()
+}

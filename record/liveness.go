@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"time"
 )
 
@@ -127,6 +128,9 @@ func ParseWireBeat(w WireBeat) (*SignedBeat, error) {
 		return nil, &FieldError{Field: "beat", Reason: err.Error()}
 	}
 	sb := &SignedBeat{Canonical: canon}
+	if err := checkMemberCase(canon, reflect.TypeOf(sb.Beat), "beat"); err != nil {
+		return nil, err
+	}
 	if err := json.Unmarshal(canon, &sb.Beat); err != nil {
 		return nil, jsonFieldErr("beat", err)
 	}
@@ -138,4 +142,26 @@ func ParseWireBeat(w WireBeat) (*SignedBeat, error) {
 		return nil, fieldErr("signature", "must be a non-empty base64 signature")
 	}
 	return sb, nil
+}
+
+// MaxBeatBytes bounds the JSON of one WireBeat.
+const MaxBeatBytes = 4 << 10
+
+// DecodeWireBeat decodes the JSON of a WireBeat and parses it with
+// ParseWireBeat (signature not verified).
+func DecodeWireBeat(b []byte) (*SignedBeat, error) {
+	if len(b) > MaxBeatBytes {
+		return nil, fmt.Errorf("%w: beat is %d bytes, limit %d", ErrTooLarge, len(b), MaxBeatBytes)
+	}
+	if _, err := CanonicalizeJSON(b); err != nil {
+		return nil, err
+	}
+	var w WireBeat
+	if err := checkMemberCase(b, reflect.TypeOf(w), ""); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return nil, jsonFieldErr("", err)
+	}
+	return ParseWireBeat(w)
 }

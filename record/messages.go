@@ -3,8 +3,11 @@ package record
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"regexp"
 	"strconv"
+
+	"github.com/Masterminds/semver/v3"
 )
 
 // ProtocolVersion is the version agentd speaks and emits (seed 000 §8.1).
@@ -85,10 +88,38 @@ func (q *Query) Validate() error {
 			return fieldErr("query.agent_id", "%v", err)
 		}
 	}
+	if b.Scene != "" && !ValidIdent(b.Scene) {
+		return fieldErr("query.scene", "%q is not a valid scene id", trunc(b.Scene))
+	}
+	if b.Type != "" && !SkillType(b.Type).Valid() {
+		return fieldErr("query.type", "%q is not one of enterprise-skill, tool-skill, integration-skill", trunc(b.Type))
+	}
+	if len(b.Tags) > MaxTags {
+		return fieldErr("query.tags", "has %d tags, more than %d", len(b.Tags), MaxTags)
+	}
+	for i, t := range b.Tags {
+		if t == "" || len(t) > MaxIDLen || !printable(t) {
+			return fieldErr(fmt.Sprintf("query.tags[%d]", i), "must be 1-%d printable bytes", MaxIDLen)
+		}
+	}
+	if b.Tenant != "" && !ValidIdent(b.Tenant) {
+		return fieldErr("query.tenant", "must be an identifier of at most %d bytes", MaxIDLen)
+	}
+	if b.Version != "" {
+		if len(b.Version) > MaxShortTextLen {
+			return fieldErr("query.version", "is longer than %d bytes", MaxShortTextLen)
+		}
+		if _, err := semver.NewConstraint(b.Version); err != nil {
+			return fieldErr("query.version", "%q is not a semantic version constraint: %v", trunc(b.Version), err)
+		}
+	}
+	if q.AgentID != "" && (len(q.AgentID) > MaxIDLen || !printable(q.AgentID)) {
+		return fieldErr("agent_id", "must be 1-%d printable bytes", MaxIDLen)
+	}
 	if b.Limit < 0 || b.Limit > 1000 {
 		return fieldErr("query.limit", "must be between 0 and 1000")
 	}
-	if len(b.Text) > MaxShortTextLen {
+	if len(b.Text) > MaxShortTextLen || !printable(b.Text) {
 		return fieldErr("query.q", "is longer than %d bytes", MaxShortTextLen)
 	}
 	return nil
@@ -104,6 +135,9 @@ func ParseQuery(b []byte) (*Query, bool, error) {
 		return nil, false, err
 	}
 	var q Query
+	if err := checkMemberCase(b, reflect.TypeOf(q), ""); err != nil {
+		return nil, false, err
+	}
 	if err := json.Unmarshal(b, &q); err != nil {
 		return nil, false, jsonFieldErr("", err)
 	}
@@ -152,6 +186,9 @@ func ParseResponse(b []byte) (*SignedAgent, bool, error) {
 		return nil, false, err
 	}
 	var r Response
+	if err := checkMemberCase(b, reflect.TypeOf(r), ""); err != nil {
+		return nil, false, err
+	}
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, false, jsonFieldErr("", err)
 	}

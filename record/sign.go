@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -180,6 +181,9 @@ func ParseAnnounce(b []byte) (*SignedAgent, bool, error) {
 		return nil, false, err
 	}
 	var a Announce
+	if err := checkMemberCase(b, reflect.TypeOf(a), ""); err != nil {
+		return nil, false, err
+	}
 	if err := json.Unmarshal(b, &a); err != nil {
 		return nil, false, jsonFieldErr("", err)
 	}
@@ -238,6 +242,9 @@ func DecodeAgent(raw []byte, a *Agent) error {
 	}
 	if c, ok := probe["capabilities"]; !ok || string(c) == "null" {
 		return fieldErr("agent.capabilities", "is required (an empty object is allowed)")
+	}
+	if err := checkMemberCase(raw, reflect.TypeOf(a), "agent"); err != nil {
+		return err
 	}
 	if err := json.Unmarshal(raw, a); err != nil {
 		return jsonFieldErr("agent", err)

@@ -56,13 +56,23 @@ func ValidIdent(s string) bool {
 	return len(s) > 0 && len(s) <= MaxIDLen && identRe.MatchString(s)
 }
 
-// Validate checks every field of the agent and returns a *FieldError naming
-// the first offending field.
-func (a *Agent) Validate() error {
+// Validate checks every field of a complete record, as it must be before it
+// is signed or after it is received, and returns a *FieldError naming the
+// first offending field.
+func (a *Agent) Validate() error { return a.validate(true) }
+
+// ValidateContent checks a record that is not signed yet: every field is
+// checked as Validate does, except that the identity fields filled by the
+// signer (see Fill) may be empty: agent_id, public_key, peer_id, seq,
+// issued_at and ttl_seconds. When one of them is set it must be valid.
+func (a *Agent) ValidateContent() error { return a.validate(false) }
+
+func (a *Agent) validate(complete bool) error {
 	if a.AgentID == "" {
-		return fieldErr("agent_id", "is required")
-	}
-	if err := ValidateAgentID(a.AgentID); err != nil {
+		if complete {
+			return fieldErr("agent_id", "is required")
+		}
+	} else if err := ValidateAgentID(a.AgentID); err != nil {
 		return fieldErr("agent_id", "%v", err)
 	}
 	if a.AgentName != "" && !dnsLabelRe.MatchString(a.AgentName) {
@@ -78,18 +88,21 @@ func (a *Agent) Validate() error {
 		if !ValidIdent(k) {
 			return fieldErr("capabilities."+trunc(k), "capability name must match %s and be at most %d bytes", identRe, MaxIDLen)
 		}
-		if len(v) > MaxShortTextLen || !utf8.ValidString(v) {
-			return fieldErr("capabilities."+k, "value must be valid UTF-8 of at most %d bytes", MaxShortTextLen)
+		if len(v) > MaxShortTextLen || !printable(v) {
+			return fieldErr("capabilities."+k, "value must be printable UTF-8 of at most %d bytes", MaxShortTextLen)
 		}
 	}
 	if a.PublicKey == "" {
-		return fieldErr("public_key", "is required")
-	}
-	if len(a.PublicKey) > MaxPublicKeyBytes {
-		return fieldErr("public_key", "is larger than %d bytes", MaxPublicKeyBytes)
-	}
-	if _, err := ParsePublicKeyPEM(a.PublicKey); err != nil {
-		return fieldErr("public_key", "%v", err)
+		if complete {
+			return fieldErr("public_key", "is required")
+		}
+	} else {
+		if len(a.PublicKey) > MaxPublicKeyBytes {
+			return fieldErr("public_key", "is larger than %d bytes", MaxPublicKeyBytes)
+		}
+		if _, err := ParsePublicKeyPEM(a.PublicKey); err != nil {
+			return fieldErr("public_key", "%v", err)
+		}
 	}
 	if len(a.Certificate) > MaxCertificateBytes {
 		return fieldErr("certificate", "is larger than %d bytes", MaxCertificateBytes)
@@ -112,15 +125,19 @@ func (a *Agent) Validate() error {
 		return err
 	}
 	if a.PeerID == "" {
-		return fieldErr("peer_id", "is required")
-	}
-	if _, err := PeerPublicKey(a.PeerID); err != nil {
+		if complete {
+			return fieldErr("peer_id", "is required")
+		}
+	} else if _, err := PeerPublicKey(a.PeerID); err != nil {
 		return fieldErr("peer_id", "%v", err)
 	}
 	if len(a.Description) > MaxTextLen || !utf8.ValidString(a.Description) {
 		return fieldErr("description", "must be valid UTF-8 of at most %d bytes", MaxTextLen)
 	}
 	if a.Version != "" {
+		if len(a.Version) > MaxShortTextLen {
+			return fieldErr("version", "is longer than %d bytes", MaxShortTextLen)
+		}
 		if _, err := semver.StrictNewVersion(a.Version); err != nil {
 			return fieldErr("version", "%q is not a semantic version (MAJOR.MINOR.PATCH): %v", trunc(a.Version), err)
 		}
@@ -151,16 +168,21 @@ func (a *Agent) Validate() error {
 		return fieldErr("tenant_scope", "must be an identifier of at most %d bytes", MaxIDLen)
 	}
 	if a.Seq == 0 {
-		return fieldErr("seq", "must be at least 1")
-	}
-	if a.Seq > MaxSeq {
+		if complete {
+			return fieldErr("seq", "must be at least 1")
+		}
+	} else if a.Seq > MaxSeq {
 		return fieldErr("seq", "must be at most 2^53-1")
 	}
 	if a.IssuedAt == "" {
-		return fieldErr("issued_at", "is required")
-	}
-	if _, err := time.Parse(time.RFC3339Nano, a.IssuedAt); err != nil {
+		if complete {
+			return fieldErr("issued_at", "is required")
+		}
+	} else if _, err := time.Parse(time.RFC3339Nano, a.IssuedAt); err != nil {
 		return fieldErr("issued_at", "must be an RFC 3339 timestamp: %v", err)
+	}
+	if a.TTLSeconds == 0 && !complete {
+		return nil
 	}
 	if a.TTLSeconds <= 0 || a.TTLSeconds > MaxTTLSeconds {
 		return fieldErr("ttl_seconds", "must be between 1 and %d", MaxTTLSeconds)

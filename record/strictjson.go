@@ -1,0 +1,99 @@
+package record
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+)
+
+// encoding/json matches object member names to struct fields without regard
+// to case, so {"Agent_ID": …} would fill AgentID in Go while every other
+// implementation sees no agent_id at all. For signed records that is a
+// disagreement about what was signed, so the decoders of this package refuse
+// a member whose name differs from a field's name only in case.
+
+// jsonFields returns the JSON member names of a struct type (cached).
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	if v, ok := fieldCache.Load(t); ok {
+		return v.(map[string]reflect.Type)
+	}
+	m := map[string]reflect.Type{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		m[name] = f.Type
+	}
+	fieldCache.Store(t, m)
+	return m
+}
+
+var fieldCache sync.Map // reflect.Type → map[string]reflect.Type
+
+var rawMessageType = reflect.TypeOf(json.RawMessage(nil))
+
+// checkMemberCase walks raw against type t and returns a *FieldError for the
+// first object member whose name matches a field of t only case-insensitively.
+// Input that does not have the expected shape is left to json.Unmarshal to
+// report.
+func checkMemberCase(raw []byte, t reflect.Type, path string) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == rawMessageType {
+		return nil
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(raw, &obj) != nil {
+			return nil
+		}
+		fields := jsonFields(t)
+		for k, v := range obj {
+			ft, ok := fields[k]
+			if !ok {
+				for name := range fields {
+					if strings.EqualFold(name, k) {
+						return fieldErr(join(path, trunc(k)), "unknown member; member names are case-sensitive (did you mean %q?)", name)
+					}
+				}
+				continue
+			}
+			if err := checkMemberCase(v, ft, join(path, k)); err != nil {
+				return err
+			}
+		}
+	case reflect.Slice:
+		if t.Elem().Kind() != reflect.Struct {
+			return nil
+		}
+		var arr []json.RawMessage
+		if json.Unmarshal(raw, &arr) != nil {
+			return nil
+		}
+		for i, v := range arr {
+			if err := checkMemberCase(v, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func join(path, field string) string {
+	if path == "" {
+		return field
+	}
+	return path + "." + field
+}
