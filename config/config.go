@@ -19,137 +19,137 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 // Config is the whole configuration of a node.
 type Config struct {
 	// DataDir holds the keys, the agent_id and the Badger files.
-	DataDir string `yaml:"dataDir"`
+	DataDir string `yaml:"dataDir" json:"dataDir"`
 	// Listen are the libp2p listen multiaddrs.
-	Listen []string `yaml:"listen"`
+	Listen []string `yaml:"listen" json:"listen"`
 	// API is the local HTTP API.
-	API APIConfig `yaml:"api"`
+	API APIConfig `yaml:"api" json:"api"`
 	// Discovery is the seed-001 discovery section (udp, dht, skillCenter,
 	// healthCheck) plus agentd's mdns section.
-	Discovery DiscoveryConfig `yaml:"discovery"`
+	Discovery DiscoveryConfig `yaml:"discovery" json:"discovery"`
 	// Cache is the seed-001 §11.1 cache section.
-	Cache CacheConfig `yaml:"cache"`
+	Cache CacheConfig `yaml:"cache" json:"cache"`
 	// Trust is the trust policy and certificate store.
-	Trust TrustConfig `yaml:"trust"`
+	Trust TrustConfig `yaml:"trust" json:"trust"`
 	// Registry is the seed-000 registry fallback.
-	Registry RegistryConfig `yaml:"registry"`
+	Registry RegistryConfig `yaml:"registry" json:"registry"`
 	// Log configures logging.
-	Log LogConfig `yaml:"log"`
+	Log LogConfig `yaml:"log" json:"log"`
 }
 
 // APIConfig configures the local API.
 type APIConfig struct {
 	// Addr is host:port; loopback by default.
-	Addr string `yaml:"addr"`
+	Addr string `yaml:"addr" json:"addr"`
 	// JWTSecret (HS256) or JWTPublicKey (ES256 PEM file) enable bearer auth;
 	// required when Addr is not loopback.
-	JWTSecret    string `yaml:"jwtSecret"`
-	JWTPublicKey string `yaml:"jwtPublicKey"`
+	JWTSecret    string `yaml:"jwtSecret" json:"jwtSecret"`
+	JWTPublicKey string `yaml:"jwtPublicKey" json:"jwtPublicKey"`
 	// RequireAuthOnLoopback turns auth on for loopback clients too.
-	RequireAuthOnLoopback bool `yaml:"requireAuthOnLoopback"`
+	RequireAuthOnLoopback bool `yaml:"requireAuthOnLoopback" json:"requireAuthOnLoopback"`
 	// ServeRegistry lets this node act as a seed-000 registry for agents
 	// that cannot run P2P (auth required).
-	ServeRegistry bool `yaml:"serveRegistry"`
+	ServeRegistry bool `yaml:"serveRegistry" json:"serveRegistry"`
 }
 
 // DiscoveryConfig is the seed-001 `discovery:` section.
 type DiscoveryConfig struct {
-	UDP         UDPConfig         `yaml:"udp"`
-	MDNS        MDNSConfig        `yaml:"mdns"`
-	DHT         DHTConfig         `yaml:"dht"`
-	SkillCenter SkillCenterConfig `yaml:"skillCenter"`
-	HealthCheck HealthCheckConfig `yaml:"healthCheck"`
+	UDP         UDPConfig         `yaml:"udp" json:"udp"`
+	MDNS        MDNSConfig        `yaml:"mdns" json:"mdns"`
+	DHT         DHTConfig         `yaml:"dht" json:"dht"`
+	SkillCenter SkillCenterConfig `yaml:"skillCenter" json:"skillCenter"`
+	HealthCheck HealthCheckConfig `yaml:"healthCheck" json:"healthCheck"`
 	// Interface is the network interface for LAN discovery ("" = all
 	// multicast-capable interfaces).
-	Interface string `yaml:"interface"`
+	Interface string `yaml:"interface" json:"interface"`
 }
 
 // UDPConfig is seed 001 §5.1.
 type UDPConfig struct {
-	Enabled           bool     `yaml:"enabled"`
-	MulticastGroup    string   `yaml:"multicastGroup"`
-	Port              int      `yaml:"port"`
-	BroadcastInterval Duration `yaml:"broadcastInterval"`
-	Timeout           Duration `yaml:"timeout"`
+	Enabled           bool     `yaml:"enabled" json:"enabled"`
+	MulticastGroup    string   `yaml:"multicastGroup" json:"multicastGroup"`
+	Port              int      `yaml:"port" json:"port"`
+	BroadcastInterval Duration `yaml:"broadcastInterval" json:"broadcastInterval"`
+	Timeout           Duration `yaml:"timeout" json:"timeout"`
 	// HMACKey, when set, makes agentd accept the seed's HMAC-signed
 	// messages from peers that share the key.
-	HMACKey string `yaml:"hmacKey"`
+	HMACKey string `yaml:"hmacKey" json:"hmacKey"`
 }
 
 // MDNSConfig configures mDNS/DNS-SD (seed 000 §3.1).
 type MDNSConfig struct {
-	Enabled bool     `yaml:"enabled"`
-	TTL     Duration `yaml:"ttl"`
+	Enabled bool     `yaml:"enabled" json:"enabled"`
+	TTL     Duration `yaml:"ttl" json:"ttl"`
 }
 
 // BootstrapNode is a seed-001 bootstrap entry. host/port are the seed's
 // form; agentd needs the peer id too (libp2p authenticates peers), given as
 // peerId or inside multiaddr.
 type BootstrapNode struct {
-	Host      string `yaml:"host"`
-	Port      int    `yaml:"port"`
-	PeerID    string `yaml:"peerId"`
-	Multiaddr string `yaml:"multiaddr"`
+	Host      string `yaml:"host" json:"host"`
+	Port      int    `yaml:"port" json:"port"`
+	PeerID    string `yaml:"peerId" json:"peerId"`
+	Multiaddr string `yaml:"multiaddr" json:"multiaddr"`
 }
 
 // DHTConfig is seed 001 §13.2 `dht:` plus agentd's knobs.
 type DHTConfig struct {
-	Enabled           bool            `yaml:"enabled"`
-	BootstrapNodes    []BootstrapNode `yaml:"bootstrapNodes"`
-	ReplicationFactor int             `yaml:"replicationFactor"`
+	Enabled           bool            `yaml:"enabled" json:"enabled"`
+	BootstrapNodes    []BootstrapNode `yaml:"bootstrapNodes" json:"bootstrapNodes"`
+	ReplicationFactor int             `yaml:"replicationFactor" json:"replicationFactor"`
 	// ClientMode makes this node a DHT client (for hosts that cannot
 	// accept connections).
-	ClientMode bool `yaml:"clientMode"`
+	ClientMode bool `yaml:"clientMode" json:"clientMode"`
 }
 
 // SkillCenterConfig is seed 001 §13.2 `skillCenter:`.
 type SkillCenterConfig struct {
-	Enabled bool     `yaml:"enabled"`
-	URL     string   `yaml:"url"`
-	Timeout Duration `yaml:"timeout"`
+	Enabled bool     `yaml:"enabled" json:"enabled"`
+	URL     string   `yaml:"url" json:"url"`
+	Timeout Duration `yaml:"timeout" json:"timeout"`
 	Cache   struct {
-		Enabled bool     `yaml:"enabled"`
-		TTL     Duration `yaml:"ttl"`
-	} `yaml:"cache"`
+		Enabled bool     `yaml:"enabled" json:"enabled"`
+		TTL     Duration `yaml:"ttl" json:"ttl"`
+	} `yaml:"cache" json:"cache"`
 }
 
 // HealthCheckConfig is seed 001 §8.2.
 type HealthCheckConfig struct {
-	HeartbeatInterval  Duration `yaml:"heartbeatInterval"`
-	Timeout            Duration `yaml:"timeout"`
-	RetryCount         int      `yaml:"retryCount"`
-	UnhealthyThreshold int      `yaml:"unhealthyThreshold"`
+	HeartbeatInterval  Duration `yaml:"heartbeatInterval" json:"heartbeatInterval"`
+	Timeout            Duration `yaml:"timeout" json:"timeout"`
+	RetryCount         int      `yaml:"retryCount" json:"retryCount"`
+	UnhealthyThreshold int      `yaml:"unhealthyThreshold" json:"unhealthyThreshold"`
 }
 
 // CacheConfig is seed 001 §11.1.
 type CacheConfig struct {
-	Enabled             bool     `yaml:"enabled"`
-	TTL                 Duration `yaml:"ttl"`
-	MaxSize             int      `yaml:"maxSize"`
-	RefreshBeforeExpiry Duration `yaml:"refreshBeforeExpiry"`
+	Enabled             bool     `yaml:"enabled" json:"enabled"`
+	TTL                 Duration `yaml:"ttl" json:"ttl"`
+	MaxSize             int      `yaml:"maxSize" json:"maxSize"`
+	RefreshBeforeExpiry Duration `yaml:"refreshBeforeExpiry" json:"refreshBeforeExpiry"`
 }
 
 // TrustConfig configures package trust.
 type TrustConfig struct {
-	Policy         string   `yaml:"policy"` // open | allowlist | ca
-	AllowList      []string `yaml:"allowList"`
-	Roots          []string `yaml:"roots"`         // PEM files or directories
-	Intermediates  []string `yaml:"intermediates"` // PEM files or directories
-	CRLs           []string `yaml:"crls"`
-	RevokedSerials []string `yaml:"revokedSerials"`
-	RotationGrace  Duration `yaml:"rotationGrace"`
+	Policy         string   `yaml:"policy" json:"policy"` // open | allowlist | ca
+	AllowList      []string `yaml:"allowList" json:"allowList"`
+	Roots          []string `yaml:"roots" json:"roots"`                 // PEM files or directories
+	Intermediates  []string `yaml:"intermediates" json:"intermediates"` // PEM files or directories
+	CRLs           []string `yaml:"crls" json:"crls"`
+	RevokedSerials []string `yaml:"revokedSerials" json:"revokedSerials"`
+	RotationGrace  Duration `yaml:"rotationGrace" json:"rotationGrace"`
 }
 
 // RegistryConfig is the seed-000 registry fallback.
 type RegistryConfig struct {
-	URL   string `yaml:"url"`
-	Token string `yaml:"token"`
+	URL   string `yaml:"url" json:"url"`
+	Token string `yaml:"token" json:"token"`
 }
 
 // LogConfig configures slog.
 type LogConfig struct {
-	Level  string `yaml:"level"`  // debug | info | warn | error
-	Format string `yaml:"format"` // text | json
+	Level  string `yaml:"level" json:"level"`   // debug | info | warn | error
+	Format string `yaml:"format" json:"format"` // text | json
 }
 
 // Default returns the defaults of every setting (the map's defaults table).

@@ -1,0 +1,95 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+)
+
+// ErrNoPeerID is returned by BootstrapNode.Addr and AddrInfo for an entry
+// that names no peer id. Such entries load (the seed-001 form has only host
+// and port), but libp2p authenticates every peer it dials, so they cannot be
+// dialled.
+var ErrNoPeerID = errors.New("bootstrap node has no peer id; libp2p authenticates every peer, so add peerId or end the multiaddr with /p2p/<peer id>")
+
+// Addr returns the dialable multiaddr of the node, ending in /p2p/<peer id>.
+// host/port entries become /ip4/, /ip6/ or /dns/ addresses over TCP. An
+// entry without a peer id returns the address it has and an error wrapping
+// ErrNoPeerID.
+func (b BootstrapNode) Addr() (ma.Multiaddr, error) {
+	var addr ma.Multiaddr
+	if b.Multiaddr != "" {
+		a, err := ma.NewMultiaddr(b.Multiaddr)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a multiaddr: %w", clip(b.Multiaddr), err)
+		}
+		addr = a
+	} else {
+		if b.Host == "" {
+			return nil, errors.New("bootstrap node has neither multiaddr nor host")
+		}
+		if b.Port < 1 || b.Port > 65535 {
+			return nil, fmt.Errorf("bootstrap node %s: %d is not a port (1-65535)", b.Host, b.Port)
+		}
+		proto := "dns"
+		if ip, err := netip.ParseAddr(b.Host); err == nil {
+			proto = "ip4"
+			if ip.Is6() && !ip.Is4In6() {
+				proto = "ip6"
+			}
+			b.Host = ip.Unmap().String()
+		}
+		a, err := ma.NewMultiaddr("/" + proto + "/" + b.Host + "/tcp/" + strconv.Itoa(b.Port))
+		if err != nil {
+			return nil, fmt.Errorf("bootstrap node %s:%d: %w", b.Host, b.Port, err)
+		}
+		addr = a
+	}
+	transport, id := peer.SplitAddr(addr)
+	if b.PeerID != "" {
+		want, err := decodePeerID(b.PeerID)
+		if err != nil {
+			return nil, fmt.Errorf("peerId %q: %w", clip(b.PeerID), err)
+		}
+		if id != "" && id != want {
+			return nil, fmt.Errorf("peerId %s differs from the peer id %s in the multiaddr", want, id)
+		}
+		id = want
+	}
+	if id == "" {
+		return addr, fmt.Errorf("%s: %w", addr, ErrNoPeerID)
+	}
+	if len(transport) == 0 {
+		return nil, fmt.Errorf("bootstrap node %s has a peer id but no transport address", id)
+	}
+	p2p, err := ma.NewComponent("p2p", id.String())
+	if err != nil {
+		return nil, fmt.Errorf("peer id %s: %w", id, err)
+	}
+	return transport.Encapsulate(p2p.Multiaddr()), nil
+}
+
+// AddrInfo returns the node as a libp2p peer.AddrInfo, or an error wrapping
+// ErrNoPeerID when it names no peer id.
+func (b BootstrapNode) AddrInfo() (peer.AddrInfo, error) {
+	a, err := b.Addr()
+	if err != nil {
+		return peer.AddrInfo{}, err
+	}
+	ai, err := peer.AddrInfoFromP2pAddr(a)
+	if err != nil {
+		return peer.AddrInfo{}, fmt.Errorf("%s: %w", a, err)
+	}
+	return *ai, nil
+}
+
+func decodePeerID(s string) (peer.ID, error) {
+	if len(s) > 128 {
+		return "", errors.New("too long")
+	}
+	return peer.Decode(s)
+}
