@@ -1,0 +1,203 @@
+package dht
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/agentd/agentd/record"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"golang.org/x/time/rate"
+)
+
+// Protocol identifiers and the value namespace. They are the wire contract.
+const (
+	ProtocolPrefix = "/agentd"              // kad protocol /agentd/kad/1.0.0
+	RecordProtocol = "/agentd/record/1.0.0" // record fetch stream protocol
+	ValueNamespace = "agentd"               // DHT value keys /agentd/<peer-id> and /agentd/<agent-id>
+)
+
+// KadProtocol is the Kademlia protocol id agentd speaks.
+const KadProtocol = ProtocolPrefix + "/kad/1.0.0"
+
+// Defaults. Every node of a network should use the same ProvideValidity
+// and ValueMaxAge: they are the lifetimes the servers apply to records
+// they store for others.
+const (
+	// DefaultProvideValidity is how long a server keeps a provider record.
+	// kad-dht's default is 48 h, which would keep a dead agent
+	// "discoverable" for two days.
+	DefaultProvideValidity = 10 * time.Minute
+	// DefaultReprovideInterval is below a third of the validity, so a
+	// record survives two missed reprovides.
+	DefaultReprovideInterval = 3 * time.Minute
+	// DefaultValueMaxAge is how long a server keeps a DHT value after it
+	// last received it.
+	DefaultValueMaxAge = 10 * time.Minute
+	// DefaultRepublishInterval is below a third of DefaultValueMaxAge.
+	DefaultRepublishInterval = 3 * time.Minute
+	// DefaultQueryTimeout bounds a whole Find or GetRecord.
+	DefaultQueryTimeout = 10 * time.Second
+	// DefaultFetchTimeout bounds one record fetch (dial included).
+	DefaultFetchTimeout = 5 * time.Second
+	// DefaultProvideTimeout bounds the provide of one key or the put of one
+	// value (lookup plus stores).
+	DefaultProvideTimeout = 30 * time.Second
+	// DefaultMaxProviders is how many providers one Find considers.
+	DefaultMaxProviders = 20
+	// DefaultMaxConcurrentFetch bounds outgoing fetches of the node.
+	DefaultMaxConcurrentFetch = 8
+	// DefaultServeRateLimit is the sustained rate of record-fetch streams
+	// one remote peer may open (per second), with DefaultServeBurst.
+	DefaultServeRateLimit = rate.Limit(2)
+	// DefaultServeBurst is the burst of the per-peer serve limiter.
+	DefaultServeBurst = 10
+	// DefaultServeMaxConcurrent bounds record-fetch streams served at once.
+	DefaultServeMaxConcurrent = 64
+	// DefaultServeTimeout bounds one served stream, request read and
+	// response write together (slow clients are reset).
+	DefaultServeTimeout = 5 * time.Second
+	// DefaultRetryInterval is the first retry delay after a provide or put
+	// that reached no remote peer; it doubles up to the reprovide interval.
+	DefaultRetryInterval = 5 * time.Second
+)
+
+// Config configures a DHT. Zero values take the defaults above.
+type Config struct {
+	// ClientMode makes the node a DHT client: it queries and provides but
+	// does not store records for others nor answer Kademlia queries. For
+	// hosts that cannot accept connections.
+	ClientMode bool
+	// BootstrapPeers are dialed by Start; kad-dht also redials them
+	// whenever its routing table empties.
+	BootstrapPeers []peer.AddrInfo
+	// ProvideValidity is the server-side provider record lifetime
+	// (default 10 min).
+	ProvideValidity time.Duration
+	// ReprovideInterval is how often every provided key is provided again
+	// (default 3 min; at most half of ProvideValidity).
+	ReprovideInterval time.Duration
+	// ValueMaxAge is kad-dht's MaxRecordAge for values (default 10 min).
+	ValueMaxAge time.Duration
+	// RepublishInterval is how often hosted records are put again
+	// (default 3 min; at most half of ValueMaxAge).
+	RepublishInterval time.Duration
+	// QueryTimeout bounds a whole Find or GetRecord (default 10 s).
+	QueryTimeout time.Duration
+	// FetchTimeout bounds one record fetch (default 5 s).
+	FetchTimeout time.Duration
+	// ProvideTimeout bounds providing one key or putting one value
+	// (default 30 s).
+	ProvideTimeout time.Duration
+	// MaxProviders is the number of providers considered per query
+	// (default 20).
+	MaxProviders int
+	// MaxConcurrentFetch bounds concurrent outgoing fetches (default 8).
+	MaxConcurrentFetch int
+	// Live, when set, returns records of peer p that the local live view
+	// (gossip) knows to be alive; Find uses them instead of fetching.
+	Live func(p peer.ID) []*record.SignedAgent
+	// OwnAgentID names the hosted agent whose record is also stored under
+	// /agentd/<peer-id>. Empty: the first record given to SetProvided.
+	OwnAgentID string
+	// ServeRateLimit bounds inbound record-fetch streams per remote peer
+	// (default 2/s sustained with a burst of ServeBurst = 10).
+	ServeRateLimit rate.Limit
+	// ServeBurst is the per-peer burst (default 10).
+	ServeBurst int
+	// ServeMaxConcurrent bounds record-fetch streams served at once
+	// (default 64); streams beyond it are reset.
+	ServeMaxConcurrent int
+	// ServeTimeout bounds one served stream (default 5 s).
+	ServeTimeout time.Duration
+	// RetryInterval is the first retry delay after a failed provide or put
+	// (default 5 s), doubling up to ReprovideInterval.
+	RetryInterval time.Duration
+}
+
+func (c *Config) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.ProvideValidity, DefaultProvideValidity)
+	def(&c.ReprovideInterval, DefaultReprovideInterval)
+	def(&c.ValueMaxAge, DefaultValueMaxAge)
+	def(&c.RepublishInterval, DefaultRepublishInterval)
+	def(&c.QueryTimeout, DefaultQueryTimeout)
+	def(&c.FetchTimeout, DefaultFetchTimeout)
+	def(&c.ProvideTimeout, DefaultProvideTimeout)
+	def(&c.ServeTimeout, DefaultServeTimeout)
+	def(&c.RetryInterval, DefaultRetryInterval)
+	if c.MaxProviders == 0 {
+		c.MaxProviders = DefaultMaxProviders
+	}
+	if c.MaxConcurrentFetch == 0 {
+		c.MaxConcurrentFetch = DefaultMaxConcurrentFetch
+	}
+	if c.ServeRateLimit == 0 {
+		c.ServeRateLimit = DefaultServeRateLimit
+	}
+	if c.ServeBurst == 0 {
+		c.ServeBurst = DefaultServeBurst
+	}
+	if c.ServeMaxConcurrent == 0 {
+		c.ServeMaxConcurrent = DefaultServeMaxConcurrent
+	}
+}
+
+// validate checks a defaulted config and names the offending field.
+func (c *Config) validate() error {
+	pos := func(name string, d time.Duration) error {
+		if d <= 0 {
+			return fmt.Errorf("dht config: %s must be positive, got %v", name, d)
+		}
+		return nil
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"ProvideValidity", c.ProvideValidity}, {"ReprovideInterval", c.ReprovideInterval},
+		{"ValueMaxAge", c.ValueMaxAge}, {"RepublishInterval", c.RepublishInterval},
+		{"QueryTimeout", c.QueryTimeout}, {"FetchTimeout", c.FetchTimeout},
+		{"ProvideTimeout", c.ProvideTimeout}, {"ServeTimeout", c.ServeTimeout},
+		{"RetryInterval", c.RetryInterval},
+	} {
+		if err := pos(f.name, f.d); err != nil {
+			return err
+		}
+	}
+	if 2*c.ReprovideInterval > c.ProvideValidity {
+		return fmt.Errorf("dht config: ReprovideInterval %v must be at most half of ProvideValidity %v, or provider records expire between reprovides", c.ReprovideInterval, c.ProvideValidity)
+	}
+	if 2*c.RepublishInterval > c.ValueMaxAge {
+		return fmt.Errorf("dht config: RepublishInterval %v must be at most half of ValueMaxAge %v, or values expire between republishes", c.RepublishInterval, c.ValueMaxAge)
+	}
+	if c.MaxProviders < 1 || c.MaxProviders > 1000 {
+		return fmt.Errorf("dht config: MaxProviders must be between 1 and 1000, got %d", c.MaxProviders)
+	}
+	if c.MaxConcurrentFetch < 1 || c.MaxConcurrentFetch > 256 {
+		return fmt.Errorf("dht config: MaxConcurrentFetch must be between 1 and 256, got %d", c.MaxConcurrentFetch)
+	}
+	if c.ServeRateLimit < 0 {
+		return fmt.Errorf("dht config: ServeRateLimit must not be negative, got %v", c.ServeRateLimit)
+	}
+	if c.ServeBurst < 1 {
+		return fmt.Errorf("dht config: ServeBurst must be at least 1, got %d", c.ServeBurst)
+	}
+	if c.ServeMaxConcurrent < 1 {
+		return fmt.Errorf("dht config: ServeMaxConcurrent must be at least 1, got %d", c.ServeMaxConcurrent)
+	}
+	if c.OwnAgentID != "" {
+		if err := record.ValidateAgentID(c.OwnAgentID); err != nil {
+			return fmt.Errorf("dht config: OwnAgentID: %w", err)
+		}
+	}
+	for i, p := range c.BootstrapPeers {
+		if err := p.ID.Validate(); err != nil {
+			return fmt.Errorf("dht config: BootstrapPeers[%d]: %w", i, err)
+		}
+	}
+	return nil
+}

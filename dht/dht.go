@@ -1,0 +1,448 @@
+package dht
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/agentd/agentd/metrics"
+	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/trust"
+	kaddht "github.com/libp2p/go-libp2p-kad-dht"
+	pb "github.com/libp2p/go-libp2p-kad-dht/pb"
+	"github.com/libp2p/go-libp2p-kad-dht/records"
+	lprecord "github.com/libp2p/go-libp2p-record"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Sentinel errors of the DHT.
+var (
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("dht closed")
+	// ErrNotStarted is returned by operations that need Start first.
+	ErrNotStarted = errors.New("dht not started")
+	// ErrNoBootstrapPeers is returned by Bootstrap when no peer could be
+	// reached (or none was given).
+	ErrNoBootstrapPeers = errors.New("no bootstrap peer reachable")
+	// ErrNotFound is returned by GetRecord when the DHT holds no valid
+	// value for the id.
+	ErrNotFound = errors.New("record not found in the DHT")
+	// ErrEmptyQuery is returned by Find without skill and capability.
+	ErrEmptyQuery = errors.New("query needs a skill or a capability")
+	// ErrNoRecords is returned by Fetch when the provider holds no record
+	// matching the query.
+	ErrNoRecords = errors.New("provider holds no matching record")
+	// ErrRejected is returned by Fetch when every record the provider sent
+	// was rejected (signature, challenge, trust policy, wrong peer).
+	ErrRejected = errors.New("every record from the provider was rejected")
+	// ErrBadChallenge is the cause of a rejection whose challenge
+	// signature does not verify.
+	ErrBadChallenge = errors.New("challenge signature does not verify")
+)
+
+// Reason labels of rejections this package adds to trust.Reason values.
+const (
+	ReasonBadChallenge = "bad_challenge" // challenge signature does not verify
+	ReasonNotOffered   = "not_offered"   // record does not offer what was asked
+)
+
+// Hosted is implemented by the node: the records this node serves.
+type Hosted interface {
+	// HostedRecords returns the hosted records matching q (empty fields match all).
+	HostedRecords(q FetchQuery) []*record.SignedAgent
+	// SignChallenge signs the challenge bytes for a hosted agent with that agent's key;
+	// ok=false when this node does not hold that agent's key (then the dht package
+	// signs with the host's peer key instead and marks the answer signer "peer").
+	SignChallenge(agentID string, msg []byte) (sig []byte, ok bool, err error)
+}
+
+type noHosted struct{}
+
+func (noHosted) HostedRecords(FetchQuery) []*record.SignedAgent { return nil }
+func (noHosted) SignChallenge(string, []byte) ([]byte, bool, error) {
+	return nil, false, nil
+}
+
+// Found is one verified answer of Find.
+type Found struct {
+	Record   *record.SignedAgent
+	Provider peer.ID
+	// Fetched is true when the record was fetched from the provider now,
+	// false when it came from the live view (or is hosted by this node).
+	Fetched bool
+	// Latency is how long the fetch took (0 when not fetched).
+	Latency time.Duration
+}
+
+// Status is a snapshot of the DHT's state for health reports and tests.
+type Status struct {
+	Started      bool
+	ClientMode   bool
+	RoutingTable int
+	// ProvidedKeys and PublishedValues are the keys and values currently
+	// kept alive by the reprovide and republish loop.
+	ProvidedKeys    int
+	PublishedValues int
+	// LastProvide is when the last provide round ended; LastProvideMin is
+	// the smallest number of remote peers that accepted a provider record
+	// in that round (0 means some key reached nobody).
+	LastProvide    time.Time
+	LastProvideMin int
+	// PendingRetries counts keys and values waiting for a retry.
+	PendingRetries int
+}
+
+// DHT is agentd's Kademlia node. Create it with New, then Start; Close
+// stops everything it started.
+type DHT struct {
+	h      host.Host
+	cfg    Config
+	v      *trust.Verifier
+	hosted Hosted
+	m      *metrics.Metrics
+	log    *slog.Logger
+	val    Validator
+	priv   crypto.PrivKey
+
+	fetchSem chan struct{}
+	limiter  *peerLimiter
+
+	changed chan struct{}
+	kick    chan struct{}
+
+	mu        sync.Mutex
+	started   bool
+	closed    bool
+	kad       *kaddht.IpfsDHT
+	pm        *pb.ProtocolMessenger
+	want      []*record.SignedAgent
+	bootPeers []peer.AddrInfo
+	status    Status
+
+	serveMu     sync.Mutex
+	serveClosed bool
+	serving     int
+	serveWG     sync.WaitGroup
+
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New builds a DHT on h. It has no side effects: nothing listens or runs
+// until Start. hosted may be nil (a bootstrap node hosts nothing); m and
+// log may be nil.
+func New(h host.Host, cfg Config, v *trust.Verifier, hosted Hosted, m *metrics.Metrics, log *slog.Logger) (*DHT, error) {
+	if h == nil {
+		return nil, errors.New("dht: a host is required")
+	}
+	if v == nil {
+		return nil, errors.New("dht: a trust verifier is required")
+	}
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	priv := h.Peerstore().PrivKey(h.ID())
+	if priv == nil {
+		return nil, errors.New("dht: the host's peerstore holds no private key for its own id")
+	}
+	if hosted == nil {
+		hosted = noHosted{}
+	}
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	d := &DHT{
+		h: h, cfg: cfg, v: v, hosted: hosted, m: m,
+		log:      log.With("component", "dht"),
+		priv:     priv,
+		fetchSem: make(chan struct{}, cfg.MaxConcurrentFetch),
+		limiter:  newPeerLimiter(cfg.ServeRateLimit, cfg.ServeBurst),
+		changed:  make(chan struct{}, 1),
+		kick:     make(chan struct{}, 1),
+	}
+	d.bootPeers = slices.Clone(cfg.BootstrapPeers)
+	d.status.ClientMode = cfg.ClientMode
+	return d, nil
+}
+
+// kadOptions are the kad-dht options agentd runs with (see the package doc
+// and docs/protocol.md for why each is set).
+func (d *DHT) kadOptions() []kaddht.Option {
+	mode := kaddht.ModeServer
+	if d.cfg.ClientMode {
+		mode = kaddht.ModeClient
+	}
+	return []kaddht.Option{
+		kaddht.Mode(mode),
+		kaddht.ProtocolPrefix(ProtocolPrefix),
+		kaddht.Validator(lprecord.NamespacedValidator{ValueNamespace: d.val}),
+		kaddht.BootstrapPeersFunc(d.bootstrapPeers),
+		kaddht.ProviderManagerOpts(
+			records.ProvideValidity(d.cfg.ProvideValidity),
+			records.ProviderAddrTTL(d.cfg.ProvideValidity),
+			records.CleanupInterval(d.cfg.ProvideValidity/2),
+		),
+		kaddht.MaxRecordAge(d.cfg.ValueMaxAge),
+		kaddht.ValueGCInterval(d.cfg.ValueMaxAge / 2),
+	}
+}
+
+// Start creates the Kademlia node, registers the record fetch handler,
+// starts the reprovide/republish loop and, when Config.BootstrapPeers is
+// set, bootstraps from them (a failure is logged, not returned: the node
+// may still be reached by others or re-bootstrap later). ctx bounds only
+// the bootstrap.
+func (d *DHT) Start(ctx context.Context) error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return ErrClosed
+	}
+	if d.started {
+		d.mu.Unlock()
+		return errors.New("dht: already started")
+	}
+	kad, err := kaddht.New(d.h, d.kadOptions()...)
+	if err != nil {
+		d.mu.Unlock()
+		return fmt.Errorf("dht: start kademlia: %w", err)
+	}
+	pm, err := pb.NewProtocolMessenger(kad.MessageSender())
+	if err != nil {
+		d.mu.Unlock()
+		return errors.Join(fmt.Errorf("dht: protocol messenger: %w", err), kad.Close())
+	}
+	d.kad, d.pm = kad, pm
+	d.started = true
+	d.status.Started = true
+	loopCtx, cancel := context.WithCancel(context.Background())
+	d.cancel = cancel
+	d.h.SetStreamHandler(RecordProtocol, d.handleStream)
+	d.wg.Add(1)
+	go d.run(loopCtx)
+	boot := slices.Clone(d.cfg.BootstrapPeers)
+	d.mu.Unlock()
+
+	d.log.Info("dht started", "mode", modeName(d.cfg.ClientMode), "protocol", KadProtocol, "peer", d.h.ID())
+	if len(boot) > 0 {
+		if err := d.Bootstrap(ctx, boot); err != nil {
+			d.log.Warn("dht bootstrap failed", "peers", len(boot), "err", err)
+		}
+	}
+	return nil
+}
+
+func modeName(client bool) string {
+	if client {
+		return "client"
+	}
+	return "server"
+}
+
+func (d *DHT) running() (*kaddht.IpfsDHT, *pb.ProtocolMessenger, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, nil, ErrClosed
+	}
+	if !d.started {
+		return nil, nil, ErrNotStarted
+	}
+	return d.kad, d.pm, nil
+}
+
+func (d *DHT) bootstrapPeers() []peer.AddrInfo {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.bootPeers)
+}
+
+func (d *DHT) rememberBootstrap(peers []peer.AddrInfo) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, p := range peers {
+		i := slices.IndexFunc(d.bootPeers, func(q peer.AddrInfo) bool { return q.ID == p.ID })
+		if i >= 0 {
+			d.bootPeers[i] = p
+			continue
+		}
+		if len(d.bootPeers) < 256 {
+			d.bootPeers = append(d.bootPeers, p)
+		}
+	}
+}
+
+// Bootstrap connects to peers (concurrently, FetchTimeout each), waits
+// until the routing table holds at least one DHT server and refreshes it.
+// The peers are remembered: kad-dht redials them whenever its routing
+// table empties. It returns an error wrapping ErrNoBootstrapPeers when
+// none could be reached or none of the reached peers is a DHT server.
+func (d *DHT) Bootstrap(ctx context.Context, peers []peer.AddrInfo) error {
+	kad, _, err := d.running()
+	if err != nil {
+		return err
+	}
+	peers = slices.DeleteFunc(slices.Clone(peers), func(p peer.AddrInfo) bool { return p.ID == d.h.ID() || p.ID == "" })
+	if len(peers) == 0 {
+		return fmt.Errorf("%w: no peers given", ErrNoBootstrapPeers)
+	}
+	d.rememberBootstrap(peers)
+
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		ok       int
+		firstErr error
+		sem      = make(chan struct{}, 8)
+	)
+	for _, p := range peers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			defer func() { <-sem }()
+			cctx, cancel := context.WithTimeout(ctx, d.cfg.FetchTimeout)
+			defer cancel()
+			err := d.h.Connect(cctx, p)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if firstErr == nil {
+					firstErr = err
+				}
+				d.log.Debug("bootstrap dial failed", "peer", p.ID, "err", err)
+				return
+			}
+			ok++
+		}()
+	}
+	wg.Wait()
+	if ok == 0 {
+		if firstErr == nil {
+			firstErr = ctx.Err()
+		}
+		return fmt.Errorf("%w: 0 of %d reached: %v", ErrNoBootstrapPeers, len(peers), firstErr)
+	}
+	// Peers enter the routing table after identify and a lookup check.
+	wctx, cancel := context.WithTimeout(ctx, d.cfg.QueryTimeout)
+	defer cancel()
+	if err := waitFor(wctx, func() bool { return kad.RoutingTable().Size() > 0 }); err != nil {
+		return fmt.Errorf("%w: connected to %d of %d, but none joined the routing table (are they %s servers?): %v", ErrNoBootstrapPeers, ok, len(peers), KadProtocol, err)
+	}
+	select {
+	case err := <-kad.RefreshRoutingTable():
+		if err != nil {
+			d.log.Debug("routing table refresh after bootstrap", "err", err)
+		}
+	case <-wctx.Done():
+	}
+	d.log.Info("dht bootstrapped", "reached", ok, "tried", len(peers), "routing_table", kad.RoutingTable().Size())
+	d.signal(d.kick)
+	return nil
+}
+
+// waitFor polls cond every 20 ms until it holds or ctx ends.
+func waitFor(ctx context.Context, cond func() bool) error {
+	if cond() {
+		return nil
+	}
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			if cond() {
+				return nil
+			}
+		}
+	}
+}
+
+func (d *DHT) signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// RoutingTableSize is the number of peers in the routing table (0 before
+// Start or after Close).
+func (d *DHT) RoutingTableSize() int {
+	kad, _, err := d.running()
+	if err != nil {
+		return 0
+	}
+	return kad.RoutingTable().Size()
+}
+
+// Status returns a snapshot of the DHT's state.
+func (d *DHT) Status() Status {
+	d.mu.Lock()
+	s := d.status
+	kad := d.kad
+	ok := d.started && !d.closed
+	d.mu.Unlock()
+	if ok {
+		s.RoutingTable = kad.RoutingTable().Size()
+	}
+	return s
+}
+
+// SetProvided replaces the complete set of hosted records. The loop
+// provides keys that are new at once, keeps reproviding the current ones,
+// stops reproviding removed ones (their provider records then expire
+// within ProvideValidity) and puts changed records as DHT values. It does
+// not block on the network.
+func (d *DHT) SetProvided(recs []*record.SignedAgent) {
+	cp := make([]*record.SignedAgent, 0, len(recs))
+	for _, r := range recs {
+		if r != nil {
+			cp = append(cp, r)
+		}
+	}
+	d.mu.Lock()
+	d.want = cp
+	d.mu.Unlock()
+	d.signal(d.changed)
+}
+
+// Close stops the loop, the record handler and the Kademlia node and
+// waits for them. The host is not closed. Close is idempotent.
+func (d *DHT) Close() error {
+	d.closeOnce.Do(func() {
+		d.mu.Lock()
+		d.closed = true
+		started := d.started
+		kad := d.kad
+		cancel := d.cancel
+		d.mu.Unlock()
+		if !started {
+			return
+		}
+		d.h.RemoveStreamHandler(RecordProtocol)
+		cancel()
+		d.serveMu.Lock()
+		d.serveClosed = true
+		d.serveMu.Unlock()
+		d.serveWG.Wait()
+		d.wg.Wait()
+		d.closeErr = kad.Close()
+	})
+	return d.closeErr
+}
