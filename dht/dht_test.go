@@ -63,7 +63,7 @@ func TestProvideThenFindFromEveryNode(t *testing.T) {
 		}
 		for _, q := range [][2]string{
 			{"skill-org-feishu", "org-data-read"},
-			{"", "org-data-write"},  // capability-only key
+			{"", "org-data-write"},   // capability-only key
 			{"skill-org-feishu", ""}, // skill-only key
 		} {
 			fs, err := n.d.Find(findCtx(t), q[0], q[1], 5)

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/record"
-	"github.com/libp2p/go-libp2p/core/peer"
 	lprecord "github.com/libp2p/go-libp2p-record"
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // Errors of the value validator.
