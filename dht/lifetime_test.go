@@ -1,0 +1,97 @@
+package dht
+
+import (
+	"context"
+	"runtime"
+	"slices"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/agentd/agentd/record"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// synctestTest runs f in a synctest bubble (virtual time). Under -race it
+// pins GOMAXPROCS to 1, as go-libp2p-pubsub's tests do (golang/go#78156).
+func synctestTest(t *testing.T, f func(t *testing.T)) {
+	if raceEnabled {
+		prev := runtime.GOMAXPROCS(1)
+		t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
+	}
+	synctest.Test(t, f)
+}
+
+// providersOf runs a full provider lookup for key from n.
+func providersOf(t *testing.T, n *node, k record.Key) []peer.ID {
+	t.Helper()
+	kad, _, err := n.d.running()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out []peer.ID
+	for ai := range kad.FindProvidersAsync(ctx, k.CID(), 0) {
+		out = append(out, ai.ID)
+	}
+	return out
+}
+
+// TestProviderRecordLifetimes checks, in virtual time, that removed keys
+// stop being reprovided and vanish from the DHT within ProvideValidity,
+// that kept keys survive by reprovide, and that a dead provider is
+// forgotten within ProvideValidity (not kad-dht's default 48 h).
+func TestProviderRecordLifetimes(t *testing.T) {
+	synctestTest(t, func(t *testing.T) {
+		c := newCluster(t, 6, 10*time.Millisecond, nil)
+		prov, dead, q := c.nodes[1], c.nodes[2], c.nodes[4]
+		keyA, keyB := record.SkillKey("skill-a", "cap-a"), record.SkillKey("skill-b", "cap-b")
+		prov.host(t, 1, skillSpec{"skill-a": {"cap-a"}, "skill-b": {"cap-b"}})
+		dead.host(t, 1, skillSpec{"skill-a": {"cap-a"}})
+		eventually(t, time.Minute, "both providers visible", func() bool {
+			a := providersOf(t, q, keyA)
+			return slices.Contains(a, prov.h.ID()) && slices.Contains(a, dead.h.ID()) &&
+				slices.Contains(providersOf(t, q, keyB), prov.h.ID())
+		})
+
+		// Unregister skill-b (seq 2 without it); kill the other provider.
+		prov.host(t, 2, skillSpec{"skill-a": {"cap-a"}})
+		if err := dead.d.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := dead.h.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// Halfway through the validity everything is still there: the DHT
+		// alone cannot tell (Find's fetch does).
+		time.Sleep(DefaultProvideValidity / 2)
+		if !slices.Contains(providersOf(t, q, keyB), prov.h.ID()) {
+			t.Fatal("skill-b provider record vanished before its validity ended")
+		}
+		// After validity + one reprovide interval: removed and dead are gone,
+		// the kept key was reprovided and is still found.
+		time.Sleep(DefaultProvideValidity/2 + DefaultReprovideInterval + time.Minute)
+		if got := providersOf(t, q, keyB); slices.Contains(got, prov.h.ID()) {
+			t.Fatalf("removed key still provided after %v: %v", DefaultProvideValidity, got)
+		}
+		a := providersOf(t, q, keyA)
+		if slices.Contains(a, dead.h.ID()) {
+			t.Fatal("dead provider still on the DHT after its validity")
+		}
+		if !slices.Contains(a, prov.h.ID()) {
+			t.Fatal("kept key was not reprovided")
+		}
+		fs, err := q.d.Find(context.Background(), "skill-a", "cap-a", 0)
+		if err != nil || len(fs) != 1 || fs[0].Record.Agent.Seq != 2 {
+			t.Fatalf("Find after churn = %+v, %v", fs, err)
+		}
+		// The value follows the record too: seq 2 is what GetRecord sees,
+		// and it is still there after several ValueMaxAge periods.
+		time.Sleep(3 * DefaultValueMaxAge)
+		got, err := q.d.GetRecord(context.Background(), prov.id.AgentID)
+		if err != nil || got.Agent.Seq != 2 {
+			t.Fatalf("GetRecord after republishes = %v, %v", got, err)
+		}
+	})
+}
