@@ -48,7 +48,7 @@ var (
 	// Identifiers must not contain the separators of the seed-001 text
 	// messages (: ; , |), the DHT wildcard (*), whitespace or control
 	// characters, so that every transport can carry them unescaped.
-	identRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/@+-]*$`)
+	identRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_./@+-]*$`)
 )
 
 // ValidIdent reports whether s may be used as a skill, capability or scene id.
