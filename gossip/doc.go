@@ -1,0 +1,85 @@
+// Package gossip is agentd's GossipSub transport (go-libp2p-pubsub): the
+// network-wide announce topic, scene topics, the validators that guard
+// them, peer scoring, and the /agentd/sync/1.0.0 protocol that gives a
+// joining node the live view its neighbours hold. Gossip only carries
+// news; Sync and the unknown-agent fetch make sure nobody stays blind to
+// what was announced before it arrived.
+//
+// # Topics
+//
+//   - /agentd/announce/1.0.0 — every node joins it; it carries announce,
+//     heartbeat, status and unregister messages.
+//   - /agentd/scene/<name>/1.0.0 — joined with JoinScene (seed 001 §4);
+//     PublishAnnounce also publishes there when the record has a skill in
+//     the scene. An announcement on a scene topic must list the scene.
+//
+// # Wire format
+//
+// One JSON object per pubsub message, at most 64 KiB
+// (record.MaxMessageBytes), I-JSON (RFC 7493: no duplicate names):
+//
+//	{"protocol_version":"v1.0","type":"announce","announce":{<record.Announce>}}
+//	{"protocol_version":"v1.0","type":"heartbeat"|"status"|"unregister","beat":{<record.WireBeat>}}
+//
+// record.Announce is the seed-000 Announce message (agent object,
+// signature by the agent key, peer_signature by the peer key, both over
+// the RFC 8785 form of the agent object). record.WireBeat is
+// {"beat":{agent_id, peer_id, seq, status, timestamp, reason, interval_ms},
+// "signature":<base64 agent-key signature over the RFC 8785 form of beat>}.
+// A status message must carry status; an unregister message must carry
+// reason (SHUTDOWN, ERROR, MAINTENANCE, UPGRADE). Unknown members are
+// ignored.
+//
+// Every pubsub message is signed by its author's host key (pubsub's
+// StrictSign), and the validator requires the author to be the peer_id
+// the record or beat names, so only the host of an agent can speak for it
+// over gossip.
+//
+// The message id is base64url(SHA-256(uvarint(len(topic)) ‖ topic ‖
+// uvarint(len(from)) ‖ from ‖ data)): a content hash bound to the author
+// and the topic (see MessageID).
+//
+// # Validation
+//
+// The topic validator checks, in order: size; I-JSON; protocol_version
+// (an unsupported major is ignored, a newer minor accepted with one
+// warning per peer); the envelope and the record or beat fields; scene
+// membership on scene topics; the signatures and the peer binding
+// (trust.Verifier.VerifyAgent with From = author, VerifyBeat with the
+// author); then, for messages from other nodes, whether the message is
+// news (Sink.CheckAnnounce / CheckBeat). Failures every node judges alike
+// — malformed, too_large, unsigned, bad_signature, bad_peer_signature,
+// peer_mismatch, scene_mismatch — are rejected, which costs the peer that
+// forwarded the message score (P4); failures that depend on local state
+// or policy — unsupported_version, unknown_key, replay, expired,
+// not_yet_valid, not_allowlisted, key_mismatch, certificate reasons,
+// internal — are ignored without penalty. Malformed content under a newer
+// minor version is ignored too. Every refusal is counted in
+// agentd_validation_rejects_total{transport="gossip",reason}, every
+// accepted message from another node in agentd_gossip_delivered_total.
+//
+// A beat whose agent key is unknown triggers Sink.UnknownAgent (at most
+// once per agent per backoff, off the validator), so the node fetches the
+// record over /agentd/record/1.0.0.
+//
+// # Sync protocol /agentd/sync/1.0.0
+//
+// One request and one answer per stream, each an unsigned-varint length
+// followed by that many bytes of JSON:
+//
+//	request: {"protocol_version":"v1.0","limit":N}           (≤ 1 KiB; 0 ≤ N ≤ 10000)
+//	answer:  {"protocol_version":"v1.0","records":[<record.Announce>...]}
+//	     or  {"protocol_version":"v1.0","records":[],"error":{"code":"ErrRateLimited","message":"..."}}
+//
+// The responder sends at most min(N, its SyncLimit) records (N = 0 means
+// its SyncLimit) of its live view; the requester reads at most
+// N × (32 KiB + 1 KiB) + 4 KiB and verifies every record.
+//
+// # Lifecycle
+//
+// New builds the router (pubsub starts its own loops, bound to the
+// context given to New); Start joins the announce topic; Close leaves the
+// topics, stops the router and waits for every goroutine this package
+// started. Scoring parameters and their reasons are in config.go and
+// docs/protocol.md.
+package gossip

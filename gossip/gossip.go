@@ -1,0 +1,601 @@
+package gossip
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/agentd/agentd/metrics"
+	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/trust"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	pb "github.com/libp2p/go-libp2p-pubsub/pb"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"golang.org/x/time/rate"
+)
+
+// AnnounceTopic is the network-wide topic every node joins.
+const AnnounceTopic = "/agentd/announce/1.0.0"
+
+// SyncProtocol is the stream protocol that serves a node's live view to a
+// neighbour that just joined.
+const SyncProtocol = "/agentd/sync/1.0.0"
+
+const (
+	scenePrefix = "/agentd/scene/"
+	sceneSuffix = "/1.0.0"
+)
+
+// topicRe matches the topics agentd nodes track for their peers: the
+// announce topic and scene topics. Subscriptions to anything else are not
+// tracked (and at most maxSubsPerRPC are read from one RPC), so a peer
+// cannot make this node keep state for arbitrary topics.
+var topicRe = regexp.MustCompile(`^/agentd/(announce|scene/[A-Za-z0-9][A-Za-z0-9._/@+-]{0,127})/1\.0\.0$`)
+
+const maxSubsPerRPC = 128
+
+// SceneTopic returns the topic of a scene: "/agentd/scene/<name>/1.0.0".
+// It returns "" when name is not a valid identifier (record.ValidIdent).
+func SceneTopic(name string) string {
+	if !record.ValidIdent(name) {
+		return ""
+	}
+	return scenePrefix + name + sceneSuffix
+}
+
+// SceneOfTopic returns the scene name of a scene topic.
+func SceneOfTopic(topic string) (string, bool) {
+	if !strings.HasPrefix(topic, scenePrefix) || !strings.HasSuffix(topic, sceneSuffix) {
+		return "", false
+	}
+	name := topic[len(scenePrefix) : len(topic)-len(sceneSuffix)]
+	if !record.ValidIdent(name) {
+		return "", false
+	}
+	return name, true
+}
+
+// Sentinel errors.
+var (
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("gossip: closed")
+	// ErrNotStarted is returned by publishing before Start.
+	ErrNotStarted = errors.New("gossip: not started")
+	// ErrAlreadyStarted is returned by a second Start.
+	ErrAlreadyStarted = errors.New("gossip: already started")
+	// ErrForeignRecord is returned when publishing a record or beat that
+	// names another peer: gossip binds every message to its author's host
+	// key, so a node can only announce what it hosts.
+	ErrForeignRecord = errors.New("gossip: record names another peer")
+	// ErrRejected is returned when this node's own validator refuses a
+	// message it was asked to publish; the error names the reason.
+	ErrRejected = errors.New("gossip: message rejected")
+	// ErrInvalidScene is returned for a scene name that is not an identifier.
+	ErrInvalidScene = errors.New("gossip: invalid scene name")
+	// ErrSceneNotJoined is returned by LeaveScene for a scene not joined.
+	ErrSceneNotJoined = errors.New("gossip: scene not joined")
+	// ErrTooManyScenes is returned when Config.MaxScenes are joined.
+	ErrTooManyScenes = errors.New("gossip: too many scenes")
+	// ErrNoPeers is returned by Sync when no neighbour is connected.
+	ErrNoPeers = errors.New("gossip: no peers to sync with")
+)
+
+// Sink receives what gossip accepts. The live view implements it.
+type Sink interface {
+	// CheckAnnounce and CheckBeat run inside the topic validator after the
+	// signature checks: nil if the message is news; a *trust.RejectError
+	// with ReasonReplay when its seq is not newer than what the view holds
+	// or a tombstone covers it (the message is then ignored and counted).
+	// They must be fast and must not block. They are advisory: deliveries
+	// run later and concurrently, so Announce and Beat must re-check.
+	CheckAnnounce(sa *record.SignedAgent) error
+	CheckBeat(kind Kind, sb *record.SignedBeat) error
+	// Announce and Beat deliver accepted messages, from the subscription
+	// loop of the topic they arrived on (never from the validator). from is
+	// the author, which the validator checked is the record's or beat's
+	// peer_id; topic is the pubsub topic, or SyncProtocol for records
+	// learnt by Sync. Each message is delivered once, with the first topic
+	// it arrived on. Messages this node published are not delivered.
+	Announce(sa *record.SignedAgent, from peer.ID, topic string)
+	Beat(kind Kind, sb *record.SignedBeat, from peer.ID, topic string)
+	// UnknownAgent is called when a beat names an agent whose key is not
+	// known (trust reason unknown_key), so the node can fetch that agent's
+	// record from from over /agentd/record/1.0.0. Gossip calls it at most
+	// once per agent per Config.UnknownAgentBackoff, from a small worker
+	// pool, never from the validator; it may block.
+	UnknownAgent(agentID string, from peer.ID)
+	// LiveRecords returns up to limit records the view holds as alive; it
+	// answers sync requests.
+	LiveRecords(limit int) []*record.SignedAgent
+}
+
+// Gossip is agentd's GossipSub transport: the announce topic, scene
+// topics, their validators and the sync protocol. Build it with New, call
+// Start once, and Close when done.
+type Gossip struct {
+	h    host.Host
+	cfg  Config
+	v    *trust.Verifier
+	sink Sink
+	m    *metrics.Metrics
+	log  *slog.Logger
+	ps   *pubsub.PubSub
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	started  bool
+	closed   bool
+	announce *topicState
+	scenes   map[string]*topicState
+
+	recent  *recentCache
+	unknown *unknownQueue
+	mesh    *meshTracker
+	warned  *peerSet // peers warned about a newer minor version
+
+	scoresMu   sync.Mutex
+	scores     map[peer.ID]float64
+	graylisted map[peer.ID]bool
+
+	serveSem chan struct{}
+	limitMu  sync.Mutex
+	limiters map[peer.ID]*rate.Limiter
+}
+
+type topicState struct {
+	topic  string
+	scene  string
+	t      *pubsub.Topic
+	sub    *pubsub.Subscription
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New builds the GossipSub router on h with the configured parameters and
+// peer scoring. It validates cfg (pubsub validates the router and score
+// parameters too; its error is returned). The router runs until ctx ends or
+// Close is called; topics are joined by Start and JoinScene. m and log may
+// be nil.
+func New(ctx context.Context, h host.Host, cfg Config, v *trust.Verifier, sink Sink, m *metrics.Metrics, log *slog.Logger) (*Gossip, error) {
+	if h == nil || v == nil || sink == nil {
+		return nil, errors.New("gossip: host, verifier and sink are required")
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("component", "gossip")
+	g := &Gossip{
+		h: h, cfg: c, v: v, sink: sink, m: m, log: log,
+		scenes:     map[string]*topicState{},
+		recent:     newRecentCache(recentTTL, recentMax),
+		warned:     newPeerSet(1024),
+		scores:     map[peer.ID]float64{},
+		graylisted: map[peer.ID]bool{},
+		serveSem:   make(chan struct{}, c.SyncServeConcurrency),
+		limiters:   map[peer.ID]*rate.Limiter{},
+	}
+	if c.defaultScore {
+		c.Score.IPColocationFactorWhitelist = append(c.Score.IPColocationFactorWhitelist, ownNets(h.Addrs())...)
+		g.cfg = c
+	}
+	g.ctx, g.cancel = context.WithCancel(ctx)
+	g.unknown = newUnknownQueue(c.UnknownAgentBackoff)
+	g.mesh = newMeshTracker(g)
+	opts := []pubsub.Option{
+		pubsub.WithGossipSubParams(*c.Params),
+		pubsub.WithPeerScore(c.Score, c.Thresholds),
+		pubsub.WithPeerScoreInspect(g.onScores, c.ScoreInspectPeriod),
+		pubsub.WithPeerExchange(c.PeerExchange),
+		pubsub.WithFloodPublish(c.FloodPublish),
+		pubsub.WithMessageIdFn(MessageID),
+		pubsub.WithMessageSignaturePolicy(pubsub.StrictSign),
+		pubsub.WithSubscriptionFilter(pubsub.WrapLimitSubscriptionFilter(pubsub.NewRegexpSubscriptionFilter(topicRe), maxSubsPerRPC)),
+		pubsub.WithLogger(log.With("sub", "pubsub")),
+		pubsub.WithRawTracer(g.mesh),
+	}
+	ps, err := pubsub.NewGossipSub(g.ctx, h, opts...)
+	if err != nil {
+		g.cancel()
+		return nil, fmt.Errorf("gossip: gossipsub: %w", err)
+	}
+	g.ps = ps
+	return g, nil
+}
+
+// MessageID is the pubsub message id: base64url (unpadded) of SHA-256
+// over the topic, the author and the payload, each length-prefixed (see
+// the package doc). It is a content hash: the same signed payload from
+// the same author on the same topic has one id however it travels, and a
+// re-announcement differs by its seq and timestamp. The author is part of
+// the hash so that nobody can occupy the id of an honest message by
+// publishing its payload first under their own key; the topic is, so
+// that the same announcement travels independently on the announce topic
+// and a scene topic.
+func MessageID(m *pb.Message) string {
+	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	write := func(b []byte) {
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))])
+		h.Write(b)
+	}
+	write([]byte(m.GetTopic()))
+	write(m.GetFrom())
+	h.Write(m.GetData())
+	return base64.RawURLEncoding.EncodeToString(h.Sum(nil))
+}
+
+// contentKey identifies a payload by its author across topics.
+func contentKey(author peer.ID, data []byte) [32]byte {
+	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	h.Write(n[:binary.PutUvarint(n[:], uint64(len(author)))])
+	io.WriteString(h, string(author))
+	h.Write(data)
+	var k [32]byte
+	h.Sum(k[:0])
+	return k
+}
+
+// Start joins the announce topic, starts the delivery loop and the
+// unknown-agent workers, and registers the sync handler.
+func (g *Gossip) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case g.closed:
+		return ErrClosed
+	case g.started:
+		return ErrAlreadyStarted
+	}
+	ts, err := g.joinLocked(AnnounceTopic, "")
+	if err != nil {
+		return err
+	}
+	g.announce = ts
+	g.started = true
+	for range g.cfg.UnknownAgentWorkers {
+		g.wg.Go(func() { g.unknown.work(g.ctx, g.sink) })
+	}
+	g.h.SetStreamHandler(SyncProtocol, g.handleSync)
+	g.log.Info("gossip started", "topic", AnnounceTopic, "peer_exchange", g.cfg.PeerExchange, "flood_publish", g.cfg.FloodPublish)
+	return nil
+}
+
+// joinLocked registers the validator, joins and subscribes to topic and
+// starts its delivery loop. g.mu is held.
+func (g *Gossip) joinLocked(topic, scene string) (*topicState, error) {
+	val := func(_ context.Context, _ peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
+		return g.validate(topic, scene, msg)
+	}
+	if err := g.ps.RegisterTopicValidator(topic, val); err != nil {
+		return nil, fmt.Errorf("gossip: validator for %s: %w", topic, err)
+	}
+	fail := func(err error) (*topicState, error) {
+		_ = g.ps.UnregisterTopicValidator(topic)
+		return nil, err
+	}
+	t, err := g.ps.Join(topic)
+	if err != nil {
+		return fail(fmt.Errorf("gossip: join %s: %w", topic, err))
+	}
+	if scene != "" {
+		if err := t.SetScoreParams(g.cfg.SceneTopicScore); err != nil {
+			_ = t.Close()
+			return fail(fmt.Errorf("gossip: score parameters for %s: %w", topic, err))
+		}
+	}
+	sub, err := t.Subscribe(pubsub.WithBufferSize(g.cfg.SubscriptionBuffer))
+	if err != nil {
+		_ = t.Close()
+		return fail(fmt.Errorf("gossip: subscribe %s: %w", topic, err))
+	}
+	ctx, cancel := context.WithCancel(g.ctx)
+	ts := &topicState{topic: topic, scene: scene, t: t, sub: sub, cancel: cancel, done: make(chan struct{})}
+	g.wg.Go(func() { g.deliver(ctx, ts) })
+	return ts, nil
+}
+
+// deliver hands accepted messages of one topic to the sink.
+func (g *Gossip) deliver(ctx context.Context, ts *topicState) {
+	defer close(ts.done)
+	self := g.h.ID()
+	for {
+		msg, err := ts.sub.Next(ctx)
+		if err != nil {
+			return
+		}
+		author := msg.GetFrom()
+		if msg.Local || author == self {
+			continue
+		}
+		a, ok := msg.ValidatorData.(*accepted)
+		if !ok || a.dup {
+			continue
+		}
+		switch {
+		case a.msg.Kind == KindAnnounce:
+			g.sink.Announce(a.msg.Agent, author, ts.topic)
+		default:
+			g.sink.Beat(a.msg.Kind, a.msg.Beat, author, ts.topic)
+		}
+	}
+}
+
+// leave stops a topic's delivery loop and leaves the topic.
+func (g *Gossip) leave(ts *topicState) {
+	ts.sub.Cancel()
+	ts.cancel()
+	<-ts.done
+	_ = g.ps.UnregisterTopicValidator(ts.topic)
+	if err := ts.t.Close(); err != nil && g.ctx.Err() == nil {
+		g.log.Debug("close topic failed", "topic", ts.topic, "err", err)
+	}
+}
+
+// PublishAnnounce publishes sa on the announce topic and on the joined
+// scene topics of its skills. sa must name this host's peer id. The
+// message is validated like a received one (except for the replay check),
+// so a record the network would refuse is refused here with ErrRejected.
+func (g *Gossip) PublishAnnounce(ctx context.Context, sa *record.SignedAgent) error {
+	if sa == nil {
+		return fmt.Errorf("%w: nil record", ErrRejected)
+	}
+	if sa.Agent.PeerID != g.h.ID().String() {
+		return fmt.Errorf("%w: record of agent %s names peer %s, this host is %s", ErrForeignRecord, sa.Agent.AgentID, sa.Agent.PeerID, g.h.ID())
+	}
+	data, err := EncodeAnnounce(sa)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrRejected, err)
+	}
+	topics, err := g.publishTopics(sa.Agent.AllScenes())
+	if err != nil {
+		return err
+	}
+	return g.publish(ctx, KindAnnounce, data, topics)
+}
+
+// PublishBeat publishes a heartbeat, status or unregister statement on the
+// announce topic. sb must name this host's peer id, and the agent's key
+// must be known to the verifier (verify the agent's own record first).
+func (g *Gossip) PublishBeat(ctx context.Context, kind Kind, sb *record.SignedBeat) error {
+	if sb == nil {
+		return fmt.Errorf("%w: nil beat", ErrRejected)
+	}
+	if sb.Beat.PeerID != g.h.ID().String() {
+		return fmt.Errorf("%w: %s of agent %s names peer %s, this host is %s", ErrForeignRecord, kind, sb.Beat.AgentID, sb.Beat.PeerID, g.h.ID())
+	}
+	data, err := EncodeBeat(kind, sb)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrRejected, err)
+	}
+	topics, err := g.publishTopics(nil)
+	if err != nil {
+		return err
+	}
+	return g.publish(ctx, kind, data, topics)
+}
+
+// publishTopics returns the announce topic and the joined scene topics
+// among scenes.
+func (g *Gossip) publishTopics(scenes []string) ([]*topicState, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case g.closed:
+		return nil, ErrClosed
+	case !g.started:
+		return nil, ErrNotStarted
+	}
+	out := []*topicState{g.announce}
+	for _, s := range scenes {
+		if ts, ok := g.scenes[s]; ok {
+			out = append(out, ts)
+		}
+	}
+	return out, nil
+}
+
+func (g *Gossip) publish(ctx context.Context, kind Kind, data []byte, topics []*topicState) error {
+	self := g.h.ID()
+	// Check first, for an error that says why; pubsub runs the validator
+	// again on publication, which then only says "validation failed".
+	for _, ts := range topics {
+		if _, _, reason, err := g.check(ts.topic, ts.scene, data, self); err != nil {
+			return fmt.Errorf("%w (%s) on %s: %v", ErrRejected, reason, ts.topic, err)
+		}
+	}
+	var errs []error
+	for _, ts := range topics {
+		if err := ts.t.Publish(ctx, data); err != nil {
+			errs = append(errs, fmt.Errorf("publish %s on %s: %w", kind, ts.topic, err))
+			continue
+		}
+		if g.m != nil {
+			g.m.GossipPublished.WithLabelValues(kind).Inc()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// JoinScene subscribes to a scene topic (seed 001 §4): its members are the
+// agents announcing skills in the scene. Joining a scene already joined
+// does nothing.
+func (g *Gossip) JoinScene(name string) error {
+	topic := SceneTopic(name)
+	if topic == "" {
+		return fmt.Errorf("%w: %q", ErrInvalidScene, truncate(name, 64))
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return ErrClosed
+	}
+	if _, ok := g.scenes[name]; ok {
+		return nil
+	}
+	if len(g.scenes) >= g.cfg.MaxScenes {
+		return fmt.Errorf("%w: %d joined, limit %d", ErrTooManyScenes, len(g.scenes), g.cfg.MaxScenes)
+	}
+	ts, err := g.joinLocked(topic, name)
+	if err != nil {
+		return err
+	}
+	g.scenes[name] = ts
+	g.log.Info("scene joined", "scene", name, "topic", topic)
+	return nil
+}
+
+// LeaveScene unsubscribes from a scene topic.
+func (g *Gossip) LeaveScene(name string) error {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return ErrClosed
+	}
+	ts, ok := g.scenes[name]
+	if !ok {
+		g.mu.Unlock()
+		return fmt.Errorf("%w: %q", ErrSceneNotJoined, truncate(name, 64))
+	}
+	delete(g.scenes, name)
+	g.mu.Unlock()
+	g.leave(ts)
+	g.log.Info("scene left", "scene", name)
+	return nil
+}
+
+// Scenes returns the joined scenes, sorted.
+func (g *Gossip) Scenes() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]string, 0, len(g.scenes))
+	for s := range g.scenes {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TopicPeers returns the peers known to be in the announce topic.
+func (g *Gossip) TopicPeers() []peer.ID {
+	g.mu.Lock()
+	ts := g.announce
+	g.mu.Unlock()
+	if ts == nil {
+		return nil
+	}
+	return ts.t.ListPeers()
+}
+
+// ScenePeers returns the peers known to be in a joined scene topic.
+func (g *Gossip) ScenePeers(name string) []peer.ID {
+	g.mu.Lock()
+	ts := g.scenes[name]
+	g.mu.Unlock()
+	if ts == nil {
+		return nil
+	}
+	return ts.t.ListPeers()
+}
+
+// MeshPeers returns this node's mesh peers in a topic (AnnounceTopic or
+// a SceneTopic): the peers it forwards every message to.
+func (g *Gossip) MeshPeers(topic string) []peer.ID { return g.mesh.peers(topic) }
+
+// PeerScores returns the latest peer scores computed by the router
+// (refreshed every Config.ScoreInspectPeriod).
+func (g *Gossip) PeerScores() map[peer.ID]float64 {
+	g.scoresMu.Lock()
+	defer g.scoresMu.Unlock()
+	out := make(map[peer.ID]float64, len(g.scores))
+	for p, s := range g.scores {
+		out[p] = s
+	}
+	return out
+}
+
+// onScores is the pubsub score inspector. pubsub calls it in a goroutine
+// of its own, so it only copies and logs.
+func (g *Gossip) onScores(scores map[peer.ID]float64) {
+	g.scoresMu.Lock()
+	defer g.scoresMu.Unlock()
+	g.scores = scores
+	limit := g.cfg.Thresholds.GraylistThreshold
+	for p, s := range scores {
+		below := s < limit
+		if below && !g.graylisted[p] {
+			g.log.Warn("peer graylisted", "peer", p, "score", s)
+		}
+		if below {
+			g.graylisted[p] = true
+		} else {
+			delete(g.graylisted, p)
+		}
+	}
+	for p := range g.graylisted {
+		if _, ok := scores[p]; !ok {
+			delete(g.graylisted, p)
+		}
+	}
+}
+
+// Close leaves every topic, stops the router and waits for the loops and
+// handlers this package started. It is idempotent. Close the host after.
+func (g *Gossip) Close() error {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil
+	}
+	g.closed = true
+	started := g.started
+	var topics []*topicState
+	if g.announce != nil {
+		topics = append(topics, g.announce)
+	}
+	for _, ts := range g.scenes {
+		topics = append(topics, ts)
+	}
+	g.scenes = map[string]*topicState{}
+	g.mu.Unlock()
+	if started {
+		g.h.RemoveStreamHandler(SyncProtocol)
+	}
+	for _, ts := range topics {
+		g.leave(ts)
+	}
+	g.cancel()
+	g.wg.Wait()
+	return nil
+}
+
+// enter registers a stream handler run; false after Close.
+func (g *Gossip) enter() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.wg.Add(1)
+	return true
+}

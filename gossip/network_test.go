@@ -1,0 +1,68 @@
+package gossip
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestPropagation20 runs 20 nodes on a sparse random topology with 20 ms
+// links and measures how long announcements take to reach every node.
+func TestPropagation20(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		const n = 20
+		tn := newTestNet(t, n, testConfig())
+		tn.connectSparse(3, 1)
+		tn.waitTopicPeers(1)
+		tn.waitMesh()
+
+		// Every node announces once; every node must learn all 19 others.
+		for _, nd := range tn.nodes {
+			if err := nd.g.PublishAnnounce(tn.ctx, nd.record(t)); err != nil {
+				t.Fatalf("publish: %v", err)
+			}
+		}
+		for i, nd := range tn.nodes {
+			waitFor(t, 10*time.Second, fmt.Sprintf("node %d to learn every agent", i), func() bool {
+				return len(nd.sink.deliveries(nil)) >= n-1
+			})
+		}
+		for i, nd := range tn.nodes {
+			if got := len(nd.sink.deliveries(nil)); got != n-1 {
+				t.Errorf("node %d: %d deliveries, want %d (each message delivered once)", i, got, n-1)
+			}
+		}
+
+		// Measure: rounds of re-announcements from different nodes.
+		var lat []time.Duration
+		var worst []time.Duration
+		for round := range 10 {
+			pub := tn.nodes[(round*7)%n]
+			sa := pub.record(t)
+			t0 := time.Now()
+			if err := pub.g.PublishAnnounce(context.Background(), sa); err != nil {
+				t.Fatalf("publish: %v", err)
+			}
+			var roundMax time.Duration
+			for _, nd := range tn.nodes {
+				if nd == pub {
+					continue
+				}
+				waitFor(t, 10*time.Second, "re-announcement", func() bool { return len(nd.sink.announcesOf(sa.Agent.AgentID, sa.Agent.Seq)) > 0 })
+				d := nd.sink.announcesOf(sa.Agent.AgentID, sa.Agent.Seq)[0].at.Sub(t0)
+				lat = append(lat, d)
+				roundMax = max(roundMax, d)
+			}
+			worst = append(worst, roundMax)
+		}
+		p50, p99 := percentile(lat, 50), percentile(lat, 99)
+		t.Logf("propagation over %d deliveries (20 nodes, degree>=3, 20 ms links, virtual time): p50 %v, p99 %v, max %v; full coverage per announcement p50 %v, max %v",
+			len(lat), p50, p99, percentile(lat, 100), percentile(worst, 50), percentile(worst, 100))
+		// Virtual time counts link latency only: 20 ms per hop. A mesh of
+		// degree >= 3 over 20 nodes has a diameter of a few hops.
+		if p99 > 200*time.Millisecond {
+			t.Errorf("p99 propagation %v, want <= 200 ms (10 hops)", p99)
+		}
+	})
+}

@@ -1,0 +1,425 @@
+package gossip
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/trust"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"golang.org/x/time/rate"
+)
+
+// Sync wire limits.
+const (
+	// maxSyncRequestBytes bounds a request frame.
+	maxSyncRequestBytes = 1024
+	// syncRecordAllowance is the room one record may take in an answer:
+	// the canonical agent object plus its two base64 signatures and JSON
+	// punctuation.
+	syncRecordAllowance = record.MaxAgentBytes + 1024
+	// syncFrameOverhead is the room for the rest of an answer.
+	syncFrameOverhead = 4096
+	// maxLimiters bounds the per-peer rate limiter table.
+	maxLimiters = 4096
+)
+
+// Error codes of a sync answer.
+const (
+	syncCodeRateLimited = record.CodeRateLimited
+	syncCodeBusy        = record.CodeServiceUnavailable
+	syncCodeVersion     = record.CodeUnsupportedVersion
+	syncCodeMalformed   = record.CodeMalformedPayload
+)
+
+// ErrSyncRefused is returned (wrapped, with the code) when a neighbour
+// answers a sync request with an error.
+var ErrSyncRefused = errors.New("gossip: sync refused")
+
+// syncRequest is the request of /agentd/sync/1.0.0.
+type syncRequest struct {
+	ProtocolVersion string `json:"protocol_version"`
+	Limit           int    `json:"limit"`
+}
+
+// syncResponse is the answer: records, or an error.
+type syncResponse struct {
+	ProtocolVersion string            `json:"protocol_version"`
+	Records         []record.Announce `json:"records"`
+	Error           *syncError        `json:"error,omitempty"`
+}
+
+type syncError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// syncAnswerBound is the largest answer a requester asking for limit
+// records accepts.
+func syncAnswerBound(limit int) int { return limit*syncRecordAllowance + syncFrameOverhead }
+
+// writeFrame writes one unsigned-varint-length-prefixed frame.
+func writeFrame(w io.Writer, b []byte) error {
+	var n [binary.MaxVarintLen64]byte
+	if _, err := w.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))]); err != nil {
+		return err
+	}
+	_, err := w.Write(b)
+	return err
+}
+
+// readFrame reads one frame of at most max bytes.
+func readFrame(r *bufio.Reader, max int) ([]byte, error) {
+	n, err := binary.ReadUvarint(r)
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, io.ErrUnexpectedEOF
+		}
+		return nil, fmt.Errorf("frame length: %w", err)
+	}
+	if n > uint64(max) {
+		return nil, fmt.Errorf("%w: frame of %d bytes, limit %d", record.ErrTooLarge, n, max)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return nil, fmt.Errorf("frame body: %w", err)
+	}
+	return b, nil
+}
+
+// decodeSyncRequest parses and checks a request frame. An unsupported
+// major version yields record.ErrUnsupportedVersion.
+func decodeSyncRequest(b []byte) (*syncRequest, error) {
+	if len(b) > maxSyncRequestBytes {
+		return nil, fmt.Errorf("%w: sync request is %d bytes, limit %d", record.ErrTooLarge, len(b), maxSyncRequestBytes)
+	}
+	if _, err := record.CanonicalizeJSON(b); err != nil {
+		return nil, err
+	}
+	if _, _, err := readVersion(b); err != nil {
+		return nil, err
+	}
+	var r syncRequest
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, &record.FieldError{Field: "limit", Reason: "must be an integer: " + err.Error()}
+	}
+	if r.Limit < 0 || r.Limit > maxSyncLimit {
+		return nil, &record.FieldError{Field: "limit", Reason: fmt.Sprintf("must be between 0 and %d", maxSyncLimit)}
+	}
+	return &r, nil
+}
+
+// decodeSyncResponse parses an answer frame to a request for limit
+// records. The records are decoded (versions negotiated, fields
+// validated) but not verified. A record that fails to decode is dropped
+// and counted in bad; an error answer yields ErrSyncRefused.
+func decodeSyncResponse(b []byte, limit int) (recs []*record.SignedAgent, bad int, err error) {
+	if len(b) > syncAnswerBound(limit) {
+		return nil, 0, fmt.Errorf("%w: sync answer is %d bytes, limit %d", record.ErrTooLarge, len(b), syncAnswerBound(limit))
+	}
+	if _, _, err := readVersion(b); err != nil {
+		return nil, 0, err
+	}
+	var r struct {
+		Records []json.RawMessage `json:"records"`
+		Error   *syncError        `json:"error"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, 0, &record.FieldError{Field: "records", Reason: err.Error()}
+	}
+	if r.Error != nil {
+		return nil, 0, fmt.Errorf("%w: %s: %s", ErrSyncRefused, truncate(r.Error.Code, 64), truncate(r.Error.Message, 256))
+	}
+	if len(r.Records) > limit {
+		return nil, 0, &record.FieldError{Field: "records", Reason: fmt.Sprintf("has %d records, %d were asked for", len(r.Records), limit)}
+	}
+	for _, raw := range r.Records {
+		sa, err := decodeAnnounce(raw)
+		if err != nil {
+			bad++
+			continue
+		}
+		recs = append(recs, sa)
+	}
+	return recs, bad, nil
+}
+
+// decodeAnnounce parses one record of a sync answer.
+func decodeAnnounce(raw []byte) (*record.SignedAgent, error) {
+	if len(raw) > syncRecordAllowance {
+		return nil, fmt.Errorf("%w: record is %d bytes", record.ErrTooLarge, len(raw))
+	}
+	var a record.Announce
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return nil, &record.FieldError{Field: "records[]", Reason: err.Error()}
+	}
+	if a.ProtocolVersion == "" {
+		a.ProtocolVersion = record.ProtocolVersion
+	}
+	if _, err := record.CheckVersion(a.ProtocolVersion); err != nil {
+		return nil, err
+	}
+	return record.FromAnnounce(a)
+}
+
+func encodeSyncError(code, msg string) []byte {
+	b, _ := json.Marshal(syncResponse{ProtocolVersion: record.ProtocolVersion, Records: []record.Announce{}, Error: &syncError{Code: code, Message: msg}})
+	return b
+}
+
+// handleSync serves one sync request: rate-limited per peer, bounded in
+// concurrency, size and time.
+func (g *Gossip) handleSync(s network.Stream) {
+	if !g.enter() {
+		_ = s.Reset()
+		return
+	}
+	defer g.wg.Done()
+	remote := s.Conn().RemotePeer()
+	ctx, cancel := context.WithTimeout(g.ctx, g.cfg.SyncTimeout)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { _ = s.Reset() })
+	defer stop()
+	_ = s.SetDeadline(time.Now().Add(g.cfg.SyncTimeout))
+
+	answer := func(b []byte) {
+		if err := writeFrame(s, b); err != nil {
+			g.log.Debug("sync answer failed", "peer", remote, "err", err)
+			_ = s.Reset()
+			return
+		}
+		_ = s.Close()
+	}
+	select {
+	case g.serveSem <- struct{}{}:
+		defer func() { <-g.serveSem }()
+	default:
+		g.m.Reject("sync", "busy")
+		answer(encodeSyncError(syncCodeBusy, "too many sync requests in progress"))
+		return
+	}
+	req, err := readFrame(bufio.NewReaderSize(s, 256), maxSyncRequestBytes)
+	if err != nil {
+		g.m.Reject("sync", string(trust.ReasonOf(err)))
+		_ = s.Reset()
+		return
+	}
+	if !g.allowSync(remote) {
+		g.m.Reject("sync", "rate_limited")
+		answer(encodeSyncError(syncCodeRateLimited, "sync requests from this peer are rate-limited"))
+		return
+	}
+	r, err := decodeSyncRequest(req)
+	if err != nil {
+		reason := trust.ReasonOf(err)
+		g.m.Reject("sync", string(reason))
+		code := syncCodeMalformed
+		if reason == trust.ReasonVersion {
+			code = syncCodeVersion
+		}
+		answer(encodeSyncError(code, err.Error()))
+		return
+	}
+	limit := r.Limit
+	if limit <= 0 || limit > g.cfg.SyncLimit {
+		limit = g.cfg.SyncLimit
+	}
+	recs := g.sink.LiveRecords(limit)
+	resp := syncResponse{ProtocolVersion: record.ProtocolVersion, Records: make([]record.Announce, 0, min(len(recs), limit))}
+	for _, sa := range recs {
+		if len(resp.Records) >= limit {
+			break
+		}
+		if sa == nil || len(sa.Canonical) == 0 || len(sa.Canonical) > record.MaxAgentBytes {
+			continue
+		}
+		resp.Records = append(resp.Records, sa.Announce())
+	}
+	b, err := json.Marshal(resp)
+	if err != nil {
+		g.log.Warn("sync answer encoding failed", "err", err)
+		_ = s.Reset()
+		return
+	}
+	answer(b)
+	g.log.Debug("sync served", "peer", remote, "records", len(resp.Records))
+}
+
+// allowSync applies the per-peer rate limit.
+func (g *Gossip) allowSync(p peer.ID) bool {
+	g.limitMu.Lock()
+	defer g.limitMu.Unlock()
+	l, ok := g.limiters[p]
+	if !ok {
+		if len(g.limiters) >= maxLimiters {
+			// Forget peers whose bucket has refilled: they are idle.
+			for q, ql := range g.limiters {
+				if ql.Tokens() >= float64(g.cfg.SyncServeBurst) {
+					delete(g.limiters, q)
+				}
+			}
+			if len(g.limiters) >= maxLimiters {
+				return false
+			}
+		}
+		l = rate.NewLimiter(rate.Every(g.cfg.SyncServeInterval), g.cfg.SyncServeBurst)
+		g.limiters[p] = l
+	}
+	return l.Allow()
+}
+
+// Sync asks up to Config.SyncPeers neighbours (announce-topic peers first,
+// then other connected peers) for their live view, verifies every record
+// with the Verifier (no peer binding: a relayed record is self-certifying
+// through its peer signature), and hands the records that are news
+// (Sink.CheckAnnounce) to Sink.Announce with from set to the record's
+// peer and topic SyncProtocol. It returns how many records were news. It
+// fails with ErrNoPeers when no peer is connected, and with the joined
+// errors when no neighbour answered.
+func (g *Gossip) Sync(ctx context.Context) (int, error) {
+	if g.ctx.Err() != nil {
+		return 0, ErrClosed
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(g.ctx, cancel)
+	defer stop()
+
+	peers := g.syncCandidates()
+	if len(peers) == 0 {
+		return 0, ErrNoPeers
+	}
+	results := make([][]*record.SignedAgent, len(peers))
+	errs := make([]error, len(peers))
+	var wg sync.WaitGroup
+	for i, p := range peers {
+		wg.Go(func() { results[i], errs[i] = g.fetchLive(ctx, p) })
+	}
+	wg.Wait()
+
+	self := g.h.ID().String()
+	seen := map[[32]byte]bool{}
+	news, answered := 0, 0
+	for i, recs := range results {
+		if errs[i] != nil {
+			g.log.Debug("sync with peer failed", "peer", peers[i], "err", errs[i])
+			continue
+		}
+		answered++
+		for _, sa := range recs {
+			h := sa.Hash()
+			if seen[h] || sa.Agent.PeerID == self {
+				continue
+			}
+			seen[h] = true
+			if err := g.v.VerifyAgent(sa, trust.VerifyOptions{}); err != nil {
+				g.m.Reject("sync", string(verifyReason(err)))
+				continue
+			}
+			if err := g.sink.CheckAnnounce(sa); err != nil {
+				continue
+			}
+			pid, err := peer.Decode(sa.Agent.PeerID)
+			if err != nil {
+				continue // validated by record; unreachable
+			}
+			g.sink.Announce(sa, pid, SyncProtocol)
+			news++
+		}
+	}
+	if answered == 0 {
+		return 0, fmt.Errorf("gossip: sync: no neighbour answered: %w", errors.Join(errs...))
+	}
+	g.log.Debug("sync done", "peers", len(peers), "answered", answered, "new_records", news)
+	return news, nil
+}
+
+// syncCandidates picks up to SyncPeers neighbours: announce-topic peers,
+// then connected peers known to speak SyncProtocol, then other connected
+// peers (identify may not have finished), each group shuffled.
+func (g *Gossip) syncCandidates() []peer.ID {
+	want := g.cfg.SyncPeers
+	var out []peer.ID
+	taken := map[peer.ID]bool{g.h.ID(): true}
+	add := func(ps []peer.ID) {
+		rand.Shuffle(len(ps), func(i, j int) { ps[i], ps[j] = ps[j], ps[i] })
+		for _, p := range ps {
+			if len(out) >= want {
+				return
+			}
+			if !taken[p] {
+				taken[p] = true
+				out = append(out, p)
+			}
+		}
+	}
+	add(g.TopicPeers())
+	var speaks, others []peer.ID
+	for _, p := range g.h.Network().Peers() {
+		if taken[p] {
+			continue
+		}
+		if ok, err := g.h.Peerstore().SupportsProtocols(p, protocol.ID(SyncProtocol)); err == nil && len(ok) > 0 {
+			speaks = append(speaks, p)
+		} else {
+			others = append(others, p)
+		}
+	}
+	add(speaks)
+	add(others)
+	return out
+}
+
+// fetchLive runs one sync exchange with p.
+func (g *Gossip) fetchLive(ctx context.Context, p peer.ID) ([]*record.SignedAgent, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.SyncTimeout)
+	defer cancel()
+	s, err := g.h.NewStream(ctx, p, protocol.ID(SyncProtocol))
+	if err != nil {
+		return nil, fmt.Errorf("open sync stream: %w", err)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = s.Reset() })
+	defer stop()
+	_ = s.SetDeadline(time.Now().Add(g.cfg.SyncTimeout))
+	limit := g.cfg.SyncLimit
+	req, err := json.Marshal(syncRequest{ProtocolVersion: record.ProtocolVersion, Limit: limit})
+	if err != nil {
+		_ = s.Reset()
+		return nil, err
+	}
+	if err := writeFrame(s, req); err != nil {
+		_ = s.Reset()
+		return nil, fmt.Errorf("send sync request: %w", err)
+	}
+	_ = s.CloseWrite()
+	b, err := readFrame(bufio.NewReader(s), syncAnswerBound(limit))
+	if err != nil {
+		_ = s.Reset()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("read sync answer: %w", ctx.Err())
+		}
+		return nil, fmt.Errorf("read sync answer: %w", err)
+	}
+	_ = s.Close()
+	recs, bad, err := decodeSyncResponse(b, limit)
+	if err != nil {
+		return nil, err
+	}
+	if bad > 0 {
+		if g.m != nil {
+			g.m.Rejects.WithLabelValues("sync", string(trust.ReasonMalformed)).Add(float64(bad))
+		}
+		g.log.Debug("sync answer carried undecodable records", "peer", p, "count", bad)
+	}
+	return recs, nil
+}

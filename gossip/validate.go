@@ -1,0 +1,311 @@
+package gossip
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/trust"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Reasons this package adds to trust's.
+const (
+	// ReasonSceneMismatch: an announcement on a scene topic for an agent
+	// that has no skill in the scene.
+	ReasonSceneMismatch trust.Reason = "scene_mismatch"
+	// ReasonInternal: a local failure (e.g. reading a key pin) prevented a
+	// decision; the message is ignored, nobody is penalised.
+	ReasonInternal trust.Reason = "internal"
+)
+
+// metricsTransport is the transport label of rejection metrics.
+const metricsTransport = "gossip"
+
+// accepted is the ValidatorData of an accepted message.
+type accepted struct {
+	msg *Message
+	// dup marks a payload already accepted on another topic: forwarded on
+	// this one, not delivered to the sink again.
+	dup bool
+}
+
+// validate is the topic validator. See the package doc for the order of
+// the checks and which outcome each failure has.
+func (g *Gossip) validate(topic, scene string, msg *pubsub.Message) pubsub.ValidationResult {
+	a, res, reason, err := g.check(topic, scene, msg.Data, msg.GetFrom())
+	if err != nil {
+		g.m.Reject(metricsTransport, string(reason))
+		g.log.Debug("gossip message refused", "topic", topic, "author", msg.GetFrom(), "via", msg.ReceivedFrom, "reason", reason, "result", resultName(res), "err", err)
+		return res
+	}
+	msg.ValidatorData = a
+	if g.m != nil && !a.dup && msg.GetFrom() != g.h.ID() {
+		g.m.GossipDelivered.WithLabelValues(a.msg.Kind).Inc()
+	}
+	return pubsub.ValidationAccept
+}
+
+// check decodes and judges one payload authored by author. A nil error
+// means accept. Messages this node authored skip the sink's replay check
+// (the view applies local changes directly).
+func (g *Gossip) check(topic, scene string, data []byte, author peer.ID) (*accepted, pubsub.ValidationResult, trust.Reason, error) {
+	local := author == g.h.ID()
+	m, err := Decode(data, g.cfg.MaxMessageBytes)
+	if err != nil {
+		reason := trust.ReasonOf(err)
+		res := pubsub.ValidationReject
+		switch {
+		case reason == trust.ReasonVersion:
+			res = pubsub.ValidationIgnore
+		case reason == trust.ReasonMalformed && newerMinor(data):
+			// A later minor version may carry what this version cannot
+			// parse; do not penalise the peers that relay it.
+			res = pubsub.ValidationIgnore
+		}
+		return nil, res, reason, err
+	}
+	if m.NewerMinor && !local && g.warned.add(author) {
+		g.log.Warn("peer speaks a newer minor protocol version", "peer", author, "version", m.Version, "ours", record.ProtocolVersion)
+	}
+	if scene != "" && m.Kind == KindAnnounce && !slices.Contains(m.Agent.Agent.AllScenes(), scene) {
+		return nil, pubsub.ValidationReject, ReasonSceneMismatch,
+			&trust.RejectError{Reason: ReasonSceneMismatch, Detail: "agent " + m.Agent.Agent.AgentID + " has no skill in scene " + scene}
+	}
+	if m.Kind == KindAnnounce {
+		err = g.v.VerifyAgent(m.Agent, trust.VerifyOptions{From: author})
+	} else {
+		err = g.v.VerifyBeat(m.Beat, author)
+	}
+	if err != nil {
+		reason := verifyReason(err)
+		if reason == trust.ReasonUnknownKey && !local && m.Beat != nil {
+			g.unknown.request(m.Beat.Beat.AgentID, author)
+		}
+		return nil, resultFor(reason), reason, err
+	}
+	a := &accepted{msg: m}
+	if local {
+		return a, pubsub.ValidationAccept, "", nil
+	}
+	key := contentKey(author, data)
+	if g.recent.seenElsewhere(key, topic) {
+		a.dup = true
+		return a, pubsub.ValidationAccept, "", nil
+	}
+	if m.Kind == KindAnnounce {
+		err = g.sink.CheckAnnounce(m.Agent)
+	} else {
+		err = g.sink.CheckBeat(m.Kind, m.Beat)
+	}
+	if err != nil {
+		reason := verifyReason(err)
+		return nil, pubsub.ValidationIgnore, reason, err
+	}
+	g.recent.add(key, topic)
+	return a, pubsub.ValidationAccept, "", nil
+}
+
+// verifyReason classifies an error of the Verifier or the Sink. Only a
+// *trust.RejectError carries a verdict about the message; anything else is
+// a local failure.
+func verifyReason(err error) trust.Reason {
+	var re *trust.RejectError
+	if errors.As(err, &re) {
+		return re.Reason
+	}
+	return ReasonInternal
+}
+
+// resultFor maps a verification failure to the pubsub verdict. Reject
+// (which costs the forwarding peer P4 score) is kept for failures every
+// node judges the same way: malformed input, bad or missing signatures,
+// and an author that is not the record's peer. Failures that depend on
+// this node's state or policy (unknown or pinned keys, allow-list,
+// certificate roots, clock) are ignored without penalty: an honest relay
+// may have judged them differently.
+//
+// A beat whose signature does not verify with the pinned key is rejected:
+// beats carry no key, every node verifies them with the key it pinned from
+// the agent's record, and in a consistent network those are the same key.
+func resultFor(r trust.Reason) pubsub.ValidationResult {
+	switch r {
+	case trust.ReasonMalformed, trust.ReasonTooLarge, trust.ReasonUnsigned,
+		trust.ReasonBadSignature, trust.ReasonBadPeerSignature, trust.ReasonPeerMismatch,
+		ReasonSceneMismatch:
+		return pubsub.ValidationReject
+	}
+	return pubsub.ValidationIgnore
+}
+
+func resultName(r pubsub.ValidationResult) string {
+	switch r {
+	case pubsub.ValidationAccept:
+		return "accept"
+	case pubsub.ValidationReject:
+		return "reject"
+	case pubsub.ValidationIgnore:
+		return "ignore"
+	}
+	return "unknown"
+}
+
+// newerMinor reports whether data declares a newer minor version of ours.
+func newerMinor(data []byte) bool {
+	_, newer, err := readVersion(data)
+	return err == nil && newer
+}
+
+// ---- recent: payloads accepted per topic ----
+
+const (
+	// recentTTL matches pubsub's seen-messages TTL: after it, a copy would
+	// be a new message to pubsub too.
+	recentTTL = 2 * time.Minute
+	recentMax = 1 << 16
+)
+
+// recentCache remembers, for a bounded time and count, which topic each
+// accepted payload was first accepted on, so the same announcement arriving
+// on a scene topic after the announce topic is forwarded there (the sink
+// would call it a replay) without being delivered twice.
+type recentCache struct {
+	mu    sync.Mutex
+	ttl   time.Duration
+	max   int
+	m     map[[32]byte]recentEntry
+	order [][32]byte
+}
+
+type recentEntry struct {
+	topic string
+	at    time.Time
+}
+
+func newRecentCache(ttl time.Duration, max int) *recentCache {
+	return &recentCache{ttl: ttl, max: max, m: map[[32]byte]recentEntry{}}
+}
+
+func (c *recentCache) seenElsewhere(k [32]byte, topic string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[k]
+	return ok && e.topic != topic && time.Since(e.at) < c.ttl
+}
+
+func (c *recentCache) add(k [32]byte, topic string) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[k]; ok {
+		return
+	}
+	for len(c.order) > 0 {
+		old := c.order[0]
+		if len(c.m) < c.max && now.Sub(c.m[old].at) < c.ttl {
+			break
+		}
+		delete(c.m, old)
+		c.order = c.order[1:]
+	}
+	c.m[k] = recentEntry{topic: topic, at: now}
+	c.order = append(c.order, k)
+}
+
+// ---- peers warned once ----
+
+// peerSet is a bounded set; when full it starts over (a repeated warning is
+// harmless, unbounded memory is not).
+type peerSet struct {
+	mu  sync.Mutex
+	max int
+	m   map[peer.ID]struct{}
+}
+
+func newPeerSet(max int) *peerSet { return &peerSet{max: max, m: map[peer.ID]struct{}{}} }
+
+// add reports whether p was not yet in the set.
+func (s *peerSet) add(p peer.ID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.m[p]; ok {
+		return false
+	}
+	if len(s.m) >= s.max {
+		clear(s.m)
+	}
+	s.m[p] = struct{}{}
+	return true
+}
+
+// ---- unknown agents ----
+
+const (
+	unknownQueueLen   = 256
+	unknownMaxTracked = 4096
+)
+
+type unknownReq struct {
+	agentID string
+	from    peer.ID
+}
+
+// unknownQueue deduplicates Sink.UnknownAgent calls per agent and runs
+// them off the validator, on a bounded queue.
+type unknownQueue struct {
+	backoff time.Duration
+	ch      chan unknownReq
+	mu      sync.Mutex
+	last    map[string]time.Time
+}
+
+func newUnknownQueue(backoff time.Duration) *unknownQueue {
+	return &unknownQueue{backoff: backoff, ch: make(chan unknownReq, unknownQueueLen), last: map[string]time.Time{}}
+}
+
+// request queues a call unless one for the agent was queued within the
+// backoff. It never blocks: when the queue is full the request is dropped
+// and a later beat retries.
+func (u *unknownQueue) request(agentID string, from peer.ID) {
+	now := time.Now()
+	u.mu.Lock()
+	if t, ok := u.last[agentID]; ok && now.Sub(t) < u.backoff {
+		u.mu.Unlock()
+		return
+	}
+	if len(u.last) >= unknownMaxTracked {
+		for id, t := range u.last {
+			if now.Sub(t) >= u.backoff {
+				delete(u.last, id)
+			}
+		}
+		if len(u.last) >= unknownMaxTracked {
+			u.mu.Unlock()
+			return
+		}
+	}
+	u.last[agentID] = now
+	u.mu.Unlock()
+	select {
+	case u.ch <- unknownReq{agentID: agentID, from: from}:
+	default:
+		u.mu.Lock()
+		delete(u.last, agentID)
+		u.mu.Unlock()
+	}
+}
+
+func (u *unknownQueue) work(ctx context.Context, sink Sink) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-u.ch:
+			sink.UnknownAgent(r.agentID, r.from)
+		}
+	}
+}

@@ -1,0 +1,231 @@
+package gossip
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"github.com/agentd/agentd/record"
+)
+
+// Kind is the type of a gossip message. It is an alias of string so that
+// packages which must not import the transport (the live view) can declare
+// the same methods with plain strings and still satisfy Sink.
+type Kind = string
+
+// The four message kinds of the seed-001 message set.
+const (
+	KindAnnounce   Kind = "announce"
+	KindHeartbeat  Kind = "heartbeat"
+	KindStatus     Kind = "status"
+	KindUnregister Kind = "unregister"
+)
+
+// ValidKind reports whether k is one of the four message kinds.
+func ValidKind(k Kind) bool {
+	switch k {
+	case KindAnnounce, KindHeartbeat, KindStatus, KindUnregister:
+		return true
+	}
+	return false
+}
+
+// IsBeat reports whether k is carried by a signed beat (heartbeat, status,
+// unregister) rather than a full record.
+func IsBeat(k Kind) bool {
+	return k == KindHeartbeat || k == KindStatus || k == KindUnregister
+}
+
+// envelope is the JSON object of one pubsub message (see the package doc).
+type envelope struct {
+	ProtocolVersion string           `json:"protocol_version"`
+	Type            Kind             `json:"type"`
+	Announce        *record.Announce `json:"announce,omitempty"`
+	Beat            *record.WireBeat `json:"beat,omitempty"`
+}
+
+// Message is a decoded gossip message: exactly one of Agent (announce) and
+// Beat (heartbeat, status, unregister) is set. Signatures are decoded but
+// not verified; that is the trust.Verifier's job.
+type Message struct {
+	// Version is the envelope's protocol_version.
+	Version string
+	// NewerMinor is set when Version is a higher minor version of the major
+	// this node speaks (accepted; worth a warning).
+	NewerMinor bool
+	Kind       Kind
+	Agent      *record.SignedAgent
+	Beat       *record.SignedBeat
+}
+
+// EncodeAnnounce returns the pubsub payload announcing sa.
+func EncodeAnnounce(sa *record.SignedAgent) ([]byte, error) {
+	if sa == nil || len(sa.Canonical) == 0 {
+		return nil, fmt.Errorf("%w: announce: no signed record", record.ErrMalformed)
+	}
+	a := sa.Announce()
+	a.ProtocolVersion = record.ProtocolVersion
+	return encode(envelope{ProtocolVersion: record.ProtocolVersion, Type: KindAnnounce, Announce: &a})
+}
+
+// EncodeBeat returns the pubsub payload of a heartbeat, status or
+// unregister statement.
+func EncodeBeat(kind Kind, sb *record.SignedBeat) ([]byte, error) {
+	if !IsBeat(kind) {
+		return nil, fmt.Errorf("%w: type %q is not heartbeat, status or unregister", record.ErrMalformed, kind)
+	}
+	if sb == nil || len(sb.Canonical) == 0 {
+		return nil, fmt.Errorf("%w: %s: no signed beat", record.ErrMalformed, kind)
+	}
+	if err := checkBeatKind(kind, &sb.Beat); err != nil {
+		return nil, err
+	}
+	w := sb.Wire()
+	return encode(envelope{ProtocolVersion: record.ProtocolVersion, Type: kind, Beat: &w})
+}
+
+func encode(e envelope) ([]byte, error) {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", e.Type, err)
+	}
+	if len(b) > record.MaxMessageBytes {
+		return nil, fmt.Errorf("%w: %s message is %d bytes, limit %d", record.ErrTooLarge, e.Type, len(b), record.MaxMessageBytes)
+	}
+	return b, nil
+}
+
+// Decode parses one pubsub payload of at most maxBytes bytes (0 means
+// record.MaxMessageBytes). The checks run in this order, and the error
+// tells which failed (trust.ReasonOf classifies it):
+//
+//  1. size (record.ErrTooLarge);
+//  2. I-JSON: the payload must canonicalize under RFC 8785, so duplicate
+//     member names, invalid UTF-8 and unrepresentable numbers are refused
+//     (record.ErrMalformed);
+//  3. protocol_version: an unsupported major version is refused with
+//     record.ErrUnsupportedVersion before anything else is interpreted,
+//     since a future major may change the shape;
+//  4. type and the member it requires, then the record or beat itself
+//     (*record.FieldError naming the field).
+//
+// Unknown members are ignored, so a later minor version may add some.
+func Decode(b []byte, maxBytes int) (*Message, error) {
+	if maxBytes <= 0 {
+		maxBytes = record.MaxMessageBytes
+	}
+	if len(b) > maxBytes {
+		return nil, fmt.Errorf("%w: message is %d bytes, limit %d", record.ErrTooLarge, len(b), maxBytes)
+	}
+	if _, err := record.CanonicalizeJSON(b); err != nil {
+		return nil, err
+	}
+	version, newer, err := readVersion(b)
+	if err != nil {
+		return nil, err
+	}
+	var e envelope
+	if err := json.Unmarshal(b, &e); err != nil {
+		return nil, &record.FieldError{Field: "message", Reason: err.Error()}
+	}
+	m := &Message{Version: version, NewerMinor: newer, Kind: e.Type}
+	switch {
+	case e.Type == KindAnnounce:
+		if e.Beat != nil {
+			return nil, &record.FieldError{Field: "beat", Reason: "must not be present in an announce message"}
+		}
+		if e.Announce == nil {
+			return nil, &record.FieldError{Field: "announce", Reason: "is required for type announce"}
+		}
+		a := *e.Announce
+		if a.ProtocolVersion == "" {
+			a.ProtocolVersion = version
+		} else if _, err := record.CheckVersion(a.ProtocolVersion); err != nil {
+			return nil, fmt.Errorf("announce.protocol_version: %w", err)
+		}
+		sa, err := record.FromAnnounce(a)
+		if err != nil {
+			return nil, err
+		}
+		m.Agent = sa
+	case IsBeat(e.Type):
+		if e.Announce != nil {
+			return nil, &record.FieldError{Field: "announce", Reason: "must not be present in a " + e.Type + " message"}
+		}
+		if e.Beat == nil {
+			return nil, &record.FieldError{Field: "beat", Reason: "is required for type " + e.Type}
+		}
+		sb, err := record.ParseWireBeat(*e.Beat)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkBeatKind(e.Type, &sb.Beat); err != nil {
+			return nil, err
+		}
+		m.Beat = sb
+	case e.Type == "":
+		return nil, &record.FieldError{Field: "type", Reason: "is required"}
+	default:
+		return nil, &record.FieldError{Field: "type", Reason: fmt.Sprintf("%q is not one of announce, heartbeat, status, unregister", truncate(e.Type, 64))}
+	}
+	return m, nil
+}
+
+// readVersion reads and negotiates the protocol_version of a JSON object.
+func readVersion(b []byte) (version string, newer bool, err error) {
+	var probe struct {
+		ProtocolVersion json.RawMessage `json:"protocol_version"`
+	}
+	if err := json.Unmarshal(b, &probe); err != nil {
+		return "", false, &record.FieldError{Field: "message", Reason: "must be a JSON object: " + err.Error()}
+	}
+	if len(probe.ProtocolVersion) == 0 || json.Unmarshal(probe.ProtocolVersion, &version) != nil {
+		return "", false, &record.FieldError{Field: "protocol_version", Reason: "is required and must be a string"}
+	}
+	newer, err = record.CheckVersion(version)
+	return version, newer, err
+}
+
+// checkBeatKind enforces what each beat kind must carry: an unregister
+// names its reason, a status names the status.
+func checkBeatKind(kind Kind, b *record.Beat) error {
+	switch kind {
+	case KindUnregister:
+		if b.Reason == "" {
+			return &record.FieldError{Field: "beat.reason", Reason: "is required for unregister (SHUTDOWN, ERROR, MAINTENANCE or UPGRADE)"}
+		}
+	case KindStatus:
+		if b.Status == "" {
+			return &record.FieldError{Field: "beat.status", Reason: "is required for status"}
+		}
+	}
+	return nil
+}
+
+// Encode re-encodes a decoded message in this node's protocol version.
+func (m *Message) Encode() ([]byte, error) {
+	if m.Kind == KindAnnounce {
+		return EncodeAnnounce(m.Agent)
+	}
+	return EncodeBeat(m.Kind, m.Beat)
+}
+
+// Equal reports whether two decoded messages carry the same signed content.
+func (m *Message) Equal(o *Message) bool {
+	if m.Kind != o.Kind || (m.Agent == nil) != (o.Agent == nil) || (m.Beat == nil) != (o.Beat == nil) {
+		return false
+	}
+	if m.Agent != nil {
+		return bytes.Equal(m.Agent.Canonical, o.Agent.Canonical) &&
+			bytes.Equal(m.Agent.Signature, o.Agent.Signature) &&
+			bytes.Equal(m.Agent.PeerSignature, o.Agent.PeerSignature)
+	}
+	return bytes.Equal(m.Beat.Canonical, o.Beat.Canonical) && bytes.Equal(m.Beat.Signature, o.Beat.Signature)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
