@@ -60,8 +60,10 @@ func (d dropMsg) Handle(ctx context.Context, r slog.Record) error {
 	return d.Handler.Handle(ctx, r)
 }
 
-func (d dropMsg) WithAttrs(as []slog.Attr) slog.Handler { return dropMsg{d.Handler.WithAttrs(as), d.msg} }
-func (d dropMsg) WithGroup(n string) slog.Handler      { return dropMsg{d.Handler.WithGroup(n), d.msg} }
+func (d dropMsg) WithAttrs(as []slog.Attr) slog.Handler {
+	return dropMsg{d.Handler.WithAttrs(as), d.msg}
+}
+func (d dropMsg) WithGroup(n string) slog.Handler { return dropMsg{d.Handler.WithGroup(n), d.msg} }
 
 type tWriter struct{ t *testing.T }
 

@@ -71,12 +71,12 @@ func (mt *meshTracker) UndeliverableMessage(msg *pubsub.Message) {
 }
 
 func (mt *meshTracker) OnNewOutboundStream(peer.ID, protocol.ID) {}
-func (mt *meshTracker) Join(string)                               {}
-func (mt *meshTracker) ValidateMessage(*pubsub.Message)           {}
-func (mt *meshTracker) DeliverMessage(*pubsub.Message)            {}
-func (mt *meshTracker) RejectMessage(*pubsub.Message, string)     {}
-func (mt *meshTracker) DuplicateMessage(*pubsub.Message)          {}
-func (mt *meshTracker) ThrottlePeer(peer.ID)                      {}
-func (mt *meshTracker) RecvRPC(*pubsub.RPC)                       {}
-func (mt *meshTracker) SendRPC(*pubsub.RPC, peer.ID)              {}
-func (mt *meshTracker) DropRPC(*pubsub.RPC, peer.ID)              {}
+func (mt *meshTracker) Join(string)                              {}
+func (mt *meshTracker) ValidateMessage(*pubsub.Message)          {}
+func (mt *meshTracker) DeliverMessage(*pubsub.Message)           {}
+func (mt *meshTracker) RejectMessage(*pubsub.Message, string)    {}
+func (mt *meshTracker) DuplicateMessage(*pubsub.Message)         {}
+func (mt *meshTracker) ThrottlePeer(peer.ID)                     {}
+func (mt *meshTracker) RecvRPC(*pubsub.RPC)                      {}
+func (mt *meshTracker) SendRPC(*pubsub.RPC, peer.ID)             {}
+func (mt *meshTracker) DropRPC(*pubsub.RPC, peer.ID)             {}
