@@ -10,10 +10,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
 	"github.com/Masterminds/semver/v3"
+	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/trust"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -126,6 +128,14 @@ type Options struct {
 	MaxPeers int
 	// Now returns the current time (default time.Now).
 	Now func() time.Time
+
+	// SweepInterval is how often the store's goroutine drops entries past
+	// their grace window and fires the refresh hooks (default 1 s).
+	SweepInterval time.Duration
+	// Logger receives the store's logs (default slog.Default()).
+	Logger *slog.Logger
+	// Metrics, when set, gets the cache gauge (fresh and stale records).
+	Metrics *metrics.Metrics
 }
 
 // Store is agentd's state. Every method is safe for concurrent use.

@@ -1,0 +1,391 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentd/agentd/record"
+	badger "github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Defaults of Options (seed 001 §11.1 for the cache).
+const (
+	DefaultCacheTTL      = 300 * time.Second
+	DefaultMaxEntries    = 1000
+	DefaultStaleGrace    = time.Hour
+	DefaultRefreshBefore = 60 * time.Second
+	DefaultTombstoneTTL  = 24 * time.Hour
+	DefaultMaxPeers      = 256
+	DefaultSweepInterval = time.Second
+)
+
+// ErrExpired is returned by Put for an entry whose grace window has already
+// passed (it would be dropped at once).
+var ErrExpired = errors.New("entry expired beyond its grace window")
+
+// Badger sizing. agentd's data is small (a bounded cache of records of at
+// most 64 KiB, an address book, a few local registrations) and simnet runs
+// 100+ stores in one process, so the tables, caches and worker counts are
+// far below Badger's defaults. The memtable must hold the largest write
+// batch (15 % of it): one record plus its index postings and the deletion
+// of the previous version's postings.
+const (
+	memTableSize     = 8 << 20 // disk mode
+	memTableSizeMem  = 4 << 20 // in-memory mode (simnet: 100+ stores per process)
+	numMemtables     = 2
+	baseTableSize    = 2 << 20
+	baseLevelSize    = 8 << 20
+	numCompactors    = 2
+	numL0Tables      = 3
+	numL0TablesStall = 8
+	blockCacheSize   = 2 << 20 // disk mode only
+	valueLogFileSize = 16 << 20
+	valueThreshold   = 256 << 10 // > any value (records are at most 64 KiB): all live in the LSM tree, none in the value log
+)
+
+// Open opens (or creates) the store. Dir == "" selects Badger's in-memory
+// mode. The returned store owns one goroutine (expiry sweep and refresh
+// hooks) until Close.
+func Open(opts Options) (Store, error) {
+	return open(opts, false)
+}
+
+// open is Open with the choice of Badger's SyncWrites mode (every write
+// synced), kept for the benchmark that motivated the default (false: only
+// durable writes are synced, see db.durable).
+func open(opts Options, syncWrites bool) (*db, error) {
+	opts = withDefaults(opts)
+	if err := validateOptions(opts); err != nil {
+		return nil, err
+	}
+	log := opts.Logger.With("component", "store")
+	bo := badger.DefaultOptions(opts.Dir).
+		WithInMemory(opts.Dir == "").
+		WithLogger(badgerLogger{log}).
+		WithSyncWrites(syncWrites).
+		WithMemTableSize(memTableSize).
+		WithNumMemtables(numMemtables).
+		WithBaseTableSize(baseTableSize).
+		WithBaseLevelSize(baseLevelSize).
+		WithNumCompactors(numCompactors).
+		WithNumLevelZeroTables(numL0Tables).
+		WithNumLevelZeroTablesStall(numL0TablesStall).
+		WithValueLogFileSize(valueLogFileSize).
+		WithValueThreshold(valueThreshold).
+		WithCompression(options.None).
+		WithBlockCacheSize(0).
+		WithIndexCacheSize(0).
+		WithMetricsEnabled(false).
+		WithDetectConflicts(false).
+		WithNumGoroutines(2)
+	if opts.Dir != "" {
+		bo = bo.WithBlockCacheSize(blockCacheSize)
+	} else {
+		bo = bo.WithMemTableSize(memTableSizeMem)
+	}
+	bdb, err := badger.Open(bo)
+	if err != nil {
+		return nil, fmt.Errorf("open badger at %q: %w", opts.Dir, err)
+	}
+	s := &db{
+		opts:    opts,
+		log:     log,
+		bdb:     bdb,
+		entries: map[string]*centry{},
+		counts:  map[string]int{},
+		peers:   map[peer.ID]time.Time{},
+	}
+	if err := s.load(); err != nil {
+		return nil, errors.Join(err, bdb.Close())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.wg.Add(1)
+	go s.run(ctx)
+	return s, nil
+}
+
+func withDefaults(o Options) Options {
+	if o.CacheTTL == 0 {
+		o.CacheTTL = DefaultCacheTTL
+	}
+	if o.MaxEntries == 0 {
+		o.MaxEntries = DefaultMaxEntries
+	}
+	if o.StaleGrace == 0 {
+		o.StaleGrace = DefaultStaleGrace
+	}
+	if o.RefreshBefore == 0 {
+		o.RefreshBefore = DefaultRefreshBefore
+	}
+	if o.TombstoneTTL == 0 {
+		o.TombstoneTTL = DefaultTombstoneTTL
+	}
+	if o.MaxPeers == 0 {
+		o.MaxPeers = DefaultMaxPeers
+	}
+	if o.SweepInterval == 0 {
+		o.SweepInterval = DefaultSweepInterval
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+func validateOptions(o Options) error {
+	switch {
+	case o.CacheTTL < 0:
+		return fmt.Errorf("store option CacheTTL must be positive, got %v", o.CacheTTL)
+	case o.MaxEntries < 0:
+		return fmt.Errorf("store option MaxEntries must be positive, got %d", o.MaxEntries)
+	case o.StaleGrace < 0:
+		return fmt.Errorf("store option StaleGrace must not be negative, got %v", o.StaleGrace)
+	case o.RefreshBefore < 0:
+		return fmt.Errorf("store option RefreshBefore must not be negative, got %v", o.RefreshBefore)
+	case o.TombstoneTTL < 0:
+		return fmt.Errorf("store option TombstoneTTL must be positive, got %v", o.TombstoneTTL)
+	case o.MaxPeers < 0:
+		return fmt.Errorf("store option MaxPeers must be positive, got %d", o.MaxPeers)
+	case o.SweepInterval < 0:
+		return fmt.Errorf("store option SweepInterval must be positive, got %v", o.SweepInterval)
+	}
+	return nil
+}
+
+// db is the Badger-backed Store.
+//
+// The cache keeps, next to its Badger key spaces, an in-memory view of its
+// entries (the decoded record, times, source) with an expiry-ordered heap
+// and per-term posting counts. It is rebuilt from Badger at Open (at most
+// MaxEntries records), so it never needs writes of its own: the heap costs
+// nothing per Put where Badger keys x/<expiresAt>/<id> would add a write and
+// a delete to every Put and Touch, the counts let Query pick the most
+// selective index without scanning postings, and the decoded records spare
+// each read a record.ParseAnnounce (about 200 µs for a typical record).
+//
+// Locks, in the order they are taken: mu (the in-memory view; held across
+// the Badger write of a cache mutation so the two agree), then gate
+// (shared by unsynced writes, exclusive for a durable write and its
+// db.Sync, so no memtable rotation can slip between them), then seqMu is
+// taken before gate by NextSeq only. life guards Close against in-flight
+// calls.
+type db struct {
+	opts Options
+	log  *slog.Logger
+	bdb  *badger.DB
+
+	mu      sync.RWMutex
+	entries map[string]*centry
+	expiry  expiryHeap
+	counts  map[string]int // posting count per term (term.count())
+	peers   map[peer.ID]time.Time
+
+	gate  sync.RWMutex
+	seqMu sync.Mutex
+
+	hooksMu sync.Mutex
+	hooks   []func(Entry)
+
+	life      sync.RWMutex
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	sweeps    atomic.Uint64 // completed sweep rounds
+}
+
+var _ Store = (*db)(nil)
+
+// enter marks the start of a call; it fails after Close.
+func (s *db) enter(ctx context.Context) error {
+	s.life.RLock()
+	if s.closed.Load() {
+		s.life.RUnlock()
+		return ErrClosed
+	}
+	if ctx != nil {
+		if err := ctx.Err(); err != nil {
+			s.life.RUnlock()
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *db) leave() { s.life.RUnlock() }
+
+// Close stops the sweep goroutine, waits for calls in flight and closes
+// Badger. It is idempotent. A refresh hook must not call Close.
+func (s *db) Close() error {
+	s.closeOnce.Do(func() {
+		s.cancel()
+		s.wg.Wait()
+		s.life.Lock()
+		s.closed.Store(true)
+		s.life.Unlock()
+		if err := s.bdb.Close(); err != nil {
+			s.closeErr = fmt.Errorf("close badger: %w", err)
+		}
+	})
+	return s.closeErr
+}
+
+// write applies fn in one unsynced Badger transaction. A batch too large for
+// one transaction (a record with thousands of index terms) is split by a
+// WriteBatch; the index is reconciled at Open, so a crash in between only
+// costs postings that are then rebuilt.
+func (s *db) write(fn func(w writer) error) error {
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	err := s.bdb.Update(func(txn *badger.Txn) error { return fn(txnWriter{txn}) })
+	if !errors.Is(err, badger.ErrTxnTooBig) {
+		return err
+	}
+	wb := s.bdb.NewWriteBatch()
+	defer wb.Cancel()
+	if err := fn(batchWriter{wb}); err != nil {
+		return err
+	}
+	return wb.Flush()
+}
+
+// durable applies fn in one transaction and returns once it is on disk.
+// The exclusive gate keeps every other write out between the commit and
+// db.Sync, so the memtable whose WAL Sync flushes is the one holding the
+// write. In-memory stores skip the sync.
+func (s *db) durable(fn func(txn *badger.Txn) error) error {
+	s.gate.Lock()
+	defer s.gate.Unlock()
+	if err := s.bdb.Update(fn); err != nil {
+		return err
+	}
+	if err := s.bdb.Sync(); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	return nil
+}
+
+// writer is what cache mutations need from a transaction or a write batch.
+type writer interface {
+	Set(k, v []byte, ttl time.Duration) error
+	Delete(k []byte) error
+}
+
+type txnWriter struct{ txn *badger.Txn }
+
+func (w txnWriter) Set(k, v []byte, ttl time.Duration) error {
+	return w.txn.SetEntry(newEntry(k, v, ttl))
+}
+func (w txnWriter) Delete(k []byte) error { return w.txn.Delete(k) }
+
+type batchWriter struct{ wb *badger.WriteBatch }
+
+func (w batchWriter) Set(k, v []byte, ttl time.Duration) error {
+	return w.wb.SetEntry(newEntry(k, v, ttl))
+}
+func (w batchWriter) Delete(k []byte) error { return w.wb.Delete(k) }
+
+// newEntry builds a Badger entry; ttl > 0 sets Badger's native TTL. Badger
+// stores expiry in whole seconds, truncated, so a second is added to never
+// expire early.
+func newEntry(k, v []byte, ttl time.Duration) *badger.Entry {
+	e := badger.NewEntry(k, v)
+	if ttl > 0 {
+		e = e.WithTTL(ttl + time.Second)
+	}
+	return e
+}
+
+// get reads one value (a copy), or ErrNotFound.
+func (s *db) get(key []byte) ([]byte, error) {
+	var v []byte
+	err := s.bdb.View(func(txn *badger.Txn) error {
+		it, err := txn.Get(key)
+		if err != nil {
+			return err
+		}
+		v, err = it.ValueCopy(nil)
+		return err
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, ErrNotFound
+	}
+	return v, err
+}
+
+// scan calls fn for every key (and value, when values is set) under prefix.
+func (s *db) scan(ctx context.Context, prefix []byte, values bool, fn func(key, val []byte) error) error {
+	return s.bdb.View(func(txn *badger.Txn) error {
+		o := badger.DefaultIteratorOptions
+		o.Prefix = prefix
+		o.PrefetchValues = values
+		if values {
+			o.PrefetchSize = 16
+		}
+		it := txn.NewIterator(o)
+		defer it.Close()
+		n := 0
+		for it.Rewind(); it.Valid(); it.Next() {
+			if n++; n%256 == 0 && ctx.Err() != nil {
+				return ctx.Err()
+			}
+			item := it.Item()
+			var v []byte
+			if values {
+				var err error
+				if v, err = item.ValueCopy(nil); err != nil {
+					return err
+				}
+			}
+			if err := fn(item.KeyCopy(nil), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// checkAgentID validates an agent id argument.
+func checkAgentID(id string) error {
+	if err := record.ValidateAgentID(id); err != nil {
+		return &record.FieldError{Field: "agent_id", Reason: err.Error()}
+	}
+	return nil
+}
+
+// badgerLogger routes Badger's logs to slog under one static message.
+// Badger's informational messages (table counts, replay progress) go to
+// Debug.
+type badgerLogger struct{ l *slog.Logger }
+
+func (b badgerLogger) Errorf(f string, a ...any) {
+	b.l.Error("badger", "detail", trimNL(fmt.Sprintf(f, a...)))
+}
+func (b badgerLogger) Warningf(f string, a ...any) {
+	b.l.Warn("badger", "detail", trimNL(fmt.Sprintf(f, a...)))
+}
+func (b badgerLogger) Infof(f string, a ...any) {
+	if b.l.Enabled(context.Background(), slog.LevelDebug) {
+		b.l.Debug("badger", "detail", trimNL(fmt.Sprintf(f, a...)))
+	}
+}
+func (b badgerLogger) Debugf(string, ...any) {}
+
+func trimNL(s string) string {
+	for len(s) > 0 && s[len(s)-1] == '\n' {
+		s = s[:len(s)-1]
+	}
+	return s
+}

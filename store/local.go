@@ -1,0 +1,177 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/trust"
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// PutLocal durably stores a registration made on this node, replacing any
+// previous one of the agent. It returns once the write is synced.
+func (s *db) PutLocal(ctx context.Context, sa *record.SignedAgent) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	announce, err := announceJSON(sa)
+	if err != nil {
+		return err
+	}
+	id := sa.Agent.AgentID
+	if err := checkAgentID(id); err != nil {
+		return err
+	}
+	val := encodeEntry(entryHeader{kind: entryKindLocal, received: s.opts.Now().Round(0).UTC()}, announce)
+	if err := s.durable(func(txn *badger.Txn) error { return txn.Set(localKey(id), val) }); err != nil {
+		return fmt.Errorf("put local registration %s: %w", id, err)
+	}
+	return nil
+}
+
+// DeleteLocal removes a local registration (synced); ErrNotFound if there
+// is none.
+func (s *db) DeleteLocal(ctx context.Context, agentID string) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	if err := checkAgentID(agentID); err != nil {
+		return err
+	}
+	err := s.durable(func(txn *badger.Txn) error {
+		if _, err := txn.Get(localKey(agentID)); err != nil {
+			return err
+		}
+		return txn.Delete(localKey(agentID))
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return fmt.Errorf("%w: no local registration of %s", ErrNotFound, agentID)
+	}
+	if err != nil {
+		return fmt.Errorf("delete local registration %s: %w", agentID, err)
+	}
+	return nil
+}
+
+// Locals lists the local registrations ordered by agent id. A corrupt one
+// is logged and skipped, never deleted.
+func (s *db) Locals(ctx context.Context) ([]*record.SignedAgent, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	var out []*record.SignedAgent
+	err := s.scan(ctx, []byte(spaceLocal), true, func(k, v []byte) error {
+		id := string(k[len(spaceLocal):])
+		_, sa, err := decodeEntryFor(id, entryKindLocal, v)
+		if err != nil {
+			s.log.Error("skip corrupt local registration", "agent_id", fmt.Sprintf("%.64q", id), "err", err)
+			return nil
+		}
+		out = append(out, sa)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list local registrations: %w", err)
+	}
+	slices.SortFunc(out, func(a, b *record.SignedAgent) int { return strings.Compare(a.Agent.AgentID, b.Agent.AgentID) })
+	return out, nil
+}
+
+// NextSeq returns max(last+1, now in Unix milliseconds) for the agent and
+// persists it (synced) before returning.
+func (s *db) NextSeq(ctx context.Context, agentID string) (uint64, error) {
+	if err := s.enter(ctx); err != nil {
+		return 0, err
+	}
+	defer s.leave()
+	if err := checkAgentID(agentID); err != nil {
+		return 0, err
+	}
+	s.seqMu.Lock()
+	defer s.seqMu.Unlock()
+	var next uint64
+	err := s.durable(func(txn *badger.Txn) error {
+		var last uint64
+		it, err := txn.Get(seqKey(agentID))
+		switch {
+		case errors.Is(err, badger.ErrKeyNotFound):
+		case err != nil:
+			return err
+		default:
+			v, err := it.ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			if last, err = decodeU64(v); err != nil {
+				// Refusing is safer than restarting below an unknown value.
+				return fmt.Errorf("seq counter of %s: %w", agentID, err)
+			}
+		}
+		next = last + 1
+		if ms := s.opts.Now().UnixMilli(); ms > 0 && uint64(ms) > next {
+			next = uint64(ms)
+		}
+		if next > maxCounterValue {
+			return fmt.Errorf("seq of %s exhausted (%d > 2^53-1)", agentID, next)
+		}
+		return txn.Set(seqKey(agentID), encodeU64(next))
+	})
+	if err != nil {
+		return 0, fmt.Errorf("next seq of %s: %w", agentID, err)
+	}
+	return next, nil
+}
+
+// GetPin implements trust.PinStore.
+func (s *db) GetPin(agentID string) (trust.Pin, bool, error) {
+	if err := s.enter(nil); err != nil {
+		return trust.Pin{}, false, err
+	}
+	defer s.leave()
+	if err := checkAgentID(agentID); err != nil {
+		return trust.Pin{}, false, err
+	}
+	v, err := s.get(pinKey(agentID))
+	if errors.Is(err, ErrNotFound) {
+		return trust.Pin{}, false, nil
+	}
+	if err != nil {
+		return trust.Pin{}, false, fmt.Errorf("read pin of %s: %w", agentID, err)
+	}
+	p, err := decodePin(v)
+	if err != nil {
+		// A pin decides whose key an agent id is: never guess.
+		return trust.Pin{}, false, fmt.Errorf("pin of %s: %w", agentID, err)
+	}
+	return p, true, nil
+}
+
+// PutPin implements trust.PinStore; the pin is synced before it returns.
+func (s *db) PutPin(agentID string, p trust.Pin) error {
+	if err := s.enter(nil); err != nil {
+		return err
+	}
+	defer s.leave()
+	if err := checkAgentID(agentID); err != nil {
+		return err
+	}
+	v, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("encode pin: %w", err)
+	}
+	if len(v) > maxPinValue {
+		return &record.FieldError{Field: "pin", Reason: fmt.Sprintf("is %d bytes, limit %d", len(v), maxPinValue)}
+	}
+	if err := s.durable(func(txn *badger.Txn) error { return txn.Set(pinKey(agentID), v) }); err != nil {
+		return fmt.Errorf("put pin of %s: %w", agentID, err)
+	}
+	return nil
+}

@@ -1,0 +1,396 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/trust"
+	badger "github.com/dgraph-io/badger/v4"
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+)
+
+func TestLocals(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openTest(t, dir, Options{})
+	a := mkRecord(t, agentSpec{issued: time.Now()})
+	b := mkRecord(t, agentSpec{issued: time.Now()})
+	for _, sa := range []*record.SignedAgent{a, b} {
+		if err := s.PutLocal(ctx, sa); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a2 := resign(t, a, 2, nil)
+	if err := s.PutLocal(ctx, a2); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Locals(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || !slices.Equal(sortedIDs(got...), sortedIDs(a, b)) {
+		t.Fatalf("Locals: %v", sortedIDs(got...))
+	}
+	for _, sa := range got {
+		if sa.Agent.AgentID == a.Agent.AgentID && sa.Agent.Seq != 2 {
+			t.Fatal("PutLocal did not replace")
+		}
+		if err := sa.VerifySignatures(); err != nil {
+			t.Fatalf("read-back record does not verify: %v", err)
+		}
+	}
+	if err := s.DeleteLocal(ctx, b.Agent.AgentID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteLocal(ctx, b.Agent.AgentID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("second DeleteLocal: %v", err)
+	}
+	if err := s.PutLocal(ctx, nil); record.FieldOf(err) != "record" {
+		t.Fatalf("nil record: %v", err)
+	}
+	if err := s.DeleteLocal(ctx, "x"); record.FieldOf(err) != "agent_id" {
+		t.Fatalf("bad id: %v", err)
+	}
+	// Locals are not cache entries.
+	if s.Len() != 0 {
+		t.Fatal("a local registration shows in the cache")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := openTest(t, dir, Options{})
+	got, err = s2.Locals(ctx)
+	if err != nil || len(got) != 1 || got[0].Agent.AgentID != a.Agent.AgentID || got[0].Agent.Seq != 2 {
+		t.Fatalf("after reopen: %v %v", sortedIDs(got...), err)
+	}
+}
+
+func TestNextSeq(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	clk := newClock()
+	s := openTest(t, dir, Options{Now: clk.Now})
+	id := mkRecord(t, agentSpec{}).Agent.AgentID
+	first, err := s.NextSeq(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first != uint64(clk.Now().UnixMilli()) {
+		t.Fatalf("first seq %d, want now in ms %d", first, clk.Now().UnixMilli())
+	}
+	// Same millisecond: still strictly increasing.
+	second, _ := s.NextSeq(ctx, id)
+	if second != first+1 {
+		t.Fatalf("second seq %d", second)
+	}
+	// Another agent has its own counter.
+	other, _ := s.NextSeq(ctx, mkRecord(t, agentSpec{}).Agent.AgentID)
+	if other != first {
+		t.Fatalf("other agent seq %d", other)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The clock jumps back an hour; the persisted counter wins.
+	clk.Add(-time.Hour)
+	s2 := openTest(t, dir, Options{Now: clk.Now})
+	third, err := s2.NextSeq(ctx, id)
+	if err != nil || third != second+1 {
+		t.Fatalf("after reopen with the clock back: %d %v", third, err)
+	}
+	// The clock jumps forward: now in ms wins.
+	clk.Add(2 * time.Hour)
+	fourth, _ := s2.NextSeq(ctx, id)
+	if fourth != uint64(clk.Now().UnixMilli()) {
+		t.Fatalf("after clock forward: %d", fourth)
+	}
+	if _, err := s2.NextSeq(ctx, "not-a-uuid"); record.FieldOf(err) != "agent_id" {
+		t.Fatalf("bad id: %v", err)
+	}
+}
+
+func TestPins(t *testing.T) {
+	dir := t.TempDir()
+	s := openTest(t, dir, Options{})
+	id := mkRecord(t, agentSpec{}).Agent.AgentID
+	if _, ok, err := s.GetPin(id); ok || err != nil {
+		t.Fatalf("GetPin of unknown: %v %v", ok, err)
+	}
+	pin := trust.Pin{KeyPEM: sharedIdentity(t).PublicKeyPEM(), FirstSeen: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	if err := s.PutPin(id, pin); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := openTest(t, dir, Options{})
+	got, ok, err := s2.GetPin(id)
+	if err != nil || !ok || got.KeyPEM != pin.KeyPEM || !got.FirstSeen.Equal(pin.FirstSeen) {
+		t.Fatalf("pin after reopen: %+v %v %v", got, ok, err)
+	}
+	// The store is a PinStore the verifier can use.
+	v, err := trust.NewVerifier(trust.Config{}, s2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa := mkRecord(t, agentSpec{issued: time.Now()})
+	if err := v.VerifyAgent(sa, trust.VerifyOptions{}); err != nil {
+		t.Fatalf("verify: %v", err)
+	}
+	if p, ok, _ := s2.GetPin(sa.Agent.AgentID); !ok || p.KeyPEM == "" {
+		t.Fatal("verifier did not pin through the store")
+	}
+}
+
+func TestPeers(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	clk := newClock()
+	s := openTest(t, dir, Options{Now: clk.Now, MaxPeers: 3})
+	var pids []peer.ID
+	for range 4 {
+		id, err := trust.Generate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, id.PeerID)
+	}
+	addr := func(s string) ma.Multiaddr {
+		a, err := ma.NewMultiaddr(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	a1, a2 := addr("/ip4/10.0.0.1/tcp/4001"), addr("/ip6/::1/udp/4001/quic-v1")
+	for i, p := range pids[:3] {
+		if err := s.PutPeer(ctx, PeerRecord{ID: p, Addrs: []ma.Multiaddr{a1, a2, a1}, LastSeen: clk.Now().Add(time.Duration(i) * time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.Peers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[0].ID != pids[2] || got[2].ID != pids[0] {
+		t.Fatalf("order: %v", got)
+	}
+	if len(got[0].Addrs) != 2 || !got[0].Addrs[0].Equal(a1) || !got[0].Addrs[1].Equal(a2) {
+		t.Fatalf("addrs: %v", got[0].Addrs)
+	}
+	// Refresh pids[0] without addresses: it keeps them and becomes newest;
+	// an older LastSeen does not move it back.
+	if err := s.PutPeer(ctx, PeerRecord{ID: pids[0], LastSeen: clk.Now().Add(10 * time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutPeer(ctx, PeerRecord{ID: pids[0], LastSeen: clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	// A fourth peer evicts the least recently seen: pids[1].
+	if err := s.PutPeer(ctx, PeerRecord{ID: pids[3], Addrs: []ma.Multiaddr{a2}, LastSeen: clk.Now().Add(5 * time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = s.Peers(ctx)
+	want := []peer.ID{pids[0], pids[3], pids[2]}
+	if len(got) != 3 {
+		t.Fatalf("after eviction: %v", got)
+	}
+	for i := range want {
+		if got[i].ID != want[i] {
+			t.Fatalf("after eviction: got %v at %d, want %v", got[i].ID, i, want[i])
+		}
+	}
+	if len(got[0].Addrs) != 2 || !got[0].LastSeen.Equal(clk.Now().Add(10*time.Minute)) {
+		t.Fatalf("refreshed entry: %+v", got[0])
+	}
+	if err := s.PutPeer(ctx, PeerRecord{}); record.FieldOf(err) != "id" {
+		t.Fatalf("empty id: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := openTest(t, dir, Options{Now: clk.Now, MaxPeers: 2})
+	got, _ = s2.Peers(ctx)
+	if len(got) != 2 || got[0].ID != pids[0] || got[1].ID != pids[3] {
+		t.Fatalf("after reopen with MaxPeers 2: %v", got)
+	}
+}
+
+func TestCachePersistsAcrossReopen(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	clk := newClock()
+	o := Options{Now: clk.Now, CacheTTL: time.Hour}
+	s := openTest(t, dir, o)
+	a := mkRecord(t, agentSpec{issued: clk.Now(), tags: []string{"keep"}})
+	b := mkRecord(t, agentSpec{issued: clk.Now(), tags: []string{"keep"}, ttl: 10 * time.Minute})
+	for _, sa := range []*record.SignedAgent{a, b} {
+		if err := s.Put(ctx, Entry{Record: sa, Source: SourceDHT}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.PutTombstone(ctx, Tombstone{AgentID: b.Agent.AgentID, Seq: 1, Reason: record.ReasonUpgrade}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := s.Get(ctx, a.Agent.AgentID)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := openTest(t, dir, o)
+	after, err := s2.Get(ctx, a.Agent.AgentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Source != before.Source || !after.ReceivedAt.Equal(before.ReceivedAt) || !after.ExpiresAt.Equal(before.ExpiresAt) ||
+		string(after.Record.Canonical) != string(a.Canonical) || string(after.Record.PeerSignature) != string(a.PeerSignature) {
+		t.Fatalf("entry changed across reopen:\n%+v\n%+v", before, after)
+	}
+	if got, _ := s2.Query(ctx, Filter{Tags: []string{"keep"}}); len(got) != 1 {
+		t.Fatalf("index after reopen: %v", ids(got))
+	}
+	if _, ok, _ := s2.GetTombstone(ctx, b.Agent.AgentID); !ok {
+		t.Fatal("tombstone lost")
+	}
+	if err := s2.Put(ctx, Entry{Record: b, Source: SourceDHT}); !errors.Is(err, ErrTombstoned) {
+		t.Fatalf("tombstone not applied after reopen: %v", err)
+	}
+}
+
+// TestOpenSkipsCorruptValues writes garbage straight into Badger and
+// checks that Open and the readers skip it without failing.
+func TestOpenSkipsCorruptValues(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	clk := newClock()
+	o := Options{Now: clk.Now}
+	s := openTest(t, dir, o)
+	good := mkRecord(t, agentSpec{issued: clk.Now(), tags: []string{"g"}})
+	if err := s.Put(ctx, Entry{Record: good, Source: SourceGossip}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutLocal(ctx, good); err != nil {
+		t.Fatal(err)
+	}
+	other := mkRecord(t, agentSpec{issued: clk.Now()})
+	valid := encodeEntry(entryHeader{kind: entryKindCache, received: clk.Now(), expires: clk.Now().Add(time.Hour), source: SourceDHT}, other.MarshalAnnounce())
+	bad := map[string][]byte{
+		spaceCache + "11111111-1111-4111-8111-111111111111": []byte("garbage"),
+		spaceCache + "22222222-2222-4222-8222-222222222222": valid, // record of another agent
+		spaceCache + "short":                                valid,
+		spaceLocal + "33333333-3333-4333-8333-333333333333": append([]byte{entryFormat, entryKindLocal}, make([]byte, 40)...),
+		spacePeer + "12D3KooWnotapeer":                      []byte(`{"id":"x"}`),
+		spaceTombstone + other.Agent.AgentID:                []byte(`{"agent_id":"nope"}`),
+		spacePin + other.Agent.AgentID:                      []byte(`not json`),
+		spaceIndex + "c/orphan\x00" + other.Agent.AgentID:   nil,
+	}
+	err := s.bdb.Update(func(txn *badger.Txn) error {
+		for k, v := range bad {
+			if err := txn.Set([]byte(k), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := openTest(t, dir, o)
+	if n := s2.Len(); n != 1 {
+		t.Fatalf("Len = %d, want only the good entry", n)
+	}
+	if got, err := s2.Query(ctx, Filter{}); err != nil || len(got) != 1 {
+		t.Fatalf("Query: %v %v", ids(got), err)
+	}
+	if got, err := s2.Locals(ctx); err != nil || len(got) != 1 {
+		t.Fatalf("Locals: %v %v", len(got), err)
+	}
+	if _, ok, err := s2.GetTombstone(ctx, other.Agent.AgentID); ok || err != nil {
+		t.Fatalf("corrupt tombstone: %v %v", ok, err)
+	}
+	if _, _, err := s2.GetPin(other.Agent.AgentID); !errors.Is(err, errCorrupt) {
+		t.Fatalf("corrupt pin must be an error, got %v", err)
+	}
+	if p, err := s2.Peers(ctx); err != nil || len(p) != 0 {
+		t.Fatalf("Peers: %v %v", p, err)
+	}
+	// The corrupt cache values and the orphan posting are gone.
+	for _, k := range []string{spaceCache + "11111111-1111-4111-8111-111111111111", spaceIndex + "c/orphan\x00" + other.Agent.AgentID} {
+		if _, err := s2.get([]byte(k)); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("%q survived open: %v", k, err)
+		}
+	}
+}
+
+// TestOpenRepairsIndex removes postings and checks Open writes them back.
+func TestOpenRepairsIndex(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	clk := newClock()
+	o := Options{Now: clk.Now}
+	s := openTest(t, dir, o)
+	sa := mkRecord(t, agentSpec{issued: clk.Now(), tags: []string{"a", "b"}})
+	if err := s.Put(ctx, Entry{Record: sa, Source: SourceGossip}); err != nil {
+		t.Fatal(err)
+	}
+	want := countIndexKeys(t, s, sa.Agent.AgentID)
+	if err := s.bdb.DropPrefix([]byte(spaceIndex)); err != nil {
+		t.Fatal(err)
+	}
+	if got := countIndexKeys(t, s, sa.Agent.AgentID); len(got) != 0 {
+		t.Fatal("DropPrefix left postings")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := openTest(t, dir, o)
+	if got := countIndexKeys(t, s2, sa.Agent.AgentID); !mapsEqual(got, want) {
+		t.Fatalf("postings after repair %v, want %v", got, want)
+	}
+}
+
+func TestOpenRefusesForeignData(t *testing.T) {
+	dir := t.TempDir()
+	bdb, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bdb.Update(func(txn *badger.Txn) error { return txn.Set([]byte("foo"), []byte("bar")) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := bdb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := Open(Options{Dir: dir, Logger: testLogger(t)}); err == nil {
+		_ = s.Close()
+		t.Fatal("opened a Badger directory without a schema version")
+	}
+}
+
+func TestOptionsValidation(t *testing.T) {
+	for _, o := range []Options{{CacheTTL: -1}, {MaxEntries: -1}, {MaxPeers: -2}, {SweepInterval: -time.Second}} {
+		if s, err := Open(o); err == nil {
+			_ = s.Close()
+			t.Errorf("%+v accepted", o)
+		}
+	}
+}
+
+func ExampleOpen() {
+	s, err := Open(Options{}) // in memory
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
+	fmt.Println(s.Len())
+	// Output: 0
+}
