@@ -282,7 +282,7 @@ func TestOpenSkipsCorruptValues(t *testing.T) {
 	bad := map[string][]byte{
 		spaceCache + "11111111-1111-4111-8111-111111111111": []byte("garbage"),
 		spaceCache + "22222222-2222-4222-8222-222222222222": valid, // record of another agent
-		spaceCache + "short":                                valid,
+		spaceCache + "short": valid,
 		spaceLocal + "33333333-3333-4333-8333-333333333333": append([]byte{entryFormat, entryKindLocal}, make([]byte, 40)...),
 		spacePeer + "12D3KooWnotapeer":                      []byte(`{"id":"x"}`),
 		spaceTombstone + other.Agent.AgentID:                []byte(`{"agent_id":"nope"}`),
