@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/agentd/agentd/config"
+	"github.com/agentd/agentd/p2p"
+	"github.com/agentd/agentd/store"
+	"github.com/agentd/agentd/trust"
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+)
+
+// DBDir is the Badger directory inside the data directory.
+const DBDir = "db"
+
+// defaultShutdownTimeout bounds the whole shutdown; past it run gives up and
+// exits 1 (whatever is still open is released by the process exit).
+const defaultShutdownTimeout = 10 * time.Second
+
+// daemonOptions are the run settings that are not node configuration.
+type daemonOptions struct {
+	// APIAddrFile, when set, receives the bound API address (host:port and
+	// a newline) once the API serves, and is removed on shutdown.
+	APIAddrFile string
+	// ShutdownTimeout bounds the shutdown (default 10 s).
+	ShutdownTimeout time.Duration
+	// Version is reported by /healthz and in the libp2p user agent.
+	Version string
+}
+
+// network is the part of the daemon that talks to peers. Today it is the
+// bare libp2p host; node.Node will take its place, and needs only to offer
+// these two methods (its Host() does).
+type network interface {
+	Addrs() []ma.Multiaddr
+	Close() error
+}
+
+// startNetwork starts the peer-to-peer side of the daemon. It is the one
+// function to change when node.New replaces the bare host.
+func startNetwork(cfg config.Config, id *trust.Identity, _ store.Store, ver string, _ *slog.Logger) (network, error) {
+	h, err := p2p.New(p2p.Config{
+		Key:       id.PeerKey,
+		Listen:    cfg.Listen,
+		UserAgent: "agentd/" + ver,
+		// Nothing serves libp2p's metrics yet; with them on, libp2p would
+		// register on Prometheus' global registry, which agentd avoids
+		// (package metrics gives each node its own).
+		DisableMetrics: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// runDaemon is `agentd run`: it loads the identity, opens the store, starts
+// the network and serves the local API, then waits for ctx to end and shuts
+// everything down in reverse order. It returns nil after a clean shutdown.
+func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger, opts daemonOptions) (err error) {
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = defaultShutdownTimeout
+	}
+	started := time.Now()
+
+	// Everything opened is closed in reverse order, on failure as on exit.
+	type closer struct {
+		name  string
+		close func(context.Context) error
+	}
+	var closers []closer
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.ShutdownTimeout)
+		defer cancel()
+		var errs []error
+		for i := len(closers) - 1; i >= 0; i-- {
+			c := closers[i]
+			if cerr := closeWithin(sctx, c.close); cerr != nil {
+				log.Error("shutdown step failed", "component", c.name, "err", cerr)
+				errs = append(errs, fmt.Errorf("close %s: %w", c.name, cerr))
+				continue
+			}
+			log.Debug("closed", "component", c.name)
+		}
+		if len(errs) > 0 {
+			err = errors.Join(append([]error{err}, errs...)...)
+		}
+	}()
+
+	id, err := trust.LoadOrCreate(cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("identity in %s: %w", cfg.DataDir, err)
+	}
+	log.Info("identity loaded", "agent_id", id.AgentID, "peer_id", id.PeerID.String(), "data_dir", cfg.DataDir)
+
+	dbDir := filepath.Join(cfg.DataDir, DBDir)
+	st, err := store.Open(store.Options{
+		Dir:           dbDir,
+		CacheTTL:      cfg.Cache.TTL.D(),
+		MaxEntries:    cfg.Cache.MaxSize,
+		RefreshBefore: cfg.Cache.RefreshBeforeExpiry.D(),
+		Logger:        log,
+	})
+	if err != nil {
+		return fmt.Errorf("open store in %s: %w", dbDir, err)
+	}
+	closers = append(closers, closer{"store", func(context.Context) error { return st.Close() }})
+	log.Info("store opened", "dir", dbDir)
+
+	net_, err := startNetwork(cfg, id, st, opts.Version, log)
+	if err != nil {
+		return fmt.Errorf("start libp2p host: %w", err)
+	}
+	closers = append(closers, closer{"libp2p host", func(context.Context) error { return net_.Close() }})
+	addrs := p2pAddrs(net_.Addrs(), id.PeerID)
+	log.Info("libp2p host listening", "peer_id", id.PeerID.String(), "addrs", addrs)
+
+	ln, err := listenAPI(cfg.API.Addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           newAPIHandler(ln.Addr(), healthInfo{start: started, id: id, net: net_, version: opts.Version}),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	closers = append(closers, closer{"API server", func(ctx context.Context) error {
+		err := srv.Shutdown(ctx)
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = errors.Join(err, srv.Close())
+		}
+		if serr := <-serveErr; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+			err = errors.Join(err, serr)
+		}
+		return err
+	}})
+	apiAddr := ln.Addr().String()
+	if opts.APIAddrFile != "" {
+		if err := writeFileAtomic(opts.APIAddrFile, []byte(apiAddr+"\n"), 0o644); err != nil {
+			return fmt.Errorf("write --api-addr-file: %w", err)
+		}
+		closers = append(closers, closer{"API address file", func(context.Context) error {
+			if err := os.Remove(opts.APIAddrFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+			return nil
+		}})
+	}
+	log.Info("agentd running", "api", "http://"+apiAddr, "health", "http://"+apiAddr+"/healthz",
+		"agent_id", id.AgentID, "peer_id", id.PeerID.String(), "version", opts.Version)
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "reason", context.Cause(ctx))
+		return nil
+	case err := <-serveErr:
+		serveErr <- err // for the closer
+		return fmt.Errorf("API server: %w", err)
+	}
+}
+
+// closeWithin runs close and gives up when ctx ends first (the close keeps
+// running in the background; the process is about to exit anyway).
+func closeWithin(ctx context.Context, close func(context.Context) error) error {
+	done := make(chan error, 1)
+	go func() { done <- close(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("did not finish: %w", ctx.Err())
+	}
+}
+
+// listenAPI listens on the API address and checks that what it bound is
+// what the configuration allowed (config.Validate refuses non-loopback
+// addresses without auth; a "localhost" that resolves elsewhere is refused
+// here).
+func listenAPI(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("API listen on %s: %w", addr, err)
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	if host == "localhost" {
+		if ta, ok := ln.Addr().(*net.TCPAddr); !ok || !ta.IP.IsLoopback() {
+			ln.Close()
+			return nil, fmt.Errorf("API address %s bound %s, which is not loopback", addr, ln.Addr())
+		}
+	}
+	return ln, nil
+}
+
+// p2pAddrs returns the addresses with /p2p/<id> appended, the form peers
+// dial and --bootstrap takes.
+func p2pAddrs(addrs []ma.Multiaddr, id peer.ID) []string {
+	out := make([]string, 0, len(addrs))
+	ai := peer.AddrInfo{ID: id, Addrs: addrs}
+	full, err := peer.AddrInfoToP2pAddrs(&ai)
+	if err != nil {
+		for _, a := range addrs {
+			out = append(out, a.String())
+		}
+		return out
+	}
+	for _, a := range full {
+		out = append(out, a.String())
+	}
+	return out
+}
+
+// writeFileAtomic writes data to a temporary file in the same directory and
+// renames it into place, so a reader never sees a partial file.
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
