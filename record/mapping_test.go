@@ -38,14 +38,14 @@ func TestExternalAgentID(t *testing.T) {
 
 func TestDNSLabel(t *testing.T) {
 	for in, want := range map[string]string{
-		"DataProcessorAgent":   "data-processor-agent",
-		"Code Assistant":       "code-assistant",
-		"product-search-agent": "product-search-agent",
-		"  --Hello__World!! ":  "hello-world",
-		"HTTPServer2Go":        "httpserver2-go",
-		"agent-1":              "agent-1",
-		"日本語":                  "",
-		"":                     "",
+		"DataProcessorAgent":      "data-processor-agent",
+		"Code Assistant":          "code-assistant",
+		"product-search-agent":    "product-search-agent",
+		"  --Hello__World!! ":     "hello-world",
+		"HTTPServer2Go":           "httpserver2-go",
+		"agent-1":                 "agent-1",
+		"日本語":                     "",
+		"":                        "",
 		strings.Repeat("ab-", 40): strings.TrimRight(strings.Repeat("ab-", 21), "-"),
 	} {
 		got := DNSLabel(in)
