@@ -198,6 +198,18 @@ func (c Config) withDefaults() (Config, error) {
 		tp := *c.SceneTopicScore
 		c.SceneTopicScore = &tp
 	}
+	if err := validateRouter(c.Params); err != nil {
+		return c, err
+	}
+	if err := validateThresholds(c.Thresholds); err != nil {
+		return c, err
+	}
+	if err := validateScore(c.Score); err != nil {
+		return c, err
+	}
+	if err := validateTopicScore(c.SceneTopicScore); err != nil {
+		return c, fmt.Errorf("gossip: SceneTopicScore.%w", err)
+	}
 	return c, nil
 }
 

@@ -181,6 +181,9 @@ func New(ctx context.Context, h host.Host, cfg Config, v *trust.Verifier, sink S
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("component", "gossip")
+	if c.defaultScore {
+		c.Score.IPColocationFactorWhitelist = append(c.Score.IPColocationFactorWhitelist, ownNets(h.Addrs())...)
+	}
 	g := &Gossip{
 		h: h, cfg: c, v: v, sink: sink, m: m, log: log,
 		scenes:     map[string]*topicState{},
@@ -190,10 +193,6 @@ func New(ctx context.Context, h host.Host, cfg Config, v *trust.Verifier, sink S
 		graylisted: map[peer.ID]bool{},
 		serveSem:   make(chan struct{}, c.SyncServeConcurrency),
 		limiters:   map[peer.ID]*rate.Limiter{},
-	}
-	if c.defaultScore {
-		c.Score.IPColocationFactorWhitelist = append(c.Score.IPColocationFactorWhitelist, ownNets(h.Addrs())...)
-		g.cfg = c
 	}
 	g.ctx, g.cancel = context.WithCancel(ctx)
 	g.unknown = newUnknownQueue(c.UnknownAgentBackoff)
@@ -416,13 +415,12 @@ func (g *Gossip) publishTopics(scenes []string) ([]*topicState, error) {
 }
 
 func (g *Gossip) publish(ctx context.Context, kind Kind, data []byte, topics []*topicState) error {
-	self := g.h.ID()
 	// Check first, for an error that says why; pubsub runs the validator
-	// again on publication, which then only says "validation failed".
-	for _, ts := range topics {
-		if _, _, reason, err := g.check(ts.topic, ts.scene, data, self); err != nil {
-			return fmt.Errorf("%w (%s) on %s: %v", ErrRejected, reason, ts.topic, err)
-		}
+	// again on publication, which then only says "validation failed". The
+	// scene topics were chosen from the record's own scenes, so the
+	// announce topic's check covers them.
+	if _, _, reason, err := g.check(AnnounceTopic, "", data, g.h.ID()); err != nil {
+		return fmt.Errorf("%w (%s): %v", ErrRejected, reason, err)
 	}
 	var errs []error
 	for _, ts := range topics {

@@ -66,3 +66,52 @@ func TestPropagation20(t *testing.T) {
 		}
 	})
 }
+
+// TestLateJoiner: a node that joins after everyone announced gets the
+// complete live view from one neighbour by Sync, well inside one
+// heartbeat interval (5 s), and learns agents it still misses from their
+// next beats (UnknownAgent).
+func TestLateJoiner(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		const n = 6
+		tn := newTestNet(t, n, testConfig())
+		old, late := tn.nodes[:n-1], tn.nodes[n-1]
+		for i := range old {
+			tn.connect(old[i], old[(i+1)%len(old)]) // a ring of 5
+		}
+		waitFor(t, 5*time.Second, "ring topic peers", func() bool {
+			for _, nd := range old {
+				if len(nd.g.TopicPeers()) < 2 {
+					return false
+				}
+			}
+			return true
+		})
+		tn.waitMesh()
+		for _, nd := range old {
+			sa := nd.record(t)
+			nd.sink.setLive(sa) // the view holds its local agents too
+			if err := nd.g.PublishAnnounce(tn.ctx, sa); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, nd := range old {
+			waitFor(t, 5*time.Second, "ring to learn everyone", func() bool { return len(nd.sink.LiveRecords(100)) == len(old) })
+		}
+
+		tn.connect(late, old[2])
+		t0 := time.Now()
+		got, err := late.g.Sync(tn.ctx)
+		if err != nil {
+			t.Fatalf("Sync: %v", err)
+		}
+		took := time.Since(t0)
+		if got != len(old) {
+			t.Fatalf("late joiner learnt %d agents, want %d", got, len(old))
+		}
+		t.Logf("late joiner: complete live view of %d agents in %v (virtual; 20 ms links)", got, took)
+		if took >= 5*time.Second {
+			t.Errorf("sync took %v, more than one heartbeat interval", took)
+		}
+	})
+}

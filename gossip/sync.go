@@ -78,14 +78,34 @@ func writeFrame(w io.Writer, b []byte) error {
 	return err
 }
 
-// readFrame reads one frame of at most max bytes.
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r *bufio.Reader
+	n int
+}
+
+func (c *countingReader) ReadByte() (byte, error) {
+	b, err := c.r.ReadByte()
+	if err == nil {
+		c.n++
+	}
+	return b, err
+}
+
+// readFrame reads one frame of at most max bytes. The length must be a
+// minimally encoded unsigned varint, as in multiformats/unsigned-varint.
 func readFrame(r *bufio.Reader, max int) ([]byte, error) {
-	n, err := binary.ReadUvarint(r)
+	cr := &countingReader{r: r}
+	n, err := binary.ReadUvarint(cr)
 	if err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil, io.ErrUnexpectedEOF
 		}
-		return nil, fmt.Errorf("frame length: %w", err)
+		return nil, fmt.Errorf("%w: frame length: %v", record.ErrMalformed, err)
+	}
+	var buf [binary.MaxVarintLen64]byte
+	if binary.PutUvarint(buf[:], n) != cr.n {
+		return nil, fmt.Errorf("%w: frame length is not minimally encoded", record.ErrMalformed)
 	}
 	if n > uint64(max) {
 		return nil, fmt.Errorf("%w: frame of %d bytes, limit %d", record.ErrTooLarge, n, max)

@@ -1,0 +1,127 @@
+package gossip
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/trust"
+)
+
+// FuzzDecode: every payload either fails with a classified reason or
+// decodes to a message that re-encodes, decodes back to the same signed
+// content, and re-encodes to the same bytes (encoding is a fixed point).
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte(`{"protocol_version":"v1.0","type":"heartbeat","beat":{"beat":{},"signature":"AA=="}}`))
+	f.Add([]byte(`{"protocol_version":"v1.9","type":"announce","announce":{"agent":{}}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := Decode(data, 0)
+		if err != nil {
+			if trust.ReasonOf(err) == "" {
+				t.Fatalf("unclassified error %v", err)
+			}
+			return
+		}
+		if (m.Agent == nil) == (m.Beat == nil) || !ValidKind(m.Kind) {
+			t.Fatalf("decoded %+v", m)
+		}
+		enc, err := m.Encode()
+		if err != nil {
+			t.Fatalf("a decoded message does not encode: %v", err)
+		}
+		m2, err := Decode(enc, 0)
+		if err != nil {
+			t.Fatalf("re-encoded message does not decode: %v\n%s", err, enc)
+		}
+		if !m.Equal(m2) {
+			t.Fatalf("round trip changed the content:\n%s", enc)
+		}
+		enc2, err := m2.Encode()
+		if err != nil || !bytes.Equal(enc, enc2) {
+			t.Fatalf("encoding is not a fixed point: %v\n%s\n%s", err, enc, enc2)
+		}
+	})
+}
+
+// FuzzSyncRequest: a request either fails or survives a round trip.
+func FuzzSyncRequest(f *testing.F) {
+	f.Add([]byte(`{"protocol_version":"v1.0","limit":10}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := decodeSyncRequest(data)
+		if err != nil {
+			return
+		}
+		if r.Limit < 0 || r.Limit > maxSyncLimit {
+			t.Fatalf("limit %d accepted", r.Limit)
+		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r2, err := decodeSyncRequest(b)
+		if err != nil || *r2 != *r {
+			t.Fatalf("round trip: %+v, %v (was %+v)", r2, err, r)
+		}
+	})
+}
+
+// FuzzSyncResponse: an answer either fails or yields at most limit
+// records, which re-encode into an answer that decodes to the same records.
+func FuzzSyncResponse(f *testing.F) {
+	f.Add([]byte(`{"protocol_version":"v1.0","records":[]}`))
+	f.Add([]byte(`{"protocol_version":"v1.0","records":[],"error":{"code":"ErrRateLimited","message":"slow down"}}`))
+	const limit = 4
+	f.Fuzz(func(t *testing.T, data []byte) {
+		recs, bad, err := decodeSyncResponse(data, limit)
+		if err != nil {
+			return
+		}
+		if len(recs)+bad > limit || bad < 0 {
+			t.Fatalf("%d records and %d bad for limit %d", len(recs), bad, limit)
+		}
+		resp := syncResponse{ProtocolVersion: record.ProtocolVersion, Records: []record.Announce{}}
+		for _, sa := range recs {
+			resp.Records = append(resp.Records, sa.Announce())
+		}
+		b, err := json.Marshal(resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs2, bad2, err := decodeSyncResponse(b, limit)
+		if err != nil || bad2 != 0 || len(recs2) != len(recs) {
+			t.Fatalf("round trip: %d records, %d bad, %v (was %d)", len(recs2), bad2, err, len(recs))
+		}
+		for i := range recs {
+			if !bytes.Equal(recs[i].Canonical, recs2[i].Canonical) || !bytes.Equal(recs[i].Signature, recs2[i].Signature) ||
+				!bytes.Equal(recs[i].PeerSignature, recs2[i].PeerSignature) {
+				t.Fatalf("record %d changed", i)
+			}
+		}
+	})
+}
+
+// FuzzReadFrame: a frame read from arbitrary bytes is within the limit and
+// is exactly what writeFrame would have produced at the start of the input.
+func FuzzReadFrame(f *testing.F) {
+	f.Add([]byte{3, 'a', 'b', 'c'})
+	f.Add([]byte{0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01})
+	const max = 64
+	f.Fuzz(func(t *testing.T, data []byte) {
+		b, err := readFrame(bufio.NewReader(bytes.NewReader(data)), max)
+		if err != nil {
+			return
+		}
+		if len(b) > max {
+			t.Fatalf("frame of %d bytes passed a %d-byte limit", len(b), max)
+		}
+		var w bytes.Buffer
+		if err := writeFrame(&w, b); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.HasPrefix(data, w.Bytes()) {
+			t.Fatalf("frame %x does not re-encode to a prefix of %x", w.Bytes(), data)
+		}
+	})
+}

@@ -1,0 +1,270 @@
+package gossip
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/trust"
+	pb "github.com/libp2p/go-libp2p-pubsub/pb"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden")
+
+var goldenFiles = []struct {
+	file string
+	kind Kind
+}{
+	{"announce.json", KindAnnounce},
+	{"heartbeat.json", KindHeartbeat},
+	{"status.json", KindStatus},
+	{"unregister.json", KindUnregister},
+}
+
+// writeGolden signs a fresh record and beats and writes them.
+func writeGolden(t *testing.T) {
+	id, err := trust.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa := signAgent(t, id, 7, "auth")
+	beat := func(seq uint64, st record.Status, reason record.UnregisterReason) *record.SignedBeat {
+		sb, err := record.SignBeat(record.Beat{AgentID: id.AgentID, PeerID: id.PeerID.String(), Seq: seq, Status: st,
+			Reason: reason, Timestamp: time.Now().UnixMilli(), IntervalMS: 5000}, id.AgentKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sb
+	}
+	out := map[string][]byte{}
+	var err2 error
+	out["announce.json"], err2 = EncodeAnnounce(sa)
+	if err2 != nil {
+		t.Fatal(err2)
+	}
+	out["heartbeat.json"], _ = EncodeBeat(KindHeartbeat, beat(8, record.StatusHealthy, ""))
+	out["status.json"], _ = EncodeBeat(KindStatus, beat(9, record.StatusDegraded, ""))
+	out["unregister.json"], _ = EncodeBeat(KindUnregister, beat(10, "", record.ReasonMaintenance))
+	if err := os.MkdirAll(filepath.Join("testdata", "golden"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for f, b := range out {
+		if err := os.WriteFile(filepath.Join("testdata", "golden", f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func readGolden(t *testing.T, f string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "golden", f))
+	if err != nil {
+		t.Fatalf("golden file (regenerate with go test -run TestGolden -update): %v", err)
+	}
+	return b
+}
+
+// TestGolden pins the wire format: the golden messages decode, their
+// signatures verify, and encoding the decoded message gives the same bytes.
+func TestGolden(t *testing.T) {
+	if *update {
+		writeGolden(t)
+	}
+	ann, err := Decode(readGolden(t, "announce.json"), 0)
+	if err != nil {
+		t.Fatalf("announce: %v", err)
+	}
+	if err := ann.Agent.VerifySignatures(); err != nil {
+		t.Fatalf("announce signatures: %v", err)
+	}
+	key, err := ann.Agent.AgentPublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range goldenFiles {
+		t.Run(g.file, func(t *testing.T) {
+			b := readGolden(t, g.file)
+			m, err := Decode(b, 0)
+			if err != nil {
+				t.Fatalf("decode: %v", err)
+			}
+			if m.Kind != g.kind || m.Version != record.ProtocolVersion || m.NewerMinor {
+				t.Fatalf("decoded kind %q version %q newer %v", m.Kind, m.Version, m.NewerMinor)
+			}
+			if IsBeat(g.kind) {
+				if err := m.Beat.Verify(key); err != nil {
+					t.Fatalf("beat signature: %v", err)
+				}
+				if m.Beat.Beat.AgentID != ann.Agent.Agent.AgentID || m.Beat.Beat.PeerID != ann.Agent.Agent.PeerID {
+					t.Fatalf("beat names %s/%s", m.Beat.Beat.AgentID, m.Beat.Beat.PeerID)
+				}
+			}
+			enc, err := m.Encode()
+			if err != nil {
+				t.Fatalf("encode: %v", err)
+			}
+			if !bytes.Equal(enc, b) {
+				t.Fatalf("re-encoding changed the bytes:\n got %s\nwant %s", enc, b)
+			}
+			var top map[string]json.RawMessage
+			if err := json.Unmarshal(b, &top); err != nil {
+				t.Fatal(err)
+			}
+			member := "beat"
+			if g.kind == KindAnnounce {
+				member = "announce"
+			}
+			if len(top) != 3 || string(top["type"]) != `"`+g.kind+`"` || string(top["protocol_version"]) != `"v1.0"` || top[member] == nil {
+				t.Fatalf("envelope members %v", keys(top))
+			}
+		})
+	}
+}
+
+func keys(m map[string]json.RawMessage) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func TestDecodeErrors(t *testing.T) {
+	ann := string(readGolden(t, "announce.json"))
+	hb := string(readGolden(t, "heartbeat.json"))
+	cases := []struct {
+		name   string
+		in     string
+		reason trust.Reason
+		field  string
+	}{
+		{"too large", `{"protocol_version":"v1.0","type":"announce","x":"` + strings.Repeat("a", record.MaxMessageBytes) + `"}`, trust.ReasonTooLarge, ""},
+		{"not json", `{"protocol_version":`, trust.ReasonMalformed, ""},
+		{"array", `[1,2]`, trust.ReasonMalformed, "message"},
+		{"duplicate member", `{"protocol_version":"v1.0","protocol_version":"v1.0","type":"announce"}`, trust.ReasonMalformed, ""},
+		{"no version", `{"type":"announce"}`, trust.ReasonMalformed, "protocol_version"},
+		{"numeric version", `{"protocol_version":1,"type":"announce"}`, trust.ReasonMalformed, "protocol_version"},
+		{"bad version", `{"protocol_version":"1.0","type":"announce"}`, trust.ReasonMalformed, "protocol_version"},
+		{"major 2", `{"protocol_version":"v2.0","type":"announce"}`, trust.ReasonVersion, ""},
+		{"major 0", `{"protocol_version":"v0.9","type":"heartbeat"}`, trust.ReasonVersion, ""},
+		{"no type", `{"protocol_version":"v1.0"}`, trust.ReasonMalformed, "type"},
+		{"unknown type", `{"protocol_version":"v1.0","type":"query"}`, trust.ReasonMalformed, "type"},
+		{"type not string", `{"protocol_version":"v1.0","type":7}`, trust.ReasonMalformed, "message"},
+		{"announce missing", `{"protocol_version":"v1.0","type":"announce"}`, trust.ReasonMalformed, "announce"},
+		{"beat missing", `{"protocol_version":"v1.0","type":"heartbeat"}`, trust.ReasonMalformed, "beat"},
+		{"announce with beat", strings.Replace(ann, `"type":"announce"`, `"type":"announce","beat":{"beat":{},"signature":""}`, 1), trust.ReasonMalformed, "beat"},
+		{"heartbeat with announce", strings.Replace(hb, `"type":"heartbeat"`, `"type":"heartbeat","announce":{}`, 1), trust.ReasonMalformed, "announce"},
+		{"heartbeat as unregister (no reason)", strings.Replace(hb, `"type":"heartbeat"`, `"type":"unregister"`, 1), trust.ReasonMalformed, "beat.reason"},
+		{"announce of a newer major inside", strings.Replace(ann, `"announce":{"protocol_version":"v1.0"`, `"announce":{"protocol_version":"v3.0"`, 1), trust.ReasonVersion, ""},
+		{"agent not an object", `{"protocol_version":"v1.0","type":"announce","announce":{"agent":"x"}}`, trust.ReasonMalformed, ""},
+		{"bad base64 signature", strings.Replace(hb, `"signature":"`, `"signature":"!!`, 1), trust.ReasonMalformed, "signature"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m, err := Decode([]byte(c.in), 0)
+			if err == nil {
+				t.Fatalf("Decode accepted it: %+v", m)
+			}
+			if r := trust.ReasonOf(err); r != c.reason {
+				t.Fatalf("reason %q (%v), want %q", r, err, c.reason)
+			}
+			if c.field != "" && record.FieldOf(err) != c.field {
+				t.Fatalf("field %q (%v), want %q", record.FieldOf(err), err, c.field)
+			}
+		})
+	}
+	// A smaller limit applies.
+	if _, err := Decode([]byte(ann), 100); !errors.Is(err, record.ErrTooLarge) {
+		t.Fatalf("Decode with a 100-byte limit: %v", err)
+	}
+	// A newer minor version is accepted and flagged; unknown members are ignored.
+	newer := strings.Replace(ann, `{"protocol_version":"v1.0","type"`, `{"protocol_version":"v1.7","later":[1,2],"type"`, 1)
+	m, err := Decode([]byte(newer), 0)
+	if err != nil || !m.NewerMinor || m.Version != "v1.7" {
+		t.Fatalf("newer minor: %+v, %v", m, err)
+	}
+}
+
+func TestEncodeRejects(t *testing.T) {
+	hb, err := Decode(readGolden(t, "heartbeat.json"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := EncodeBeat(KindAnnounce, hb.Beat); err == nil {
+		t.Fatal("EncodeBeat accepted kind announce")
+	}
+	if _, err := EncodeBeat(KindUnregister, hb.Beat); record.FieldOf(err) != "beat.reason" {
+		t.Fatalf("unregister without reason: %v", err)
+	}
+	if _, err := EncodeBeat(KindHeartbeat, nil); err == nil {
+		t.Fatal("EncodeBeat accepted nil")
+	}
+	if _, err := EncodeAnnounce(&record.SignedAgent{}); err == nil {
+		t.Fatal("EncodeAnnounce accepted an empty record")
+	}
+}
+
+func TestMessageID(t *testing.T) {
+	topic, other := AnnounceTopic, SceneTopic("auth")
+	m := &pb.Message{Topic: &topic, From: []byte("author-a"), Data: []byte(`{"x":1}`), Seqno: []byte{1}}
+	id := MessageID(m)
+	if len(id) != 43 || strings.ContainsAny(id, "+/=") {
+		t.Fatalf("id %q is not unpadded base64url of 32 bytes", id)
+	}
+	same := &pb.Message{Topic: &topic, From: []byte("author-a"), Data: []byte(`{"x":1}`), Seqno: []byte{2}}
+	if MessageID(same) != id {
+		t.Fatal("the pubsub seqno changed the content id")
+	}
+	for name, v := range map[string]*pb.Message{
+		"topic":  {Topic: &other, From: []byte("author-a"), Data: []byte(`{"x":1}`)},
+		"author": {Topic: &topic, From: []byte("author-b"), Data: []byte(`{"x":1}`)},
+		"data":   {Topic: &topic, From: []byte("author-a"), Data: []byte(`{"x":2}`)},
+		// length prefixes keep the fields apart
+		"shifted": {Topic: &topic, From: []byte("author-a{"), Data: []byte(`"x":1}`)},
+	} {
+		if MessageID(v) == id {
+			t.Errorf("changing the %s kept the id", name)
+		}
+	}
+}
+
+func TestSceneTopic(t *testing.T) {
+	for _, c := range []struct {
+		name, topic string
+	}{
+		{"auth", "/agentd/scene/auth/1.0.0"},
+		{"org.data-v2", "/agentd/scene/org.data-v2/1.0.0"},
+		{"", ""},
+		{"with space", ""},
+		{"a;b", ""},
+		{strings.Repeat("x", record.MaxIDLen+1), ""},
+	} {
+		if got := SceneTopic(c.name); got != c.topic {
+			t.Errorf("SceneTopic(%q) = %q, want %q", c.name, got, c.topic)
+		}
+		if c.topic == "" {
+			continue
+		}
+		if name, ok := SceneOfTopic(c.topic); !ok || name != c.name {
+			t.Errorf("SceneOfTopic(%q) = %q, %v", c.topic, name, ok)
+		}
+		if !topicRe.MatchString(c.topic) {
+			t.Errorf("subscription filter refuses %q", c.topic)
+		}
+	}
+	for _, bad := range []string{AnnounceTopic, "/agentd/scene//1.0.0", "/agentd/scene/auth/2.0.0", "/other/scene/auth/1.0.0"} {
+		if _, ok := SceneOfTopic(bad); ok {
+			t.Errorf("SceneOfTopic(%q) accepted it", bad)
+		}
+	}
+	if !topicRe.MatchString(AnnounceTopic) || topicRe.MatchString("/ipfs/announce/1.0.0") {
+		t.Error("subscription filter")
+	}
+}
