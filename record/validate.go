@@ -197,11 +197,8 @@ func (s *Skill) validate(path string) error {
 	if !ValidIdent(s.SkillID) {
 		return fieldErr(path+".skill_id", "%q must match %s and be at most %d bytes", trunc(s.SkillID), identRe, MaxIDLen)
 	}
-	if s.Version == "" {
-		return fieldErr(path+".version", "is required")
-	}
-	if _, err := semver.StrictNewVersion(s.Version); err != nil {
-		return fieldErr(path+".version", "%q is not a semantic version (MAJOR.MINOR.PATCH): %v", trunc(s.Version), err)
+	if err := checkSemver(path+".version", s.Version); err != nil {
+		return err
 	}
 	if !s.SkillType.Valid() {
 		return fieldErr(path+".skill_type", "%q is not one of enterprise-skill, tool-skill, integration-skill", trunc(string(s.SkillType)))
@@ -229,6 +226,9 @@ func (s *Skill) validate(path string) error {
 		}
 		seen[c.ID] = true
 		if c.Version != "" {
+			if len(c.Version) > MaxShortTextLen {
+				return fieldErr(cp+".version", "is longer than %d bytes", MaxShortTextLen)
+			}
 			if _, err := semver.NewVersion(c.Version); err != nil {
 				return fieldErr(cp+".version", "%q is not a version: %v", trunc(c.Version), err)
 			}
