@@ -114,8 +114,8 @@ type DHT struct {
 	fetchSem chan struct{}
 	limiter  *peerLimiter
 
-	changed chan struct{}
-	kick    chan struct{}
+	changed    chan struct{}
+	reannounce chan struct{}
 
 	mu        sync.Mutex
 	started   bool
@@ -163,12 +163,12 @@ func New(h host.Host, cfg Config, v *trust.Verifier, hosted Hosted, m *metrics.M
 	}
 	d := &DHT{
 		h: h, cfg: cfg, v: v, hosted: hosted, m: m,
-		log:      log.With("component", "dht"),
-		priv:     priv,
-		fetchSem: make(chan struct{}, cfg.MaxConcurrentFetch),
-		limiter:  newPeerLimiter(cfg.ServeRateLimit, cfg.ServeBurst),
-		changed:  make(chan struct{}, 1),
-		kick:     make(chan struct{}, 1),
+		log:        log.With("component", "dht"),
+		priv:       priv,
+		fetchSem:   make(chan struct{}, cfg.MaxConcurrentFetch),
+		limiter:    newPeerLimiter(cfg.ServeRateLimit, cfg.ServeBurst),
+		changed:    make(chan struct{}, 1),
+		reannounce: make(chan struct{}, 1),
 	}
 	d.bootPeers = slices.Clone(cfg.BootstrapPeers)
 	d.status.ClientMode = cfg.ClientMode
@@ -283,7 +283,9 @@ func (d *DHT) rememberBootstrap(peers []peer.AddrInfo) {
 }
 
 // Bootstrap connects to peers (concurrently, FetchTimeout each), waits
-// until the routing table holds at least one DHT server and refreshes it.
+// until the routing table holds at least one DHT server, refreshes it and
+// then provides every key and puts every value again (the closest peers of
+// each key may have changed).
 // The peers are remembered: kad-dht redials them whenever its routing
 // table empties. It returns an error wrapping ErrNoBootstrapPeers when
 // none could be reached or none of the reached peers is a DHT server.
@@ -351,7 +353,8 @@ func (d *DHT) Bootstrap(ctx context.Context, peers []peer.AddrInfo) error {
 	case <-wctx.Done():
 	}
 	d.log.Info("dht bootstrapped", "reached", ok, "tried", len(peers), "routing_table", kad.RoutingTable().Size())
-	d.signal(d.kick)
+	// The closest peers of every key may have changed: announce again.
+	d.signal(d.reannounce)
 	return nil
 }
 

@@ -62,8 +62,9 @@ func (d *DHT) run(ctx context.Context) {
 			d.putValues(ctx, st, mapValues(st.values))
 		case <-retry.C:
 			d.retryFailed(ctx, st)
-		case <-d.kick:
-			d.retryFailed(ctx, st)
+		case <-d.reannounce:
+			d.provideKeys(ctx, st, mapValues(st.keys), true)
+			d.putValues(ctx, st, mapValues(st.values))
 		case <-prune.C:
 			d.limiter.prune(time.Now())
 		}

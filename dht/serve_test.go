@@ -107,7 +107,7 @@ func TestHandlerRateLimitAndConcurrencyBound(t *testing.T) {
 		cfg.ServeRateLimit = 0.001 // effectively no refill during the test
 		cfg.ServeBurst = 2
 		cfg.ServeMaxConcurrent = 1
-		cfg.ServeTimeout = 300 * time.Millisecond
+		cfg.ServeTimeout = 3 * time.Second // long enough that the stalled stream outlives the probe
 	})
 	srv, cli, other := c.nodes[0], c.nodes[1], c.nodes[2]
 	srv.host(t, 1, skillSpec{"skill-q": {"cap-q"}})
