@@ -371,8 +371,15 @@ func TestScenes(t *testing.T) {
 			t.Fatalf("observer got seq %d on the scene topic, want %d (seq %d has no skill in the scene)", got.Agent.Seq, in2.Agent.Seq, out.Agent.Seq)
 		}
 		waitFor(t, 5*time.Second, "B deliveries", func() bool { return len(b.sink.announcesOf(a.id.AgentID, in2.Agent.Seq)) == 1 })
-		if n := len(b.sink.deliveries(nil)); n != 3 {
-			t.Errorf("B delivered %d announcements, want 3 (each once)", n)
+		// Each announcement is delivered at most once. (The record without
+		// the scene may be validated after the newer one overtook it and
+		// then be dropped as superseded: validation runs concurrently.)
+		seen := map[uint64]bool{}
+		for _, d := range b.sink.deliveries(nil) {
+			if seen[d.agent.Agent.Seq] {
+				t.Errorf("seq %d delivered twice", d.agent.Agent.Seq)
+			}
+			seen[d.agent.Agent.Seq] = true
 		}
 
 		// A valid record that is not in the scene, pushed onto the scene

@@ -44,7 +44,7 @@ func bubble(t *testing.T, f func(t *testing.T)) {
 // testLogger routes slog to t.Log. It drops pubsub's "error bumping
 // delivery tag" warning: mocknet hosts have no connection manager, so
 // pubsub's tag tracer cannot register its decaying tags.
-func testLogger(t *testing.T, level slog.Level) *slog.Logger {
+func testLogger(t testing.TB, level slog.Level) *slog.Logger {
 	return slog.New(dropMsg{slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: level}), "error bumping delivery tag"})
 }
 
@@ -65,7 +65,7 @@ func (d dropMsg) WithAttrs(as []slog.Attr) slog.Handler {
 }
 func (d dropMsg) WithGroup(n string) slog.Handler { return dropMsg{d.Handler.WithGroup(n), d.msg} }
 
-type tWriter struct{ t *testing.T }
+type tWriter struct{ t testing.TB }
 
 func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Helper()
@@ -219,7 +219,7 @@ func testConfig() Config {
 }
 
 type testNet struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	mn    mocknet.Mocknet
 	nodes []*tnode
@@ -228,7 +228,11 @@ type testNet struct {
 // newTestNet creates n linked (not connected) mocknet hosts with 20 ms
 // links, each running Gossip with cfg. Everything is torn down in
 // t.Cleanup.
-func newTestNet(t *testing.T, n int, cfg Config) *testNet {
+func newTestNet(t testing.TB, n int, cfg Config) *testNet {
+	return newTestNetLevel(t, n, cfg, slog.LevelWarn)
+}
+
+func newTestNetLevel(t testing.TB, n int, cfg Config, level slog.Level) *testNet {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	mn := mocknet.New()
@@ -247,7 +251,7 @@ func newTestNet(t *testing.T, n int, cfg Config) *testNet {
 			t.Errorf("close mocknet: %v", err)
 		}
 	})
-	log := testLogger(t, slog.LevelWarn)
+	log := testLogger(t, level)
 	for i := range n {
 		nd := tn.addHost(i)
 		nd.m = metrics.New(false)
@@ -338,7 +342,7 @@ func (tn *testNet) waitMesh() {
 
 // waitFor polls cond every millisecond of (virtual) time until it holds or
 // the deadline passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
@@ -350,13 +354,13 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 }
 
 // record builds and signs the node's agent record with the next seq.
-func (nd *tnode) record(t *testing.T, scenes ...string) *record.SignedAgent {
+func (nd *tnode) record(t testing.TB, scenes ...string) *record.SignedAgent {
 	t.Helper()
 	nd.seq++
 	return signAgent(t, nd.id, nd.seq, scenes...)
 }
 
-func signAgent(t *testing.T, id *trust.Identity, seq uint64, scenes ...string) *record.SignedAgent {
+func signAgent(t testing.TB, id *trust.Identity, seq uint64, scenes ...string) *record.SignedAgent {
 	t.Helper()
 	a := &record.Agent{
 		AgentID:   id.AgentID,
@@ -380,7 +384,7 @@ func signAgent(t *testing.T, id *trust.Identity, seq uint64, scenes ...string) *
 }
 
 // beat signs a beat of the node's agent with the next seq.
-func (nd *tnode) beat(t *testing.T, kind Kind) *record.SignedBeat {
+func (nd *tnode) beat(t testing.TB, kind Kind) *record.SignedBeat {
 	t.Helper()
 	nd.seq++
 	b := record.Beat{AgentID: nd.id.AgentID, PeerID: nd.id.PeerID.String(), Seq: nd.seq, Status: record.StatusHealthy,
@@ -479,7 +483,7 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 
 // never fails if cond becomes true within d of (virtual) time: the bound
 // of a negative assertion.
-func never(t *testing.T, d time.Duration, what string, cond func() bool) {
+func never(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {

@@ -93,7 +93,7 @@ func (g *Gossip) check(topic, scene string, data []byte, author peer.ID) (*accep
 		return a, pubsub.ValidationAccept, "", nil
 	}
 	key := contentKey(author, data)
-	if g.recent.seenElsewhere(key, topic) {
+	if g.recent.claim(key, topic) {
 		a.dup = true
 		return a, pubsub.ValidationAccept, "", nil
 	}
@@ -103,10 +103,10 @@ func (g *Gossip) check(topic, scene string, data []byte, author peer.ID) (*accep
 		err = g.sink.CheckBeat(m.Kind, m.Beat)
 	}
 	if err != nil {
+		g.recent.release(key, topic)
 		reason := verifyReason(err)
 		return nil, pubsub.ValidationIgnore, reason, err
 	}
-	g.recent.add(key, topic)
 	return a, pubsub.ValidationAccept, "", nil
 }
 
@@ -190,23 +190,20 @@ func newRecentCache(ttl time.Duration, max int) *recentCache {
 	return &recentCache{ttl: ttl, max: max, m: map[[32]byte]recentEntry{}}
 }
 
-func (c *recentCache) seenElsewhere(k [32]byte, topic string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.m[k]
-	return ok && e.topic != topic && time.Since(e.at) < c.ttl
-}
-
-func (c *recentCache) add(k [32]byte, topic string) {
+// claim reports whether payload k was accepted on another topic within
+// the TTL (a duplicate to forward, not deliver). Otherwise it records k
+// for topic, so that a copy validated concurrently on another topic is a
+// duplicate; release undoes that when the sink refuses the payload.
+func (c *recentCache) claim(k [32]byte, topic string) bool {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.m[k]; ok {
-		return
+	if e, ok := c.m[k]; ok && now.Sub(e.at) < c.ttl {
+		return e.topic != topic
 	}
 	for len(c.order) > 0 {
 		old := c.order[0]
-		if len(c.m) < c.max && now.Sub(c.m[old].at) < c.ttl {
+		if e, ok := c.m[old]; ok && len(c.m) < c.max && now.Sub(e.at) < c.ttl {
 			break
 		}
 		delete(c.m, old)
@@ -214,6 +211,16 @@ func (c *recentCache) add(k [32]byte, topic string) {
 	}
 	c.m[k] = recentEntry{topic: topic, at: now}
 	c.order = append(c.order, k)
+	return false
+}
+
+// release forgets k if topic holds it.
+func (c *recentCache) release(k [32]byte, topic string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.m[k]; ok && e.topic == topic {
+		delete(c.m, k)
+	}
 }
 
 // ---- peers warned once ----
