@@ -255,7 +255,7 @@ func (s *db) write(fn func(w writer) error) error {
 	}
 	wb := s.bdb.NewWriteBatch()
 	defer wb.Cancel()
-	if err := fn(batchWriter{wb}); err != nil {
+	if err := fn(batchWriter{wb, s}); err != nil {
 		return err
 	}
 	return wb.Flush()
@@ -278,20 +278,37 @@ func (s *db) durable(fn func(txn *badger.Txn) error) error {
 }
 
 // writer is what cache mutations need from a transaction or a write batch.
+// Get reads inside the transaction, sparing a second one (each Badger
+// transaction waits for the commit watermark of the previous write).
 type writer interface {
+	Get(k []byte) ([]byte, error) // ErrNotFound when absent
 	Set(k, v []byte, ttl time.Duration) error
 	Delete(k []byte) error
 }
 
 type txnWriter struct{ txn *badger.Txn }
 
+func (w txnWriter) Get(k []byte) ([]byte, error) {
+	it, err := w.txn.Get(k)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	return it.ValueCopy(nil)
+}
 func (w txnWriter) Set(k, v []byte, ttl time.Duration) error {
 	return w.txn.SetEntry(newEntry(k, v, ttl))
 }
 func (w txnWriter) Delete(k []byte) error { return w.txn.Delete(k) }
 
-type batchWriter struct{ wb *badger.WriteBatch }
+type batchWriter struct {
+	wb *badger.WriteBatch
+	s  *db
+}
 
+func (w batchWriter) Get(k []byte) ([]byte, error) { return w.s.get(k) }
 func (w batchWriter) Set(k, v []byte, ttl time.Duration) error {
 	return w.wb.SetEntry(newEntry(k, v, ttl))
 }

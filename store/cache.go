@@ -264,11 +264,6 @@ func (s *db) Put(ctx context.Context, e Entry) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.purgeLocked(now)
-	if t, ok, err := s.tombstone(id, now); err != nil {
-		return err
-	} else if ok && t.Seq >= e.Record.Agent.Seq {
-		return fmt.Errorf("%w: agent %s at seq %d (record seq %d)", ErrTombstoned, id, t.Seq, e.Record.Agent.Seq)
-	}
 	old := s.entries[id]
 	if old != nil {
 		switch os, ns := old.rec.Agent.Seq, e.Record.Agent.Seq; {
@@ -285,7 +280,18 @@ func (s *db) Put(ctx context.Context, e Entry) error {
 	} else {
 		c.gen = 1
 	}
-	if err := s.write(func(w writer) error { return writeEntry(w, c, old, s.ttl(c, now), announce) }); err != nil {
+	err = s.write(func(w writer) error {
+		if t, ok, err := s.tombstoneIn(w, id, now); err != nil {
+			return err
+		} else if ok && t.Seq >= e.Record.Agent.Seq {
+			return fmt.Errorf("%w: agent %s at seq %d (record seq %d)", ErrTombstoned, id, t.Seq, e.Record.Agent.Seq)
+		}
+		return writeEntry(w, c, old, s.ttl(c, now), announce)
+	})
+	if errors.Is(err, ErrTombstoned) {
+		return err
+	}
+	if err != nil {
 		return fmt.Errorf("put agent %s: %w", id, err)
 	}
 	if old != nil {
@@ -403,27 +409,23 @@ func (s *db) PutTombstone(ctx context.Context, t Tombstone) error {
 	t.At = t.At.Round(0).UTC()
 	ttl := t.At.Add(s.opts.TombstoneTTL).Sub(now)
 
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.purgeLocked(now)
-	cur, ok, err := s.tombstone(t.AgentID, now)
-	if err != nil {
-		return err
-	}
-	write := ttl > 0 && (!ok || cur.Seq < t.Seq)
-	var victim *centry
-	if c := s.entries[t.AgentID]; c != nil && c.rec.Agent.Seq <= t.Seq {
-		victim = c
-	}
-	if !write && victim == nil {
-		return nil
-	}
 	val, err := encodeTombstone(t)
 	if err != nil {
 		return fmt.Errorf("encode tombstone: %w", err)
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.purgeLocked(now)
+	var victim *centry
+	if c := s.entries[t.AgentID]; c != nil && c.rec.Agent.Seq <= t.Seq {
+		victim = c
+	}
 	err = s.write(func(w writer) error {
-		if write {
+		cur, ok, err := s.tombstoneIn(w, t.AgentID, now)
+		if err != nil {
+			return err
+		}
+		if ttl > 0 && (!ok || cur.Seq < t.Seq) {
 			if err := w.Set(tombKey(t.AgentID), val, ttl); err != nil {
 				return err
 			}
@@ -448,15 +450,25 @@ func (s *db) GetTombstone(ctx context.Context, agentID string) (Tombstone, bool,
 		return Tombstone{}, false, err
 	}
 	defer s.leave()
-	return s.tombstone(agentID, s.opts.Now())
+	return s.tombstoneIn(readerFunc(s.get), agentID, s.opts.Now())
 }
 
-// tombstone reads a tombstone; expired or corrupt ones count as absent.
-func (s *db) tombstone(id string, now time.Time) (Tombstone, bool, error) {
+// reader reads one key (ErrNotFound when absent).
+type reader interface {
+	Get(k []byte) ([]byte, error)
+}
+
+type readerFunc func(k []byte) ([]byte, error)
+
+func (f readerFunc) Get(k []byte) ([]byte, error) { return f(k) }
+
+// tombstoneIn reads a tombstone through r; expired or corrupt ones count
+// as absent.
+func (s *db) tombstoneIn(r reader, id string, now time.Time) (Tombstone, bool, error) {
 	if len(id) != agentIDLen {
 		return Tombstone{}, false, nil
 	}
-	v, err := s.get(tombKey(id))
+	v, err := r.Get(tombKey(id))
 	if errors.Is(err, ErrNotFound) {
 		return Tombstone{}, false, nil
 	}

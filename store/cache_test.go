@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/record"
 	"github.com/google/uuid"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // modes runs a test against an in-memory and an on-disk store.
@@ -616,4 +618,25 @@ func TestContextCancelled(t *testing.T) {
 	if _, err := s.Query(ctx, Filter{}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Query with cancelled ctx: %v", err)
 	}
+}
+
+func TestRecordsGauge(t *testing.T) {
+	ctx := context.Background()
+	clk := newClock()
+	m := metrics.New(false)
+	s := openTest(t, "", Options{Now: clk.Now, Metrics: m, CacheTTL: time.Minute, SweepInterval: time.Millisecond})
+	for _, ttl := range []time.Duration{time.Hour, time.Hour, 30 * time.Second} {
+		if err := s.Put(ctx, Entry{Record: mkRecord(t, agentSpec{issued: clk.Now(), ttl: ttl}), Source: SourceGossip}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Add(45 * time.Second)
+	gauge := func(state string) float64 {
+		var d dto.Metric
+		if err := m.Records.WithLabelValues(state).Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		return d.GetGauge().GetValue()
+	}
+	eventually(t, "records gauge", func() bool { return gauge("fresh") == 2 && gauge("stale") == 1 })
 }

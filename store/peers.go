@@ -48,26 +48,27 @@ func (s *db) PutPeer(ctx context.Context, p PeerRecord) error {
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, known := s.peers[p.ID]; known {
-		old, err := s.readPeer(p.ID)
-		if err == nil {
-			if old.LastSeen.After(p.LastSeen) {
-				p.LastSeen = old.LastSeen
-			}
-			if len(p.Addrs) == 0 {
-				p.Addrs = old.Addrs
-			}
-		}
-	}
-	v, err := encodePeer(p)
-	if err != nil {
-		return fmt.Errorf("encode peer %s: %w", p.ID, err)
-	}
+	_, known := s.peers[p.ID]
 	var evict []peer.ID
-	if _, known := s.peers[p.ID]; !known && len(s.peers) >= s.opts.MaxPeers {
+	if !known && len(s.peers) >= s.opts.MaxPeers {
 		evict = s.oldestPeersLocked(len(s.peers)-s.opts.MaxPeers+1, p.ID)
 	}
-	err = s.write(func(w writer) error {
+	err := s.write(func(w writer) error {
+		if known {
+			// Merge with the stored entry; a corrupt one is replaced.
+			if old, err := readPeer(w, p.ID); err == nil {
+				if old.LastSeen.After(p.LastSeen) {
+					p.LastSeen = old.LastSeen
+				}
+				if len(p.Addrs) == 0 {
+					p.Addrs = old.Addrs
+				}
+			}
+		}
+		v, err := encodePeer(p)
+		if err != nil {
+			return fmt.Errorf("encode peer %s: %w", p.ID, err)
+		}
 		for _, id := range evict {
 			if err := w.Delete(peerKey(id)); err != nil {
 				return err
@@ -103,8 +104,8 @@ func (s *db) oldestPeersLocked(n int, except peer.ID) []peer.ID {
 	return ids[:min(n, len(ids))]
 }
 
-func (s *db) readPeer(id peer.ID) (PeerRecord, error) {
-	v, err := s.get(peerKey(id))
+func readPeer(r reader, id peer.ID) (PeerRecord, error) {
+	v, err := r.Get(peerKey(id))
 	if err != nil {
 		return PeerRecord{}, err
 	}
