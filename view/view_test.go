@@ -150,12 +150,12 @@ func TestLivenessUnhealthyThenTimeout(t *testing.T) {
 		t.Fatalf("got %+v", e)
 	}
 	// Silence past the timeout: gone, capability removed, cache stale.
-	f.clk.Add(30*time.Second + time.Millisecond)
+	f.clk.Add(15*time.Second + time.Millisecond)
 	f.v.sweep()
 	if e := next(t, sub); e.Type != EventStatus || e.Status != record.StatusUnhealthy {
 		t.Fatalf("got %+v", e)
 	}
-	f.clk.Add(time.Second)
+	f.clk.Add(15 * time.Second)
 	f.v.sweep()
 	if e := next(t, sub); e.Type != EventDeregistered || e.Reason != ReasonTimeout {
 		t.Fatalf("got %+v", e)

@@ -1,0 +1,92 @@
+package node
+
+import (
+	"time"
+
+	"github.com/agentd/agentd/dht"
+	"github.com/agentd/agentd/gossip"
+	"github.com/agentd/agentd/trust"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Config configures a node. Zero values take the defaults of the map.
+type Config struct {
+	// Listen are libp2p listen multiaddrs, used when Options.Host is nil.
+	Listen []string
+	// Bootstrap peers to join through (in addition to the address book).
+	Bootstrap []peer.AddrInfo
+	// HeartbeatInterval is the base heartbeat interval (default 5 s).
+	HeartbeatInterval time.Duration
+	// HeartbeatMaxRate bounds the heartbeat messages per second on the
+	// announce topic, summed over the whole network: each node stretches
+	// its interval to max(HeartbeatInterval, liveAgents/HeartbeatMaxRate).
+	// Default 200; 0 keeps the base interval at any size. See docs/scaling.md.
+	HeartbeatMaxRate float64
+	// Timeout removes a silent agent from the live view (default 30 s).
+	Timeout time.Duration
+	// UnhealthyAfter marks an agent UNHEALTHY after this many missed
+	// heartbeats (default 3).
+	UnhealthyAfter int
+	// RecordTTL is the ttl_seconds of records this node signs (default
+	// 3600 s, seed 002); records are re-signed and re-announced at half of it.
+	RecordTTL time.Duration
+	// CacheTTL bounds how long a remote record stays fresh (default 300 s).
+	CacheTTL time.Duration
+	// LookupTimeout bounds one Discover call (default 10 s).
+	LookupTimeout time.Duration
+	// LANTimeout bounds the LAN step of a lookup (default 1 s).
+	LANTimeout time.Duration
+	// UnknownFetchConcurrency bounds fetches triggered by heartbeats of
+	// unknown agents (default 4); each agent is fetched at most once per
+	// UnknownFetchBackoff (default 5 s).
+	UnknownFetchConcurrency int
+	UnknownFetchBackoff     time.Duration
+	// ShutdownGrace is how long Shutdown waits after publishing the
+	// unregister messages, so they leave the node before its connections
+	// close (default 500 ms; pubsub queues publishes asynchronously).
+	ShutdownGrace time.Duration
+	// DisableDHT / DisableGossip turn a transport off (tests).
+	DisableDHT    bool
+	DisableGossip bool
+	// DHT and Gossip configure the transports; their own defaults apply.
+	DHT    dht.Config
+	Gossip *gossip.Config
+	// Trust configures the verifier.
+	Trust trust.Config
+}
+
+func (c *Config) defaults() {
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = 5 * time.Second
+	}
+	if c.HeartbeatMaxRate == 0 {
+		c.HeartbeatMaxRate = 200
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 30 * time.Second
+	}
+	if c.UnhealthyAfter <= 0 {
+		c.UnhealthyAfter = 3
+	}
+	if c.RecordTTL <= 0 {
+		c.RecordTTL = time.Hour
+	}
+	if c.CacheTTL <= 0 {
+		c.CacheTTL = 300 * time.Second
+	}
+	if c.LookupTimeout <= 0 {
+		c.LookupTimeout = 10 * time.Second
+	}
+	if c.LANTimeout <= 0 {
+		c.LANTimeout = time.Second
+	}
+	if c.ShutdownGrace <= 0 {
+		c.ShutdownGrace = 500 * time.Millisecond
+	}
+	if c.UnknownFetchConcurrency <= 0 {
+		c.UnknownFetchConcurrency = 4
+	}
+	if c.UnknownFetchBackoff <= 0 {
+		c.UnknownFetchBackoff = 5 * time.Second
+	}
+}

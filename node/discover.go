@@ -1,0 +1,224 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/store"
+)
+
+// Query is a discovery query: the store's filter plus how far to look.
+type Query struct {
+	store.Filter
+	// LocalOnly answers from the live view and the cache only.
+	LocalOnly bool
+	// Timeout bounds the lookup (default Config.LookupTimeout).
+	Timeout time.Duration
+}
+
+// Result is one discovered agent.
+type Result struct {
+	// Record is the verified signed record (nil for catalog entries that
+	// carry no agent signature).
+	Record *record.SignedAgent
+	// Agent is the agent object (Record.Agent, or the catalog's entry).
+	Agent *record.Agent
+	// Source says where the answer came from.
+	Source store.Source
+	// Age is how long ago the answer was last confirmed (heard, fetched,
+	// cached).
+	Age time.Duration
+	// Stale marks answers from expired cache entries.
+	Stale bool
+	// Status is the agent's effective status when known.
+	Status record.Status
+}
+
+// DiscoveryError is a failed lookup with its seed-001 code.
+type DiscoveryError struct {
+	Code    string // record.CodeNoSkillsFound, CodeDiscoveryTimeout, CodeNetworkError
+	Message string
+	// Tried lists the resolver steps that ran.
+	Tried []string
+}
+
+func (e *DiscoveryError) Error() string { return e.Code + ": " + e.Message }
+
+// Discover answers q through the fallback chain: the local view, the LAN,
+// the DHT, the SkillCenter catalog, and finally expired cache entries
+// marked stale. The first step that finds something answers; every result
+// says which step that was and how old the answer is.
+func (n *Node) Discover(ctx context.Context, q Query) ([]Result, error) {
+	start := time.Now()
+	m, err := q.Filter.Compile()
+	if err != nil {
+		return nil, err
+	}
+	timeout := q.Timeout
+	if timeout <= 0 {
+		timeout = n.cfg.LookupTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var tried []string
+	var netErr error
+	done := func(src store.Source, res []Result) ([]Result, error) {
+		n.m.Lookups.WithLabelValues(string(src), "hit").Inc()
+		n.m.LookupLatency.WithLabelValues(string(src)).Observe(time.Since(start).Seconds())
+		return res, nil
+	}
+
+	// 1. The live view.
+	tried = append(tried, "local")
+	if res := n.fromView(m, q.Limit); len(res) > 0 {
+		return done(res[0].Source, res)
+	}
+	if !q.LocalOnly {
+		// 2. The LAN.
+		if n.lan != nil {
+			if ok, _ := n.lan.Available(); ok {
+				tried = append(tried, "lan")
+				lctx, lcancel := context.WithTimeout(ctx, n.cfg.LANTimeout)
+				recs, err := n.lan.Discover(lctx, q)
+				lcancel()
+				if err != nil {
+					netErr = err
+				}
+				if res := n.learnAll(recs, store.SourceLAN, m, q.Limit); len(res) > 0 {
+					return done(store.SourceLAN, res)
+				}
+			}
+		}
+		// 3. The DHT.
+		if n.dht != nil && ctx.Err() == nil {
+			tried = append(tried, "dht")
+			res, err := n.fromDHT(ctx, q, m)
+			if err != nil {
+				netErr = err
+			}
+			if len(res) > 0 {
+				return done(store.SourceDHT, res)
+			}
+		}
+		// 4. The SkillCenter catalog.
+		if n.cat != nil && ctx.Err() == nil {
+			tried = append(tried, "skillcenter")
+			res, err := n.cat.Search(ctx, q)
+			if err != nil {
+				netErr = err
+			}
+			if len(res) > 0 {
+				if q.Limit > 0 && len(res) > q.Limit {
+					res = res[:q.Limit]
+				}
+				return done(res[0].Source, res)
+			}
+		}
+	}
+	// 5. The cache, including expired entries inside the grace window.
+	tried = append(tried, "cache")
+	if res := n.fromCache(ctx, q.Filter); len(res) > 0 {
+		return done(store.SourceCache, res)
+	}
+	n.m.Lookups.WithLabelValues("none", "miss").Inc()
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return nil, &DiscoveryError{Code: record.CodeDiscoveryTimeout, Message: fmt.Sprintf("discovery timed out after %s", timeout), Tried: tried}
+	case netErr != nil && len(n.host.Network().Peers()) == 0:
+		return nil, &DiscoveryError{Code: record.CodeNetworkError, Message: "no peer reachable: " + netErr.Error(), Tried: tried}
+	}
+	return nil, &DiscoveryError{Code: record.CodeNoSkillsFound, Message: "no agent matches the query", Tried: tried}
+}
+
+func (n *Node) fromView(m *store.Matcher, limit int) []Result {
+	now := time.Now()
+	var out []Result
+	for _, a := range n.view.Query(m, limit) {
+		out = append(out, Result{Record: a.Record, Agent: &a.Record.Agent, Source: a.Source, Age: now.Sub(a.LastHeard), Status: a.Status})
+	}
+	return out
+}
+
+// learnAll feeds verified records into the view and returns those matching.
+func (n *Node) learnAll(recs []*record.SignedAgent, src store.Source, m *store.Matcher, limit int) []Result {
+	var out []Result
+	for _, sa := range recs {
+		_ = n.view.Learn(sa, src, true)
+		if !m.Matches(&sa.Agent) {
+			continue
+		}
+		st := record.StatusHealthy
+		if a, ok := n.view.Get(sa.Agent.AgentID); ok {
+			st = a.Status
+		}
+		out = append(out, Result{Record: sa, Agent: &sa.Agent, Source: src, Status: st})
+		if limit > 0 && len(out) >= limit {
+			break
+		}
+	}
+	return out
+}
+
+func (n *Node) fromDHT(ctx context.Context, q Query, m *store.Matcher) ([]Result, error) {
+	if q.Capability == "" && q.Skill == "" {
+		if q.AgentID == "" {
+			return nil, nil
+		}
+		sa, err := n.dht.GetRecord(ctx, q.AgentID)
+		if err != nil {
+			return nil, err
+		}
+		return n.learnAll([]*record.SignedAgent{sa}, store.SourceDHT, m, q.Limit), nil
+	}
+	found, err := n.dht.Find(ctx, q.Skill, q.Capability, q.Limit)
+	recs := make([]*record.SignedAgent, 0, len(found))
+	for _, f := range found {
+		recs = append(recs, f.Record)
+	}
+	return n.learnAll(recs, store.SourceDHT, m, q.Limit), err
+}
+
+func (n *Node) fromCache(ctx context.Context, f store.Filter) []Result {
+	f.IncludeStale = true
+	entries, err := n.st.Query(ctx, f)
+	if err != nil {
+		return nil
+	}
+	now := time.Now()
+	var out []Result
+	for _, e := range entries {
+		if _, live := n.view.Get(e.Record.Agent.AgentID); live {
+			continue
+		}
+		out = append(out, Result{Record: e.Record, Agent: &e.Record.Agent, Source: store.SourceCache, Age: e.Age(now), Stale: e.Stale})
+	}
+	return out
+}
+
+// GetAgent returns one agent by id: from the live view, the cache, the DHT
+// value /agentd/<agent-id>, and last a stale cache entry.
+func (n *Node) GetAgent(ctx context.Context, agentID string, allowNetwork bool) (Result, error) {
+	if a, ok := n.view.Get(agentID); ok {
+		return Result{Record: a.Record, Agent: &a.Record.Agent, Source: a.Source, Age: time.Since(a.LastHeard), Status: a.Status}, nil
+	}
+	e, cacheErr := n.st.Get(ctx, agentID)
+	if cacheErr == nil && !e.Stale {
+		return Result{Record: e.Record, Agent: &e.Record.Agent, Source: store.SourceCache, Age: e.Age(time.Now())}, nil
+	}
+	if allowNetwork && n.dht != nil {
+		cctx, cancel := context.WithTimeout(ctx, n.cfg.LookupTimeout)
+		sa, err := n.dht.GetRecord(cctx, agentID)
+		cancel()
+		if err == nil {
+			_ = n.view.Learn(sa, store.SourceDHT, false)
+			return Result{Record: sa, Agent: &sa.Agent, Source: store.SourceDHT}, nil
+		}
+	}
+	if cacheErr == nil {
+		return Result{Record: e.Record, Agent: &e.Record.Agent, Source: store.SourceCache, Age: e.Age(time.Now()), Stale: true}, nil
+	}
+	return Result{}, &DiscoveryError{Code: record.CodeNoSkillsFound, Message: "agent " + agentID + " is unknown"}
+}

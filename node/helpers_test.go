@@ -1,0 +1,152 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/store"
+	"github.com/agentd/agentd/trust"
+	"github.com/agentd/agentd/view"
+	"github.com/libp2p/go-libp2p/core/peer"
+	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
+	ma "github.com/multiformats/go-multiaddr"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// bubble runs f in virtual time. Under -race the bubble runs with
+// GOMAXPROCS(1), as go-libp2p-pubsub's own tests do (golang/go#78156).
+func bubble(t *testing.T, f func(t *testing.T)) {
+	t.Helper()
+	if raceEnabled {
+		prev := runtime.GOMAXPROCS(1)
+		t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
+	}
+	synctest.Test(t, f)
+}
+
+type tnode struct {
+	*Node
+	id  *trust.Identity
+	st  store.Store
+	idx int
+}
+
+type tnet struct {
+	t     *testing.T
+	mn    mocknet.Mocknet
+	nodes []*tnode
+	cfg   Config
+}
+
+// newNet starts n nodes over a mocknet with 20 ms links; node i>0
+// bootstraps through node 0. Everything closes in t.Cleanup (inside the
+// bubble when called from one).
+func newNet(t *testing.T, n int, cfg Config) *tnet {
+	t.Helper()
+	mn := mocknet.New()
+	mn.SetLinkDefaults(mocknet.LinkOptions{Latency: 20 * time.Millisecond})
+	tn := &tnet{t: t, mn: mn, cfg: cfg}
+	t.Cleanup(func() {
+		for _, nd := range tn.nodes {
+			nd.Close()
+			nd.st.Close()
+		}
+		mn.Close()
+	})
+	for range n {
+		tn.add(nil, nil)
+	}
+	return tn
+}
+
+// add starts a node; id and st may be reused to model a restart.
+func (tn *tnet) add(id *trust.Identity, st store.Store) *tnode {
+	t := tn.t
+	t.Helper()
+	var err error
+	if id == nil {
+		if id, err = trust.Generate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st == nil {
+		if st, err = store.Open(store.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	i := len(tn.nodes)
+	h := tn.mn.Host(id.PeerID)
+	if h != nil {
+		// A restart: mocknet cannot remove a peer, so drop every
+		// connection of the old host and reuse it with fresh protocols.
+		for _, c := range h.Network().Conns() {
+			c.Close()
+		}
+	} else {
+		h, err = tn.mn.AddPeer(id.PeerKey, ma.StringCast(fmt.Sprintf("/ip6/100::%x/tcp/4242", i+1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tn.mn.LinkAll(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := tn.cfg
+	if len(tn.nodes) > 0 {
+		b := tn.nodes[0].Host()
+		cfg.Bootstrap = []peer.AddrInfo{{ID: b.ID(), Addrs: b.Addrs()}}
+	}
+	nd, err := New(cfg, Options{Identity: id, Host: h, Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nd.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tn.nodes = append(tn.nodes, &tnode{Node: nd, id: id, st: st, idx: i})
+	return tn.nodes[i]
+}
+
+// waitFor polls cond in virtual time until it holds or the deadline passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond) // virtual time inside the bubble
+	}
+}
+
+func spec(skill string, caps ...string) *record.Agent {
+	sk := record.Skill{SkillID: skill, Version: "1.2.0", SkillType: record.SkillTool, Endpoint: "10.0.0.9:8080", Scenes: []string{"auth"}}
+	for _, c := range caps {
+		sk.Capabilities = append(sk.Capabilities, record.Capability{ID: c})
+	}
+	return &record.Agent{Transport: record.Transport{Type: "tcp", Endpoint: "10.0.0.9:9000"}, Skills: []record.Skill{sk}, Tags: []string{"tier=core"}}
+}
+
+func discoverIDs(t *testing.T, n *Node, q Query) ([]string, store.Source) {
+	t.Helper()
+	res, err := n.Discover(context.Background(), q)
+	if err != nil {
+		return nil, ""
+	}
+	var ids []string
+	for _, r := range res {
+		ids = append(ids, r.Agent.AgentID)
+	}
+	return ids, res[0].Source
+}
+
+func live(n *Node, agentID string) (view.Agent, bool) { return n.View().Get(agentID) }

@@ -1,0 +1,423 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agentd/agentd/dht"
+	"github.com/agentd/agentd/gossip"
+	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/store"
+	"github.com/agentd/agentd/trust"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Errors of the local lifecycle.
+var (
+	// ErrNotHosted is returned for an agent this node does not host.
+	ErrNotHosted = errors.New("agent is not registered on this node")
+	// ErrForeignKey is returned when a registration names an agent id that
+	// is bound to another key (seed 000 ErrDuplicateID).
+	ErrForeignKey = errors.New("agent_id is already registered with another key")
+	// ErrNotStarted is returned by operations that need a started node.
+	ErrNotStarted = errors.New("node is not started")
+)
+
+// Register signs an agent with this node's keys and hosts it: it fills the
+// identity fields (agent_id defaults to the node's own, peer_id,
+// public_key, seq, issued_at, ttl_seconds), stores the registration
+// durably, and announces it on every transport. Registering the same
+// content again is coalesced (the existing record is returned).
+func (n *Node) Register(ctx context.Context, a *record.Agent) (*record.SignedAgent, error) {
+	if a.AgentID == "" {
+		a.AgentID = n.id.AgentID
+	}
+	if a.PeerID != "" && a.PeerID != n.id.PeerID.String() {
+		return nil, &record.FieldError{Field: "peer_id", Reason: fmt.Sprintf("%s is not this node's peer id %s", a.PeerID, n.id.PeerID)}
+	}
+	if a.PublicKey != "" && a.PublicKey != n.id.PublicKeyPEM() {
+		return nil, &record.FieldError{Field: "public_key", Reason: "an unsigned registration must not carry its own public_key; sign it and send an Announce instead"}
+	}
+	if cur, ok := n.hostedRecord(a.AgentID); ok && sameContent(&cur.Agent, a) {
+		return cur, nil
+	}
+	seq, err := n.nextRecordSeq(ctx, a.AgentID)
+	if err != nil {
+		return nil, err
+	}
+	a.Fill(n.id.AgentID, n.id.PeerID.String(), n.id.PublicKeyPEM(), seq, time.Now(), n.cfg.RecordTTL)
+	sa, err := n.id.Sign(a)
+	if err != nil {
+		return nil, err
+	}
+	return n.host_(ctx, sa)
+}
+
+// RegisterSigned hosts a record its agent signed with its own key: the
+// record must name this node's peer id, verify, and not be older than what
+// is hosted; the node adds its peer signature.
+func (n *Node) RegisterSigned(ctx context.Context, sa *record.SignedAgent) (*record.SignedAgent, error) {
+	if sa.Agent.PeerID != n.id.PeerID.String() {
+		return nil, &record.FieldError{Field: "agent.peer_id", Reason: fmt.Sprintf("%s is not this node's peer id %s", sa.Agent.PeerID, n.id.PeerID)}
+	}
+	co, err := sa.CoSign(n.id.PeerKey)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.ver.VerifyAgent(co, trust.VerifyOptions{}); err != nil {
+		if trust.ReasonOf(err) == trust.ReasonKeyMismatch {
+			return nil, fmt.Errorf("%w: %v", ErrForeignKey, err)
+		}
+		return nil, err
+	}
+	if cur, ok := n.hostedRecord(co.Agent.AgentID); ok {
+		if cur.Agent.Seq == co.Agent.Seq && string(cur.Canonical) == string(co.Canonical) {
+			return cur, nil
+		}
+		if co.Agent.Seq <= cur.Agent.Seq {
+			return nil, &record.FieldError{Field: "agent.seq", Reason: fmt.Sprintf("%d is not newer than the hosted record's %d", co.Agent.Seq, cur.Agent.Seq)}
+		}
+	}
+	n.noteSeq(co.Agent.AgentID, co.Agent.Seq)
+	return n.host_(ctx, co)
+}
+
+// host_ stores, applies and announces a signed local record.
+func (n *Node) host_(ctx context.Context, sa *record.SignedAgent) (*record.SignedAgent, error) {
+	// The node's own signature passes its verifier (and pins its key).
+	if err := n.ver.VerifyAgent(sa, trust.VerifyOptions{}); err != nil {
+		if trust.ReasonOf(err) == trust.ReasonKeyMismatch {
+			return nil, fmt.Errorf("%w: %v", ErrForeignKey, err)
+		}
+		return nil, err
+	}
+	if err := n.st.PutLocal(ctx, sa); err != nil {
+		return nil, fmt.Errorf("store registration: %w", err)
+	}
+	n.view.ApplyLocal(sa)
+	n.announce(ctx, sa)
+	return sa, nil
+}
+
+// announce publishes a hosted record on gossip and updates the DHT.
+func (n *Node) announce(ctx context.Context, sa *record.SignedAgent) {
+	if n.gsp != nil {
+		if err := n.gsp.PublishAnnounce(ctx, sa); err != nil {
+			n.log.Debug("publish announce failed", "agent", sa.Agent.AgentID, "err", err)
+		}
+	}
+	if n.dht != nil {
+		n.dht.SetProvided(n.view.Locals())
+	}
+}
+
+// Unregister stops hosting an agent: it publishes an unregister statement
+// with the reason, writes a tombstone, stops providing, and deletes the
+// durable registration.
+func (n *Node) Unregister(ctx context.Context, agentID string, reason record.UnregisterReason) error {
+	if reason == "" {
+		reason = record.ReasonShutdown
+	}
+	if !reason.Valid() {
+		return &record.FieldError{Field: "reason", Reason: fmt.Sprintf("%q is not one of SHUTDOWN, ERROR, MAINTENANCE, UPGRADE", reason)}
+	}
+	if _, ok := n.hostedRecord(agentID); !ok {
+		return ErrNotHosted
+	}
+	if err := n.publishUnregister(ctx, agentID, reason); err != nil {
+		n.log.Warn("publish unregister failed", "agent", agentID, "err", err)
+	}
+	if err := n.st.DeleteLocal(ctx, agentID); err != nil {
+		return fmt.Errorf("delete registration: %w", err)
+	}
+	n.view.RemoveLocal(agentID, reason)
+	if n.dht != nil {
+		n.dht.SetProvided(n.view.Locals())
+	}
+	return nil
+}
+
+func (n *Node) publishUnregister(ctx context.Context, agentID string, reason record.UnregisterReason) error {
+	sb, err := n.signBeat(agentID, "", reason)
+	if err != nil {
+		return err
+	}
+	if err := n.st.PutTombstone(ctx, store.Tombstone{AgentID: agentID, Seq: sb.Beat.Seq, Reason: reason, At: time.Now()}); err != nil {
+		n.log.Warn("tombstone write failed", "agent", agentID, "err", err)
+	}
+	if n.gsp == nil {
+		return nil
+	}
+	return n.gsp.PublishBeat(ctx, gossip.Kind(kindUnregister), sb)
+}
+
+// SetStatus sets a hosted agent's status and publishes it.
+func (n *Node) SetStatus(ctx context.Context, agentID string, st record.Status) error {
+	if !st.Valid() {
+		return &record.FieldError{Field: "status", Reason: fmt.Sprintf("%q is not one of HEALTHY, DEGRADED, UNHEALTHY, MAINTENANCE", st)}
+	}
+	if _, ok := n.hostedRecord(agentID); !ok {
+		return ErrNotHosted
+	}
+	n.view.SetLocalStatus(agentID, st)
+	sb, err := n.signBeat(agentID, st, "")
+	if err != nil {
+		return err
+	}
+	if n.gsp == nil {
+		return nil
+	}
+	return n.gsp.PublishBeat(ctx, gossip.Kind(kindStatus), sb)
+}
+
+// Locals returns the hosted records.
+func (n *Node) Locals() []*record.SignedAgent { return n.view.Locals() }
+
+const (
+	kindHeartbeat  = "heartbeat"
+	kindStatus     = "status"
+	kindUnregister = "unregister"
+)
+
+func (n *Node) hostedRecord(agentID string) (*record.SignedAgent, bool) {
+	a, ok := n.view.Get(agentID)
+	if !ok || !a.Local {
+		return nil, false
+	}
+	return a.Record, true
+}
+
+// nextRecordSeq returns a persisted seq for a new record of agentID.
+func (n *Node) nextRecordSeq(ctx context.Context, agentID string) (uint64, error) {
+	seq, err := n.st.NextSeq(ctx, agentID)
+	if err != nil {
+		return 0, fmt.Errorf("next seq: %w", err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if last := n.lastSeq[agentID]; seq <= last {
+		seq = last + 1
+	}
+	n.lastSeq[agentID] = seq
+	return seq, nil
+}
+
+// nextBeatSeq returns max(last+1, now in ms): beats share the agent's seq
+// space with its records without a disk write per heartbeat.
+func (n *Node) nextBeatSeq(agentID string) uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	seq := max(n.lastSeq[agentID]+1, uint64(time.Now().UnixMilli()))
+	n.lastSeq[agentID] = seq
+	return seq
+}
+
+func (n *Node) noteSeq(agentID string, seq uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if seq > n.lastSeq[agentID] {
+		n.lastSeq[agentID] = seq
+	}
+}
+
+func (n *Node) signBeat(agentID string, st record.Status, reason record.UnregisterReason) (*record.SignedBeat, error) {
+	b := record.Beat{
+		AgentID: agentID, PeerID: n.id.PeerID.String(), Seq: n.nextBeatSeq(agentID),
+		Status: st, Reason: reason, Timestamp: time.Now().UnixMilli(),
+		IntervalMS: n.heartbeatInterval().Milliseconds(),
+	}
+	return record.SignBeat(b, n.id.AgentKey)
+}
+
+// heartbeatInterval is the adaptive interval: the base interval, stretched
+// so that the whole network's heartbeats stay under HeartbeatMaxRate
+// messages per second (docs/scaling.md).
+func (n *Node) heartbeatInterval() time.Duration {
+	base := n.cfg.HeartbeatInterval
+	if n.cfg.HeartbeatMaxRate <= 0 {
+		return base
+	}
+	need := time.Duration(float64(n.view.Len()) / n.cfg.HeartbeatMaxRate * float64(time.Second))
+	return max(base, need)
+}
+
+func (n *Node) heartbeatLoop() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-time.After(n.heartbeatInterval()):
+		}
+		for _, sa := range n.view.Locals() {
+			a, _ := n.view.Get(sa.Agent.AgentID)
+			st := a.Status
+			sb, err := n.signBeat(sa.Agent.AgentID, st, "")
+			if err != nil {
+				n.log.Warn("sign heartbeat failed", "agent", sa.Agent.AgentID, "err", err)
+				continue
+			}
+			if n.gsp != nil {
+				if err := n.gsp.PublishBeat(n.ctx, gossip.Kind(kindHeartbeat), sb); err != nil && n.ctx.Err() == nil {
+					n.log.Debug("publish heartbeat failed", "agent", sa.Agent.AgentID, "err", err)
+				}
+			}
+		}
+	}
+}
+
+// reannounceLoop re-signs hosted records at half their TTL, so they never
+// expire while the node runs.
+func (n *Node) reannounceLoop() {
+	defer n.wg.Done()
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		for _, sa := range n.view.Locals() {
+			half := time.Duration(sa.Agent.TTLSeconds) * time.Second / 2
+			if now.Sub(sa.Agent.Issued()) < half {
+				continue
+			}
+			if _, err := n.resign(n.ctx, sa); err != nil {
+				n.log.Warn("re-announce failed", "agent", sa.Agent.AgentID, "err", err)
+			}
+		}
+	}
+}
+
+// resign re-signs a hosted record with a fresh seq and issued_at. Records
+// signed by a client's own key cannot be re-signed here; they are
+// re-announced as they are until they expire.
+func (n *Node) resign(ctx context.Context, sa *record.SignedAgent) (*record.SignedAgent, error) {
+	key, err := sa.AgentPublicKey()
+	if err != nil {
+		return nil, err
+	}
+	if !key.Equal(&n.id.AgentKey.PublicKey) {
+		n.announce(ctx, sa)
+		return sa, nil
+	}
+	a := sa.Agent
+	seq, err := n.nextRecordSeq(ctx, a.AgentID)
+	if err != nil {
+		return nil, err
+	}
+	a.Fill(a.AgentID, a.PeerID, a.PublicKey, seq, time.Now(), n.cfg.RecordTTL)
+	ns, err := n.id.Sign(&a)
+	if err != nil {
+		return nil, err
+	}
+	return n.host_(ctx, ns)
+}
+
+// sameContent reports whether a registration would only restate the
+// hosted record (identity and freshness fields aside).
+func sameContent(cur *record.Agent, a *record.Agent) bool {
+	x, y := *cur, *a
+	for _, r := range []*record.Agent{&x, &y} {
+		r.Seq, r.IssuedAt, r.TTLSeconds = 0, "", 0
+		r.PeerID, r.PublicKey = "", ""
+		if r.AgentID == "" {
+			r.AgentID = cur.AgentID
+		}
+	}
+	y.SyncCapabilities()
+	cx, err1 := record.Canonicalize(&x)
+	cy, err2 := record.Canonicalize(&y)
+	return err1 == nil && err2 == nil && string(cx) == string(cy)
+}
+
+// ---- what the DHT serves ----
+
+type hosted struct{ n *Node }
+
+func (h hosted) HostedRecords(q dht.FetchQuery) []*record.SignedAgent {
+	var out []*record.SignedAgent
+	for _, sa := range h.n.view.Locals() {
+		if q.AgentID != "" && sa.Agent.AgentID != q.AgentID {
+			continue
+		}
+		if !sa.Agent.Offers(q.Skill, q.Capability) {
+			continue
+		}
+		out = append(out, sa)
+	}
+	return out
+}
+
+func (h hosted) SignChallenge(agentID string, msg []byte) ([]byte, bool, error) {
+	sa, ok := h.n.hostedRecord(agentID)
+	if !ok {
+		return nil, false, ErrNotHosted
+	}
+	key, err := sa.AgentPublicKey()
+	if err != nil || !key.Equal(&h.n.id.AgentKey.PublicKey) {
+		return nil, false, nil
+	}
+	sig, err := record.SignBytes(h.n.id.AgentKey, msg)
+	return sig, err == nil, err
+}
+
+// ---- fetching agents announced before we arrived ----
+
+// fetchUnknown fetches the record of an agent whose heartbeat arrived
+// before its record, from the peer that authored the heartbeat. It is
+// deduplicated per agent and bounded in concurrency; it never blocks the
+// caller (a gossip validator).
+func (n *Node) fetchUnknown(agentID string, from peer.ID) {
+	if n.dht == nil || from == "" {
+		return
+	}
+	n.mu.Lock()
+	if !n.started || n.closed {
+		n.mu.Unlock()
+		return
+	}
+	if t, ok := n.fetches[agentID]; ok && time.Since(t) < n.cfg.UnknownFetchBackoff {
+		n.mu.Unlock()
+		return
+	}
+	n.fetches[agentID] = time.Now()
+	if len(n.fetches) > 4096 {
+		for id, t := range n.fetches {
+			if time.Since(t) > n.cfg.UnknownFetchBackoff {
+				delete(n.fetches, id)
+			}
+		}
+	}
+	select {
+	case n.fetchSem <- struct{}{}:
+	default:
+		// Too many fetches in flight: the next heartbeat will retry.
+		delete(n.fetches, agentID)
+		n.mu.Unlock()
+		return
+	}
+	// Add under n.mu: Close sets closed under n.mu before it waits.
+	n.wg.Add(1)
+	n.mu.Unlock()
+	go func() {
+		defer n.wg.Done()
+		defer func() { <-n.fetchSem }()
+		ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
+		defer cancel()
+		recs, err := n.dht.Fetch(ctx, peer.AddrInfo{ID: from}, dht.FetchQuery{AgentID: agentID})
+		if err != nil {
+			n.log.Debug("fetch of unknown agent failed", "agent", agentID, "peer", from, "err", err)
+			return
+		}
+		for _, sa := range recs {
+			if err := n.view.Learn(sa, store.SourceGossip, true); err != nil {
+				n.log.Debug("fetched record not applied", "agent", sa.Agent.AgentID, "err", err)
+			}
+		}
+	}()
+}

@@ -1,0 +1,492 @@
+// Package node composes agentd: it builds the parts in New (host, store,
+// verifier, live view, DHT, gossip, LAN, catalog), owns their lifecycles,
+// tears them down in reverse order in Close, and delegates behaviour to
+// them. Two pieces of behaviour live here because they span transports: the
+// lifecycle of the agents this node hosts (register → provide → heartbeat
+// → re-announce; unregister → tombstone → stop), and the resolver that
+// answers a query through the fallback chain of the map (local view, LAN,
+// DHT, SkillCenter, stale cache).
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/agentd/agentd/dht"
+	"github.com/agentd/agentd/gossip"
+	"github.com/agentd/agentd/metrics"
+	"github.com/agentd/agentd/p2p"
+	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/store"
+	"github.com/agentd/agentd/trust"
+	"github.com/agentd/agentd/view"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// LAN is the LAN discovery step of the resolver (package lan implements
+// it; simnet fakes it).
+type LAN interface {
+	// Discover asks the LAN for agents matching q and returns verified
+	// records, waiting at most until ctx is done.
+	Discover(ctx context.Context, q Query) ([]*record.SignedAgent, error)
+	// Available reports whether LAN discovery currently works, and why not.
+	Available() (bool, string)
+}
+
+// Catalog is the SkillCenter fallback step (package skillcenter).
+type Catalog interface {
+	Search(ctx context.Context, q Query) ([]Result, error)
+}
+
+// Options carry the parts a caller may inject.
+type Options struct {
+	// Identity is required.
+	Identity *trust.Identity
+	// Host, if nil, is built with p2p.New from Config.Listen. A host
+	// passed in is not closed by the node.
+	Host host.Host
+	// Store, if nil, is an in-memory store owned by the node. A store
+	// passed in is not closed by the node.
+	Store store.Store
+	// LAN and Catalog are optional resolver steps.
+	LAN     LAN
+	Catalog Catalog
+	// Chain is the certificate trust store for the verifier (optional).
+	Chain trust.ChainVerifier
+	// Metrics may be nil (a private registry is created).
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
+}
+
+// Node is one agentd.
+type Node struct {
+	cfg  Config
+	id   *trust.Identity
+	host host.Host
+	st   store.Store
+	ver  *trust.Verifier
+	view *view.View
+	dht  *dht.DHT
+	gsp  *gossip.Gossip
+	lan  LAN
+	cat  Catalog
+	m    *metrics.Metrics
+	log  *slog.Logger
+
+	ownHost, ownStore bool
+
+	mu      sync.Mutex
+	lastSeq map[string]uint64 // highest seq used per hosted agent
+	fetches map[string]time.Time
+	fetchSem chan struct{}
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	started bool
+	closed  bool
+	startAt time.Time
+}
+
+// New builds a node without starting it.
+func New(cfg Config, opts Options) (n *Node, err error) {
+	cfg.defaults()
+	if opts.Identity == nil {
+		return nil, errors.New("node: an identity is required")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m := opts.Metrics
+	if m == nil {
+		m = metrics.New(false)
+	}
+	n = &Node{
+		cfg: cfg, id: opts.Identity, host: opts.Host, st: opts.Store, lan: opts.LAN, cat: opts.Catalog,
+		m: m, log: log, lastSeq: map[string]uint64{}, fetches: map[string]time.Time{},
+		fetchSem: make(chan struct{}, cfg.UnknownFetchConcurrency),
+	}
+	defer func() {
+		if err != nil {
+			n.closeParts()
+		}
+	}()
+	if n.st == nil {
+		n.st, err = store.Open(store.Options{CacheTTL: cfg.CacheTTL})
+		if err != nil {
+			return nil, fmt.Errorf("open in-memory store: %w", err)
+		}
+		n.ownStore = true
+	}
+	tc := cfg.Trust
+	if opts.Chain != nil {
+		tc.Chain = opts.Chain
+	}
+	n.ver, err = trust.NewVerifier(tc, n.st)
+	if err != nil {
+		return nil, err
+	}
+	if n.host == nil {
+		n.host, err = p2p.New(p2p.Config{Key: opts.Identity.PeerKey, Listen: cfg.Listen, UserAgent: "agentd/" + record.ProtocolVersion})
+		if err != nil {
+			return nil, err
+		}
+		n.ownHost = true
+	}
+	if n.host.ID() != opts.Identity.PeerID {
+		return nil, fmt.Errorf("node: host id %s is not the identity's peer id %s", n.host.ID(), opts.Identity.PeerID)
+	}
+	n.view = view.New(view.Config{
+		HeartbeatInterval: cfg.HeartbeatInterval, UnhealthyAfter: cfg.UnhealthyAfter,
+		Timeout: cfg.Timeout, CacheTTL: cfg.CacheTTL,
+	}, n.st, n.ver, m, log)
+	n.view.OnUnknownAgent(n.fetchUnknown)
+	if !cfg.DisableDHT {
+		dc := cfg.DHT
+		dc.BootstrapPeers = append(dc.BootstrapPeers, cfg.Bootstrap...)
+		dc.Live = n.view.ByPeer
+		n.dht, err = dht.New(n.host, dc, n.ver, hosted{n}, m, log)
+		if err != nil {
+			return nil, fmt.Errorf("dht: %w", err)
+		}
+	}
+	return n, nil
+}
+
+// Start starts the parts: the live view's clock, the DHT, gossip, the
+// loops of the hosted agents; then it joins the network through the
+// bootstrap peers and the address book, and asks neighbours for their live
+// view. Joining is best effort: a node with no reachable peer keeps
+// running (LAN discovery or a later bootstrap may connect it).
+func (n *Node) Start(ctx context.Context) error {
+	n.mu.Lock()
+	if n.started || n.closed {
+		n.mu.Unlock()
+		return errors.New("node: already started or closed")
+	}
+	n.started = true
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.startAt = time.Now()
+	n.mu.Unlock()
+
+	n.view.Start(n.ctx)
+	if n.dht != nil {
+		if err := n.dht.Start(n.ctx); err != nil {
+			return fmt.Errorf("start dht: %w", err)
+		}
+	}
+	if !n.cfg.DisableGossip {
+		gc := gossip.DefaultConfig()
+		if n.cfg.Gossip != nil {
+			gc = *n.cfg.Gossip
+		}
+		g, err := gossip.New(n.ctx, n.host, gc, n.ver, n.view, n.m, n.log)
+		if err != nil {
+			return fmt.Errorf("gossip: %w", err)
+		}
+		n.gsp = g
+		if err := g.Start(n.ctx); err != nil {
+			return fmt.Errorf("start gossip: %w", err)
+		}
+	}
+	// Restore the registrations this node hosted before a restart.
+	locals, err := n.st.Locals(ctx)
+	if err != nil {
+		return fmt.Errorf("load local registrations: %w", err)
+	}
+	for _, sa := range locals {
+		n.noteSeq(sa.Agent.AgentID, sa.Agent.Seq)
+		n.view.ApplyLocal(sa)
+	}
+	if len(locals) > 0 {
+		// Re-sign with a fresh seq and issued_at so peers that saw the old
+		// record (or its tombstone) take the new one.
+		for _, sa := range locals {
+			if _, err := n.resign(ctx, sa); err != nil {
+				n.log.Warn("re-announce after restart failed", "agent", sa.Agent.AgentID, "err", err)
+			}
+		}
+	}
+	if n.dht != nil {
+		n.dht.SetProvided(n.view.Locals())
+	}
+	n.wg.Add(3)
+	go n.heartbeatLoop()
+	go n.reannounceLoop()
+	go n.joinLoop()
+	n.wg.Add(1)
+	go n.peerGaugeLoop()
+	return nil
+}
+
+// Shutdown leaves gracefully: every hosted agent is unregistered with
+// reason SHUTDOWN (published, so peers drop it at once), but its local
+// registration is kept, so a restart announces it again. Then the node
+// closes.
+func (n *Node) Shutdown(ctx context.Context) error {
+	locals := n.view.Locals()
+	for _, sa := range locals {
+		if err := n.publishUnregister(ctx, sa.Agent.AgentID, record.ReasonShutdown); err != nil {
+			n.log.Warn("unregister on shutdown failed", "agent", sa.Agent.AgentID, "err", err)
+		}
+	}
+	if len(locals) > 0 && n.gsp != nil && len(n.host.Network().Peers()) > 0 {
+		t := time.NewTimer(n.cfg.ShutdownGrace)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+	return n.Close()
+}
+
+// Close stops everything without telling peers (a crash looks the same to
+// them). It is idempotent.
+func (n *Node) Close() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	cancel := n.cancel
+	n.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	n.wg.Wait()
+	return n.closeParts()
+}
+
+// closeParts tears down in reverse order of construction.
+func (n *Node) closeParts() error {
+	var errs []error
+	if n.gsp != nil {
+		errs = append(errs, n.gsp.Close())
+	}
+	if n.dht != nil {
+		errs = append(errs, n.dht.Close())
+	}
+	if n.view != nil {
+		errs = append(errs, n.view.Close())
+	}
+	if n.ownHost && n.host != nil {
+		errs = append(errs, n.host.Close())
+	}
+	if n.ownStore && n.st != nil {
+		errs = append(errs, n.st.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// ---- accessors ----
+
+// Host returns the libp2p host.
+func (n *Node) Host() host.Host { return n.host }
+
+// Identity returns the node's identity.
+func (n *Node) Identity() *trust.Identity { return n.id }
+
+// Store returns the node's store.
+func (n *Node) Store() store.Store { return n.st }
+
+// View returns the live view.
+func (n *Node) View() *view.View { return n.view }
+
+// Verifier returns the trust verifier.
+func (n *Node) Verifier() *trust.Verifier { return n.ver }
+
+// Metrics returns the node's metrics.
+func (n *Node) Metrics() *metrics.Metrics { return n.m }
+
+// DHT returns the DHT, or nil when disabled.
+func (n *Node) DHT() *dht.DHT { return n.dht }
+
+// Gossip returns the gossip transport, or nil before Start or when disabled.
+func (n *Node) Gossip() *gossip.Gossip { return n.gsp }
+
+// Subscribe returns a subscription to registry events (seed 004 watch).
+func (n *Node) Subscribe(f view.Filter, buf int) *view.Subscription { return n.view.Subscribe(f, buf) }
+
+// Lookup returns the ranked providers of a capability.
+func (n *Node) Lookup(capability string) []view.Provider { return n.view.Lookup(capability) }
+
+// Capabilities returns the capability projection.
+func (n *Node) Capabilities() map[string][]view.Provider { return n.view.Capabilities() }
+
+// RequestScene resolves a scene request (seed 001 §4) from the live view.
+func (n *Node) RequestScene(scene string, caps []string) (view.SceneJoin, error) {
+	return n.view.RequestScene(scene, caps)
+}
+
+// JoinScene subscribes to a scene topic.
+func (n *Node) JoinScene(name string) error {
+	if n.gsp == nil {
+		return errors.New("gossip is not running")
+	}
+	return n.gsp.JoinScene(name)
+}
+
+// LeaveScene unsubscribes from a scene topic.
+func (n *Node) LeaveScene(name string) error {
+	if n.gsp == nil {
+		return errors.New("gossip is not running")
+	}
+	return n.gsp.LeaveScene(name)
+}
+
+// PeerInfo describes a connected peer.
+type PeerInfo struct {
+	ID        string        `json:"id"`
+	Addrs     []string      `json:"addrs"`
+	Direction string        `json:"direction"`
+	Latency   time.Duration `json:"latency_ns"`
+	Agents    []string      `json:"agents,omitempty"` // live agents hosted by the peer
+}
+
+// Peers lists connected peers.
+func (n *Node) Peers() []PeerInfo {
+	var out []PeerInfo
+	for _, p := range n.host.Network().Peers() {
+		pi := PeerInfo{ID: p.String(), Latency: n.host.Peerstore().LatencyEWMA(p)}
+		for _, c := range n.host.Network().ConnsToPeer(p) {
+			pi.Addrs = append(pi.Addrs, c.RemoteMultiaddr().String())
+			if c.Stat().Direction == network.DirInbound {
+				pi.Direction = "inbound"
+			} else {
+				pi.Direction = "outbound"
+			}
+		}
+		for _, sa := range n.view.ByPeer(p) {
+			pi.Agents = append(pi.Agents, sa.Agent.AgentID)
+		}
+		out = append(out, pi)
+	}
+	return out
+}
+
+// Health summarises the node for /healthz and /readyz.
+type Health struct {
+	AgentID    string            `json:"agent_id"`
+	PeerID     string            `json:"peer_id"`
+	Addrs      []string          `json:"addrs"`
+	Peers      int               `json:"peers"`
+	LiveAgents int               `json:"live_agents"`
+	Cached     int               `json:"cached_records"`
+	Uptime     string            `json:"uptime"`
+	DHTTable   int               `json:"dht_routing_table"`
+	Transports map[string]string `json:"transports"` // name → "ok" | "off" | "unavailable: why"
+}
+
+// Health reports the node's state.
+func (n *Node) Health() Health {
+	h := Health{
+		AgentID: n.id.AgentID, PeerID: n.id.PeerID.String(),
+		Peers: len(n.host.Network().Peers()), LiveAgents: n.view.Len(), Cached: n.st.Len(),
+		Transports: map[string]string{},
+	}
+	for _, a := range n.host.Addrs() {
+		h.Addrs = append(h.Addrs, a.String()+"/p2p/"+n.host.ID().String())
+	}
+	if !n.startAt.IsZero() {
+		h.Uptime = time.Since(n.startAt).Round(time.Second).String()
+	}
+	if n.dht != nil {
+		h.DHTTable = n.dht.RoutingTableSize()
+		h.Transports["dht"] = "ok"
+	} else {
+		h.Transports["dht"] = "off"
+	}
+	if n.gsp != nil {
+		h.Transports["gossip"] = "ok"
+	} else {
+		h.Transports["gossip"] = "off"
+	}
+	if n.lan == nil {
+		h.Transports["lan"] = "off"
+	} else if ok, why := n.lan.Available(); ok {
+		h.Transports["lan"] = "ok"
+	} else {
+		h.Transports["lan"] = "unavailable: " + why
+	}
+	if n.cat == nil {
+		h.Transports["skillcenter"] = "off"
+	} else {
+		h.Transports["skillcenter"] = "ok"
+	}
+	return h
+}
+
+// ---- background loops ----
+
+// joinLoop connects to the bootstrap peers and the address book, then asks
+// neighbours for their live view; it retries with backoff while the node
+// has no peer.
+func (n *Node) joinLoop() {
+	defer n.wg.Done()
+	backoff := time.Second
+	synced := false
+	for {
+		if len(n.host.Network().Peers()) == 0 {
+			peers := append([]peer.AddrInfo{}, n.cfg.Bootstrap...)
+			if book, err := n.st.Peers(n.ctx); err == nil {
+				for _, p := range book {
+					if p.ID != n.host.ID() && len(p.Addrs) > 0 {
+						peers = append(peers, peer.AddrInfo{ID: p.ID, Addrs: p.Addrs})
+					}
+				}
+			}
+			if len(peers) > 0 && n.dht != nil {
+				if err := n.dht.Bootstrap(n.ctx, peers); err != nil {
+					n.log.Debug("bootstrap attempt failed", "peers", len(peers), "err", err)
+				}
+			} else if len(peers) > 0 {
+				for _, p := range peers {
+					cctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
+					_ = n.host.Connect(cctx, p)
+					cancel()
+				}
+			}
+		}
+		if !synced && n.gsp != nil && len(n.host.Network().Peers()) > 0 {
+			cnt, err := n.gsp.Sync(n.ctx)
+			if err == nil {
+				synced = true
+				n.log.Info("joined", "peers", len(n.host.Network().Peers()), "synced_records", cnt)
+			}
+		}
+		wait := 30 * time.Second
+		if len(n.host.Network().Peers()) == 0 || !synced {
+			wait = backoff
+			backoff = min(backoff*2, 30*time.Second)
+		}
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (n *Node) peerGaugeLoop() {
+	defer n.wg.Done()
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+			n.m.Peers.Set(float64(len(n.host.Network().Peers())))
+			n.m.Records.WithLabelValues("cached").Set(float64(n.st.Len()))
+		}
+	}
+}

@@ -1,0 +1,194 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/store"
+	"github.com/agentd/agentd/view"
+)
+
+func TestRegisterPropagatesByGossip(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn := newNet(t, 5, Config{})
+		waitFor(t, 10*time.Second, "mesh", func() bool { return len(tn.nodes[4].Gossip().TopicPeers()) > 0 })
+		sub := tn.nodes[3].Subscribe(view.Filter{Capability: "org-data-read"}, 16)
+		defer sub.Close()
+		sa, err := tn.nodes[1].Register(context.Background(), spec("skill-org-feishu", "org-data-read", "user-auth"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sa.Agent.AgentID != tn.nodes[1].id.AgentID {
+			t.Fatalf("agent id %s, want the node's own", sa.Agent.AgentID)
+		}
+		for _, nd := range tn.nodes[2:] {
+			waitFor(t, 5*time.Second, "announce at every node", func() bool { _, ok := live(nd.Node, sa.Agent.AgentID); return ok })
+		}
+		ev := <-sub.C()
+		if ev.Type != view.EventRegistered || ev.AgentID != sa.Agent.AgentID || ev.Source != store.SourceGossip {
+			t.Fatalf("event %+v", ev)
+		}
+		ids, src := discoverIDs(t, tn.nodes[4].Node, Query{Filter: store.Filter{Capability: "org-data-read", Version: ">=1.0.0"}})
+		if !slices.Equal(ids, []string{sa.Agent.AgentID}) || src != store.SourceGossip {
+			t.Fatalf("discover: %v from %s", ids, src)
+		}
+		// Same content again is coalesced.
+		again, err := tn.nodes[1].Register(context.Background(), spec("skill-org-feishu", "org-data-read", "user-auth"))
+		if err != nil || again.Agent.Seq != sa.Agent.Seq {
+			t.Fatalf("re-register not coalesced: %v seq %d vs %d", err, again.Agent.Seq, sa.Agent.Seq)
+		}
+		// A status change propagates.
+		if err := tn.nodes[1].SetStatus(context.Background(), sa.Agent.AgentID, record.StatusDegraded); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, "status", func() bool {
+			a, ok := live(tn.nodes[4].Node, sa.Agent.AgentID)
+			return ok && a.Status == record.StatusDegraded
+		})
+		// Unregister removes it everywhere at once and the old record
+		// cannot come back.
+		if err := tn.nodes[1].Unregister(context.Background(), sa.Agent.AgentID, record.ReasonMaintenance); err != nil {
+			t.Fatal(err)
+		}
+		for _, nd := range tn.nodes[2:] {
+			waitFor(t, 2*time.Second, "unregister at every node", func() bool { _, ok := live(nd.Node, sa.Agent.AgentID); return !ok })
+		}
+		if err := tn.nodes[4].View().CheckAnnounce(sa); err == nil {
+			t.Fatal("old announcement accepted after unregister")
+		}
+	})
+}
+
+func TestDiscoverThroughDHT(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn := newNet(t, 6, Config{DisableGossip: true})
+		waitFor(t, 20*time.Second, "routing tables", func() bool {
+			for _, nd := range tn.nodes {
+				if nd.DHT().RoutingTableSize() < 2 {
+					return false
+				}
+			}
+			return true
+		})
+		sa, err := tn.nodes[2].Register(context.Background(), spec("skill-search", "product.search"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		var src store.Source
+		waitFor(t, 20*time.Second, "dht discovery", func() bool {
+			ids, src = discoverIDs(t, tn.nodes[5].Node, Query{Filter: store.Filter{Skill: "skill-search", Capability: "product.search"}})
+			return len(ids) == 1
+		})
+		if ids[0] != sa.Agent.AgentID || src != store.SourceDHT {
+			t.Fatalf("got %v from %s", ids, src)
+		}
+		// The fetched record is now in the live view of the querier.
+		if _, ok := live(tn.nodes[5].Node, sa.Agent.AgentID); !ok {
+			t.Fatal("fetched record not in the live view")
+		}
+		// GET by agent id from a node with no connection to the owner
+		// answers from the DHT value.
+		other := tn.nodes[4]
+		var r Result
+		waitFor(t, 10*time.Second, "GetAgent from the DHT value", func() bool {
+			r, err = other.GetAgent(context.Background(), sa.Agent.AgentID, true)
+			return err == nil
+		})
+		if r.Agent.AgentID != sa.Agent.AgentID || r.Source != store.SourceDHT {
+			t.Fatalf("GetAgent: %+v", r)
+		}
+		// Nothing matches: DISC_002.
+		_, err = tn.nodes[5].Discover(context.Background(), Query{Filter: store.Filter{Capability: "nope"}})
+		var de *DiscoveryError
+		if !errors.As(err, &de) || de.Code != record.CodeNoSkillsFound {
+			t.Fatalf("err %v", err)
+		}
+	})
+}
+
+func TestCrashedAgentTimesOutEverywhere(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn := newNet(t, 4, Config{})
+		waitFor(t, 10*time.Second, "mesh", func() bool { return len(tn.nodes[3].Gossip().TopicPeers()) > 0 })
+		sa, err := tn.nodes[2].Register(context.Background(), spec("skill-a", "cap.a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, "announce", func() bool { _, ok := live(tn.nodes[3].Node, sa.Agent.AgentID); return ok })
+		crash := time.Now()
+		tn.nodes[2].Close() // no unregister: peers only notice the silence
+		waitFor(t, 25*time.Second, "UNHEALTHY", func() bool {
+			a, ok := live(tn.nodes[3].Node, sa.Agent.AgentID)
+			return ok && a.Status == record.StatusUnhealthy
+		})
+		if d := time.Since(crash); d < 15*time.Second || d > 21*time.Second {
+			t.Fatalf("UNHEALTHY after %s, want about 3 intervals after the last heartbeat", d)
+		}
+		waitFor(t, 40*time.Second, "gone", func() bool { _, ok := live(tn.nodes[3].Node, sa.Agent.AgentID); return !ok })
+		if d := time.Since(crash); d < 30*time.Second || d > 37*time.Second {
+			t.Fatalf("gone after %s, want the 30 s timeout", d)
+		}
+		// The stale cache still answers, marked stale.
+		res, err := tn.nodes[3].Discover(context.Background(), Query{Filter: store.Filter{Capability: "cap.a"}, LocalOnly: true})
+		if err != nil || len(res) != 1 || !res[0].Stale || res[0].Source != store.SourceCache {
+			t.Fatalf("stale answer: %v %+v", err, res)
+		}
+	})
+}
+
+func TestLateJoinerSeesEveryAgentWithinOneInterval(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn := newNet(t, 6, Config{})
+		var ids []string
+		for _, nd := range tn.nodes[1:] {
+			sa, err := nd.Register(context.Background(), spec("skill-"+nd.id.AgentID[:8], "cap.shared"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, sa.Agent.AgentID)
+		}
+		time.Sleep(10 * time.Second) // the announcements are long gone from gossip
+		late := tn.add(nil, nil)
+		joined := time.Now()
+		waitFor(t, 5*time.Second, "late joiner's view", func() bool {
+			for _, id := range ids {
+				if _, ok := live(late.Node, id); !ok {
+					return false
+				}
+			}
+			return true
+		})
+		t.Logf("late joiner complete after %s", time.Since(joined))
+	})
+}
+
+func TestRestartRestoresRegistrations(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn := newNet(t, 3, Config{})
+		nd := tn.nodes[1]
+		sa, err := nd.Register(context.Background(), spec("skill-r", "cap.r"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, "announce", func() bool { _, ok := live(tn.nodes[2].Node, sa.Agent.AgentID); return ok })
+		if err := nd.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 2*time.Second, "shutdown unregister", func() bool { _, ok := live(tn.nodes[2].Node, sa.Agent.AgentID); return !ok })
+		// Same identity, same store: the registration comes back with a
+		// newer seq, which beats the SHUTDOWN tombstone.
+		re := tn.add(nd.id, nd.st)
+		waitFor(t, 10*time.Second, "re-announce after restart", func() bool {
+			a, ok := live(tn.nodes[2].Node, sa.Agent.AgentID)
+			return ok && a.Record.Agent.Seq > sa.Agent.Seq
+		})
+		if locals := re.Locals(); len(locals) != 1 || locals[0].Agent.AgentID != sa.Agent.AgentID {
+			t.Fatalf("locals %v", locals)
+		}
+	})
+}
