@@ -81,9 +81,9 @@ type Node struct {
 
 	ownHost, ownStore bool
 
-	mu      sync.Mutex
-	lastSeq map[string]uint64 // highest seq used per hosted agent
-	fetches map[string]time.Time
+	mu       sync.Mutex
+	lastSeq  map[string]uint64 // highest seq used per hosted agent
+	fetches  map[string]time.Time
 	fetchSem chan struct{}
 
 	ctx     context.Context
