@@ -82,7 +82,7 @@ func (n *Node) Discover(ctx context.Context, q Query) ([]Result, error) {
 			if ok, _ := n.lan.Available(); ok {
 				tried = append(tried, "lan")
 				lctx, lcancel := context.WithTimeout(ctx, n.cfg.LANTimeout)
-				recs, err := n.lan.Discover(lctx, q)
+				recs, err := n.lan.Discover(lctx, q.Filter)
 				lcancel()
 				if err != nil {
 					netErr = err

@@ -32,9 +32,9 @@ import (
 // LAN is the LAN discovery step of the resolver (package lan implements
 // it; simnet fakes it).
 type LAN interface {
-	// Discover asks the LAN for agents matching q and returns verified
+	// Discover asks the LAN for agents matching f and returns verified
 	// records, waiting at most until ctx is done.
-	Discover(ctx context.Context, q Query) ([]*record.SignedAgent, error)
+	Discover(ctx context.Context, f store.Filter) ([]*record.SignedAgent, error)
 	// Available reports whether LAN discovery currently works, and why not.
 	Available() (bool, string)
 }
