@@ -82,12 +82,18 @@ func (n *Node) Discover(ctx context.Context, q Query) ([]Result, error) {
 			if ok, _ := n.lan.Available(); ok {
 				tried = append(tried, "lan")
 				lctx, lcancel := context.WithTimeout(ctx, n.cfg.LANTimeout)
-				recs, err := n.lan.Discover(lctx, q.Filter)
+				recs, foreign, err := n.lan.Discover(lctx, q.Filter)
 				lcancel()
 				if err != nil {
 					netErr = err
 				}
-				if res := n.learnAll(recs, store.SourceLAN, m, q.Limit); len(res) > 0 {
+				res := n.learnAll(recs, store.SourceLAN, m, q.Limit)
+				for _, a := range foreign {
+					if (q.Limit == 0 || len(res) < q.Limit) && m.Matches(a) {
+						res = append(res, Result{Agent: a, Source: store.SourceLAN})
+					}
+				}
+				if len(res) > 0 {
 					return done(store.SourceLAN, res)
 				}
 			}

@@ -32,9 +32,12 @@ import (
 // LAN is the LAN discovery step of the resolver (package lan implements
 // it; simnet fakes it).
 type LAN interface {
-	// Discover asks the LAN for agents matching f and returns verified
-	// records, waiting at most until ctx is done.
-	Discover(ctx context.Context, f store.Filter) ([]*record.SignedAgent, error)
+	// Discover asks the LAN for agents matching f, waiting at most until
+	// ctx is done. signed are agentd records verified through the trust
+	// Verifier; foreign are seed-001 skills of other implementations,
+	// authenticated by the shared HMAC key (seed 001 §10.1), which carry
+	// no agent signature.
+	Discover(ctx context.Context, f store.Filter) (signed []*record.SignedAgent, foreign []*record.Agent, err error)
 	// Available reports whether LAN discovery currently works, and why not.
 	Available() (bool, string)
 }
