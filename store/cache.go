@@ -18,6 +18,7 @@ import (
 type centry struct {
 	id       string
 	rec      *record.SignedAgent
+	terms    []term // termsOf(&rec.Agent)
 	source   Source
 	received time.Time
 	expires  time.Time
@@ -70,7 +71,7 @@ func (s *db) ttl(c *centry, now time.Time) time.Duration { return s.dropAt(c).Su
 func (s *db) insertLocked(c *centry) {
 	s.entries[c.id] = c
 	heap.Push(&s.expiry, c)
-	for _, t := range termsOf(&c.rec.Agent) {
+	for _, t := range c.terms {
 		s.counts[t.count()]++
 	}
 }
@@ -81,7 +82,7 @@ func (s *db) removeLocked(c *centry) {
 	if c.hidx >= 0 {
 		heap.Remove(&s.expiry, c.hidx)
 	}
-	for _, t := range termsOf(&c.rec.Agent) {
+	for _, t := range c.terms {
 		k := t.count()
 		if s.counts[k]--; s.counts[k] <= 0 {
 			delete(s.counts, k)
@@ -110,13 +111,13 @@ func writeEntry(w writer, c, old *centry, ttl time.Duration, announce []byte) er
 	if err := w.Set(cacheKey(c.id), val, ttl); err != nil {
 		return err
 	}
-	ts := termsOf(&c.rec.Agent)
+	ts := c.terms
 	if old != nil && old.rec != c.rec {
 		keep := make(map[term]bool, len(ts))
 		for _, t := range ts {
 			keep[t] = true
 		}
-		for _, t := range termsOf(&old.rec.Agent) {
+		for _, t := range old.terms {
 			if !keep[t] {
 				if err := w.Delete(t.key(c.id)); err != nil {
 					return err
@@ -137,7 +138,7 @@ func deleteEntry(w writer, c *centry) error {
 	if err := w.Delete(cacheKey(c.id)); err != nil {
 		return err
 	}
-	for _, t := range termsOf(&c.rec.Agent) {
+	for _, t := range c.terms {
 		if err := w.Delete(t.key(c.id)); err != nil {
 			return err
 		}
@@ -236,8 +237,7 @@ func (s *db) Put(ctx context.Context, e Entry) error {
 	if !e.Source.valid() {
 		return &record.FieldError{Field: "source", Reason: fmt.Sprintf("%.32q is not a known source", e.Source)}
 	}
-	announce, err := announceJSON(e.Record)
-	if err != nil {
+	if _, err := announceJSON(e.Record); err != nil {
 		return err
 	}
 	now := s.opts.Now()
@@ -271,14 +271,18 @@ func (s *db) Put(ctx context.Context, e Entry) error {
 			return fmt.Errorf("%w: agent %s stored seq %d, put seq %d", ErrOlder, id, os, ns)
 		case os == ns:
 			// Same version: keep the record first seen, refresh the rest.
-			c.rec = old.rec
-			if announce, err = announceJSON(c.rec); err != nil {
-				return err
-			}
+			c.rec, c.terms = old.rec, old.terms
 		}
 		c.gen = old.gen + 1
 	} else {
 		c.gen = 1
+	}
+	if c.terms == nil {
+		c.terms = termsOf(&c.rec.Agent)
+	}
+	announce, err := announceJSON(c.rec)
+	if err != nil {
+		return err
 	}
 	err = s.write(func(w writer) error {
 		if t, ok, err := s.tombstoneIn(w, id, now); err != nil {
@@ -598,7 +602,7 @@ func (s *db) load() error {
 			bad = append(bad, k)
 			return nil
 		}
-		c := &centry{id: id, rec: sa, source: h.source, received: h.received, expires: h.expires, gen: 1, hidx: -1}
+		c := &centry{id: id, rec: sa, terms: termsOf(&sa.Agent), source: h.source, received: h.received, expires: h.expires, gen: 1, hidx: -1}
 		if !now.Before(s.dropAt(c)) {
 			bad = append(bad, k)
 			return nil
@@ -612,7 +616,7 @@ func (s *db) load() error {
 	// Postings: keep the expected ones, delete the rest, write the missing.
 	want := map[string]time.Duration{}
 	for _, c := range s.entries {
-		for _, t := range termsOf(&c.rec.Agent) {
+		for _, t := range c.terms {
 			want[string(t.key(c.id))] = s.ttl(c, now)
 		}
 	}

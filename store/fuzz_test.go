@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"testing"
 	"time"
+
+	"github.com/agentd/agentd/record"
 )
 
 // FuzzDecodeEntry feeds arbitrary bytes to the entry decoder. It must never
@@ -132,5 +134,39 @@ func TestEntryGolden(t *testing.T) {
 		if _, _, err := decodeEntry(b[:i]); err == nil {
 			t.Fatalf("truncated at %d accepted", i)
 		}
+	}
+}
+
+// TestAnnounceJSONMatchesMarshalAnnounce: the store's Announce encoder
+// writes what record.MarshalAnnounce writes (byte for byte when no string
+// needs HTML escaping) and reads back to the same record either way.
+func TestAnnounceJSONMatchesMarshalAnnounce(t *testing.T) {
+	plain := mkRecord(t, agentSpec{})
+	got, err := announceJSON(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := plain.MarshalAnnounce(); !bytes.Equal(got, want) {
+		t.Fatalf("announce JSON\n got %s\nwant %s", got, want)
+	}
+	html := mkRecord(t, agentSpec{tags: []string{"<b>&amp;</b>"}})
+	got, err = announceJSON(html)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _, err := record.ParseAnnounce(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := record.ParseAnnounce(html.MarshalAnnounce())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.Canonical, b.Canonical) || !bytes.Equal(a.Canonical, html.Canonical) ||
+		!bytes.Equal(a.Signature, b.Signature) || !bytes.Equal(a.PeerSignature, b.PeerSignature) {
+		t.Fatal("the two encodings read back differently")
+	}
+	if err := a.VerifySignatures(); err != nil {
+		t.Fatal(err)
 	}
 }
