@@ -83,7 +83,11 @@ func versionCommand() *cli.Command {
 				if v.Modified {
 					mod = " (modified)"
 				}
-				fmt.Fprintf(w, "commit:   %s%s %s\n", v.Commit, mod, v.CommitTime)
+				when := ""
+				if v.CommitTime != "" {
+					when = " " + v.CommitTime
+				}
+				fmt.Fprintf(w, "commit:   %s%s%s\n", v.Commit, mod, when)
 			} else {
 				fmt.Fprintf(w, "commit:   unknown (not recorded in this build)\n")
 			}

@@ -1,0 +1,100 @@
+# agentd — build, run and check.
+#
+#   make run     build bin/agentd and run it with no configuration
+#   make test    vet, race-enabled tests (shuffled), one pass of every benchmark
+#   make help    list every target
+#
+# Variables: FUZZTIME (default 10s), BENCHCOUNT (default 6), ARGS (extra
+# arguments for `make run`, e.g. ARGS='--data-dir /tmp/a --api 127.0.0.1:4788').
+
+GO          ?= go
+PKGS        ?= ./...
+BIN         := bin
+TOOLS       := $(BIN)/tools
+FUZZTIME    ?= 10s
+BENCHCOUNT  ?= 6
+BENCHTIME   ?= 1s
+TEST_TIMEOUT ?= 14m
+ARGS        ?=
+
+STATICCHECK_VERSION   := v0.8.2
+GOLANGCI_LINT_VERSION := v2.15.0
+
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+
+.DEFAULT_GOAL := build
+
+.PHONY: help build run test race bench fuzz lint golangci-lint tidy clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
+
+build: ## build bin/agentd
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentd ./cmd/agentd
+
+run: build ## build, then run the daemon with no configuration (Ctrl-C stops it)
+	$(BIN)/agentd run $(ARGS)
+
+test: ## go vet, race tests in random order (14 min cap), every benchmark once
+	$(GO) vet $(PKGS)
+	$(GO) test -race -shuffle=on -timeout $(TEST_TIMEOUT) $(PKGS)
+	$(GO) test -run='^$$' -bench=. -benchtime=1x -timeout $(TEST_TIMEOUT) $(PKGS)
+
+race: ## race-enabled tests, uncached
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+bench: ## full benchmarks, BENCHCOUNT runs each; raw output for benchstat in bin/bench.txt
+	@mkdir -p $(BIN)
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=$(BENCHCOUNT) -timeout 60m $(PKGS) | tee $(BIN)/bench.txt
+	@echo "raw results in $(BIN)/bench.txt (compare two runs with: benchstat old.txt new.txt)"
+
+# fuzz finds the packages whose tests declare `func Fuzz...`, asks `go test
+# -list` for the target names, and runs each target for FUZZTIME. go test
+# -fuzz takes one target per invocation, so they run one after another.
+fuzz: ## run every fuzz target for FUZZTIME (default 10s) each
+	@set -e; n=0; \
+	for dir in $$($(GO) list -f '{{.Dir}}' $(PKGS)); do \
+		grep -qs '^func Fuzz' $$dir/*_test.go || continue; \
+		for target in $$(cd $$dir && $(GO) test -list '^Fuzz' . | grep '^Fuzz'); do \
+			echo "== $$target ($$dir, $(FUZZTIME))"; \
+			(cd $$dir && $(GO) test -run='^$$' -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) .); \
+			n=$$((n+1)); \
+		done; \
+	done; \
+	echo "fuzz: $$n targets ran for $(FUZZTIME) each"
+
+lint: ## gofmt, go vet, staticcheck (installed at a pinned version; skipped if it cannot be installed)
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*')); \
+	if [ -n "$$out" ]; then echo "gofmt: these files need formatting:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	@if [ ! -x $(TOOLS)/staticcheck-$(STATICCHECK_VERSION) ]; then \
+		mkdir -p $(TOOLS); \
+		if GOBIN=$(CURDIR)/$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); then \
+			mv $(TOOLS)/staticcheck $(TOOLS)/staticcheck-$(STATICCHECK_VERSION); \
+		else \
+			echo "lint: staticcheck $(STATICCHECK_VERSION) could not be installed from the module proxy; skipped"; \
+		fi; \
+	fi; \
+	if [ -x $(TOOLS)/staticcheck-$(STATICCHECK_VERSION) ]; then \
+		echo "$(TOOLS)/staticcheck-$(STATICCHECK_VERSION) $(PKGS)"; \
+		$(TOOLS)/staticcheck-$(STATICCHECK_VERSION) $(PKGS); \
+	fi
+
+golangci-lint: ## golangci-lint at a pinned version, default linters (not part of lint or test)
+	@if [ ! -x $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION) ]; then \
+		mkdir -p $(TOOLS); \
+		GOBIN=$(CURDIR)/$(TOOLS) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) && \
+		mv $(TOOLS)/golangci-lint $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION); \
+	fi
+	$(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION) run $(PKGS)
+
+tidy: ## fail if `go mod tidy` would change go.mod or go.sum (changes nothing)
+	@$(GO) mod tidy -diff || { echo "tidy: go.mod/go.sum are not tidy; run 'go mod tidy' and commit the result"; exit 1; }
+
+# simnet: the many-node simulation gets its own target here (`make simnet`)
+# when package simnet lands; it stays out of `make test` because of its length.
+
+clean: ## remove bin/ (the binary, linters, benchmark output)
+	rm -rf $(BIN)
