@@ -126,7 +126,10 @@ func sharedIPChild(t *testing.T, mode string) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cfg := dht.Config{FetchTimeout: 3 * time.Second, QueryTimeout: 10 * time.Second, RetryInterval: 200 * time.Millisecond}
+	// Generous timeouts: under -race with every package's tests sharing two
+	// cores, a Noise handshake can take seconds. The default resource
+	// manager refuses at once, so its failures are not timeouts.
+	cfg := dht.Config{FetchTimeout: 20 * time.Second, QueryTimeout: 30 * time.Second, RetryInterval: 200 * time.Millisecond}
 
 	bootHost := newSharedIPHost(t, mode, mustID(t))
 	boot, err := StartNode(ctx, bootHost, NodeConfig{DHT: cfg}, nil)
@@ -170,17 +173,20 @@ func sharedIPChild(t *testing.T, mode string) {
 		t.Cleanup(func() { _ = d.Close() })
 		agents[i] = &agent{id: id, h: h, d: d, hs: hs}
 	}
-	// Everyone joins through the bootstrap node at once, as agents
+	// Everyone joins through the bootstrap node, four at a time, as agents
 	// started together on one machine would.
 	var (
 		bmu        sync.Mutex
 		bootFailed int
 		bwg        sync.WaitGroup
+		bsem       = make(chan struct{}, 4)
 	)
 	for i, a := range agents {
 		bwg.Add(1)
 		go func() {
 			defer bwg.Done()
+			bsem <- struct{}{}
+			defer func() { <-bsem }()
 			if err := a.d.Bootstrap(ctx, []peer.AddrInfo{*bootInfo}); err != nil {
 				bmu.Lock()
 				bootFailed++

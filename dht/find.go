@@ -120,11 +120,12 @@ func (d *DHT) roundTrip(ctx context.Context, p peer.AddrInfo, q FetchQuery) (*Fe
 		_ = s.Reset()
 		return nil, nil, err
 	}
+	// No CloseWrite: the provider reads exactly one frame, and a half-close
+	// adds nothing (on mocknet it would even skip the link latency).
 	if err := WriteFrame(s, req); err != nil {
 		_ = s.Reset()
 		return nil, nil, fmt.Errorf("send request: %w", err)
 	}
-	_ = s.CloseWrite()
 	body, err := ReadFrame(s, MaxResponseBytes)
 	if err != nil {
 		_ = s.Reset()
