@@ -26,8 +26,11 @@
 // the RFC 8785 form of the agent object). record.WireBeat is
 // {"beat":{agent_id, peer_id, seq, status, timestamp, reason, interval_ms},
 // "signature":<base64 agent-key signature over the RFC 8785 form of beat>}.
-// A status message must carry status; an unregister message must carry
-// reason (SHUTDOWN, ERROR, MAINTENANCE, UPGRADE). Unknown members are
+// The beat member is at most 4 KiB (record.MaxBeatBytes). A status
+// message must carry status; an unregister message must carry reason
+// (SHUTDOWN, ERROR, MAINTENANCE, UPGRADE). Member names are
+// case-sensitive: a member that differs from a known one only in case is
+// malformed (encoding/json would otherwise read it). Unknown members are
 // ignored.
 //
 // Every pubsub message is signed by its author's host key (pubsub's

@@ -129,6 +129,9 @@ func decodeSyncRequest(b []byte) (*syncRequest, error) {
 	if _, _, err := readVersion(b); err != nil {
 		return nil, err
 	}
+	if err := exactMembers(b, "", syncReqMembers); err != nil {
+		return nil, err
+	}
 	var r syncRequest
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, &record.FieldError{Field: "limit", Reason: "must be an integer: " + err.Error()}
@@ -154,6 +157,9 @@ func decodeSyncResponse(b []byte, limit int) (recs []*record.SignedAgent, bad in
 		Records []json.RawMessage `json:"records"`
 		Error   *syncError        `json:"error"`
 	}
+	if err := exactMembers(b, "", syncRespMembers); err != nil {
+		return nil, 0, err
+	}
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, 0, &record.FieldError{Field: "records", Reason: err.Error()}
 	}
@@ -178,6 +184,9 @@ func decodeSyncResponse(b []byte, limit int) (recs []*record.SignedAgent, bad in
 func decodeAnnounce(raw []byte) (*record.SignedAgent, error) {
 	if len(raw) > syncRecordAllowance {
 		return nil, fmt.Errorf("%w: record is %d bytes", record.ErrTooLarge, len(raw))
+	}
+	if err := exactMembers(raw, "records[]", announceMembers); err != nil {
+		return nil, err
 	}
 	var a record.Announce
 	if err := json.Unmarshal(raw, &a); err != nil {

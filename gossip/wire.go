@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/agentd/agentd/record"
 )
@@ -124,10 +125,18 @@ func Decode(b []byte, maxBytes int) (*Message, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := exactMembers(b, "", envelopeMembers); err != nil {
+		return nil, err
+	}
 	var e envelope
 	if err := json.Unmarshal(b, &e); err != nil {
 		return nil, &record.FieldError{Field: "message", Reason: err.Error()}
 	}
+	var raw struct {
+		Announce json.RawMessage `json:"announce"`
+		Beat     json.RawMessage `json:"beat"`
+	}
+	_ = json.Unmarshal(b, &raw) // the same text decoded above
 	m := &Message{Version: version, NewerMinor: newer, Kind: e.Type}
 	switch {
 	case e.Type == KindAnnounce:
@@ -136,6 +145,9 @@ func Decode(b []byte, maxBytes int) (*Message, error) {
 		}
 		if e.Announce == nil {
 			return nil, &record.FieldError{Field: "announce", Reason: "is required for type announce"}
+		}
+		if err := exactMembers(raw.Announce, "announce", announceMembers); err != nil {
+			return nil, err
 		}
 		a := *e.Announce
 		if a.ProtocolVersion == "" {
@@ -155,6 +167,12 @@ func Decode(b []byte, maxBytes int) (*Message, error) {
 		if e.Beat == nil {
 			return nil, &record.FieldError{Field: "beat", Reason: "is required for type " + e.Type}
 		}
+		if len(raw.Beat) > record.MaxBeatBytes {
+			return nil, fmt.Errorf("%w: beat is %d bytes, limit %d", record.ErrTooLarge, len(raw.Beat), record.MaxBeatBytes)
+		}
+		if err := exactMembers(raw.Beat, "beat", wireBeatMembers); err != nil {
+			return nil, err
+		}
 		sb, err := record.ParseWireBeat(*e.Beat)
 		if err != nil {
 			return nil, err
@@ -171,15 +189,48 @@ func Decode(b []byte, maxBytes int) (*Message, error) {
 	return m, nil
 }
 
+// Member names of the objects this package reads. encoding/json matches
+// member names case-insensitively; the wire format does not, so a member
+// that differs from one of these only in case is refused rather than read
+// (two parsers must never see different values in one message).
+var (
+	envelopeMembers = []string{"protocol_version", "type", "announce", "beat"}
+	announceMembers = []string{"protocol_version", "agent", "signature", "peer_signature", "timestamp"}
+	wireBeatMembers = []string{"beat", "signature"}
+	syncReqMembers  = []string{"protocol_version", "limit"}
+	syncRespMembers = []string{"protocol_version", "records", "error"}
+)
+
+// exactMembers refuses an object member whose name equals one of names
+// only case-insensitively. Input that is not an object is left to
+// json.Unmarshal to report.
+func exactMembers(raw []byte, path string, names []string) error {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(raw, &obj) != nil {
+		return nil
+	}
+	for k := range obj {
+		for _, n := range names {
+			if k != n && strings.EqualFold(k, n) {
+				f := k
+				if path != "" {
+					f = path + "." + k
+				}
+				return &record.FieldError{Field: truncate(f, 80), Reason: fmt.Sprintf("unknown member; member names are case-sensitive (did you mean %q?)", n)}
+			}
+		}
+	}
+	return nil
+}
+
 // readVersion reads and negotiates the protocol_version of a JSON object.
 func readVersion(b []byte) (version string, newer bool, err error) {
-	var probe struct {
-		ProtocolVersion json.RawMessage `json:"protocol_version"`
-	}
+	var probe map[string]json.RawMessage
 	if err := json.Unmarshal(b, &probe); err != nil {
 		return "", false, &record.FieldError{Field: "message", Reason: "must be a JSON object: " + err.Error()}
 	}
-	if len(probe.ProtocolVersion) == 0 || json.Unmarshal(probe.ProtocolVersion, &version) != nil {
+	pv, ok := probe["protocol_version"] // exact name, unlike encoding/json's field matching
+	if !ok || json.Unmarshal(pv, &version) != nil {
 		return "", false, &record.FieldError{Field: "protocol_version", Reason: "is required and must be a string"}
 	}
 	newer, err = record.CheckVersion(version)

@@ -164,6 +164,12 @@ func TestDecodeErrors(t *testing.T) {
 		{"heartbeat as unregister (no reason)", strings.Replace(hb, `"type":"heartbeat"`, `"type":"unregister"`, 1), trust.ReasonMalformed, "beat.reason"},
 		{"announce of a newer major inside", strings.Replace(ann, `"announce":{"protocol_version":"v1.0"`, `"announce":{"protocol_version":"v3.0"`, 1), trust.ReasonVersion, ""},
 		{"agent not an object", `{"protocol_version":"v1.0","type":"announce","announce":{"agent":"x"}}`, trust.ReasonMalformed, ""},
+		{"member name case (envelope)", strings.Replace(hb, `"type":"heartbeat"`, `"type":"heartbeat","Type":"announce"`, 1), trust.ReasonMalformed, "Type"},
+		{"member name case (version)", `{"Protocol_Version":"v1.0","type":"heartbeat"}`, trust.ReasonMalformed, "protocol_version"},
+		{"member name case (announce)", strings.Replace(ann, `"agent":`, `"Agent":`, 1), trust.ReasonMalformed, "announce.Agent"},
+		{"member name case (beat)", strings.Replace(hb, `"signature":`, `"SIGNATURE":`, 1), trust.ReasonMalformed, "beat.SIGNATURE"},
+		{"member name case (beat fields)", strings.Replace(hb, `"seq":`, `"Seq":`, 1), trust.ReasonMalformed, ""},
+		{"beat over 4 KiB", strings.Replace(hb, `"signature":"`, `"pad":"`+strings.Repeat("p", record.MaxBeatBytes)+`","signature":"`, 1), trust.ReasonTooLarge, ""},
 		{"bad base64 signature", strings.Replace(hb, `"signature":"`, `"signature":"!!`, 1), trust.ReasonMalformed, "signature"},
 	}
 	for _, c := range cases {
@@ -266,5 +272,46 @@ func TestSceneTopic(t *testing.T) {
 	}
 	if !topicRe.MatchString(AnnounceTopic) || topicRe.MatchString("/ipfs/announce/1.0.0") {
 		t.Error("subscription filter")
+	}
+}
+
+func TestSyncCodec(t *testing.T) {
+	if r, err := decodeSyncRequest([]byte(`{"protocol_version":"v1.0","limit":5}`)); err != nil || r.Limit != 5 {
+		t.Fatalf("request: %+v, %v", r, err)
+	}
+	for in, reason := range map[string]trust.Reason{
+		`{"protocol_version":"v1.0","Limit":5}`:                                 trust.ReasonMalformed,
+		`{"protocol_version":"v1.0","limit":-1}`:                                trust.ReasonMalformed,
+		`{"protocol_version":"v1.0","limit":10001}`:                             trust.ReasonMalformed,
+		`{"protocol_version":"v1.0","limit":"5"}`:                               trust.ReasonMalformed,
+		`{"protocol_version":"v2.0","limit":5}`:                                 trust.ReasonVersion,
+		`{"limit":5}`:                                                           trust.ReasonMalformed,
+		`{"protocol_version":"v1.0","limit":1,"limit":2}`:                       trust.ReasonMalformed,
+		`{"protocol_version":"v1.0","pad":"` + strings.Repeat("x", 1100) + `"}`: trust.ReasonTooLarge,
+	} {
+		if _, err := decodeSyncRequest([]byte(in)); trust.ReasonOf(err) != reason {
+			t.Errorf("request %.60s: %v, want %s", in, err, reason)
+		}
+	}
+	ann := readGolden(t, "announce.json")
+	var env struct {
+		Announce json.RawMessage `json:"announce"`
+	}
+	if err := json.Unmarshal(ann, &env); err != nil {
+		t.Fatal(err)
+	}
+	rec := string(env.Announce)
+	recs, bad, err := decodeSyncResponse([]byte(`{"protocol_version":"v1.0","records":[`+rec+`,{"agent":{}},`+strings.Replace(rec, `"agent":`, `"AGENT":`, 1)+`]}`), 3)
+	if err != nil || len(recs) != 1 || bad != 2 {
+		t.Fatalf("response: %d records, %d bad, %v", len(recs), bad, err)
+	}
+	if _, _, err := decodeSyncResponse([]byte(`{"protocol_version":"v1.0","records":[`+rec+`,`+rec+`]}`), 1); err == nil {
+		t.Fatal("more records than asked for were accepted")
+	}
+	if _, _, err := decodeSyncResponse([]byte(`{"protocol_version":"v1.0","records":[],"error":{"code":"ErrRateLimited","message":"x"}}`), 1); !errors.Is(err, ErrSyncRefused) {
+		t.Fatalf("error answer: %v", err)
+	}
+	if _, _, err := decodeSyncResponse(make([]byte, syncAnswerBound(1)+1), 1); !errors.Is(err, record.ErrTooLarge) {
+		t.Fatalf("oversize answer: %v", err)
 	}
 }
