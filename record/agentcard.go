@@ -140,6 +140,9 @@ func ParseAgentCard(b []byte) (*AgentCard, error) {
 	if err := json.Unmarshal(b, &c); err != nil {
 		return nil, jsonFieldErr("", err)
 	}
+	if c.Capabilities == nil {
+		c.Capabilities = []CardCapability{} // absent or null: no capabilities
+	}
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}

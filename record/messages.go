@@ -152,6 +152,9 @@ func ParseQuery(b []byte) (*Query, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
+	if len(q.Query.Tags) == 0 {
+		q.Query.Tags = nil // [] and absent are the same query
+	}
 	if q.Query.Capability == "" && q.Query.Skill == "" && q.Query.AgentID == "" {
 		return nil, false, fieldErr("query.capability", "is required (or give query.skill or query.agent_id)")
 	}
