@@ -593,7 +593,9 @@ func TestClosed(t *testing.T) {
 		"Delete":       s.Delete(ctx, sa.Agent.AgentID),
 		"PutTombstone": s.PutTombstone(ctx, Tombstone{AgentID: sa.Agent.AgentID, Seq: 1}),
 		"PutPeer":      s.PutPeer(ctx, PeerRecord{ID: sharedIdentity(t).PeerID}),
+		"PutLease":     s.PutLease(ctx, sa.Agent.AgentID, time.Now()),
 	}
+	_, checks["Leases"] = s.Leases(ctx)
 	_, checks["Get"] = s.Get(ctx, sa.Agent.AgentID)
 	_, checks["Query"] = s.Query(ctx, Filter{})
 	_, checks["Locals"] = s.Locals(ctx)

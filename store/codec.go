@@ -12,6 +12,7 @@ package store
 //	p/<agent_id>                     trust pin, JSON (synced)
 //	q/<agent_id>                     seq counter, uint64 big-endian (synced)
 //	a/<peer_id>                      address-book entry, JSON
+//	e/<agent_id>                     lease end of a local registration, Unix ns int64 big-endian (synced)
 //
 // Index kinds: c capability, s skill, n scene, y skill type, g tag, m tenant.
 //
@@ -57,6 +58,7 @@ const (
 	spacePin       = "p/"
 	spaceSeq       = "q/"
 	spacePeer      = "a/"
+	spaceLease     = "e/"
 )
 
 // schemaVersion is the version of the layout above.
@@ -105,6 +107,7 @@ func tombKey(id string) []byte  { return []byte(spaceTombstone + id) }
 func pinKey(id string) []byte   { return []byte(spacePin + id) }
 func seqKey(id string) []byte   { return []byte(spaceSeq + id) }
 func peerKey(id peer.ID) []byte { return []byte(spacePeer + id.String()) }
+func leaseKey(id string) []byte { return []byte(spaceLease + id) }
 
 // term is one index term of a record.
 type term struct {

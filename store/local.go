@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/trust"
@@ -174,4 +176,56 @@ func (s *db) PutPin(agentID string, p trust.Pin) error {
 		return fmt.Errorf("put pin of %s: %w", agentID, err)
 	}
 	return nil
+}
+
+// PutLease durably records the end of a local registration's lease; a
+// zero until removes it (absent or not).
+func (s *db) PutLease(ctx context.Context, agentID string, until time.Time) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	if err := checkAgentID(agentID); err != nil {
+		return err
+	}
+	if !until.IsZero() && (until.Before(minTime) || until.After(maxTime)) {
+		return &record.FieldError{Field: "until", Reason: "must be between 1970 and 2262"}
+	}
+	err := s.durable(func(txn *badger.Txn) error {
+		if until.IsZero() {
+			return txn.Delete(leaseKey(agentID))
+		}
+		return txn.Set(leaseKey(agentID), encodeU64(uint64(until.UnixNano())))
+	})
+	if err != nil {
+		return fmt.Errorf("put lease of %s: %w", agentID, err)
+	}
+	return nil
+}
+
+// Leases returns every recorded lease. A corrupt one is logged and
+// skipped.
+func (s *db) Leases(ctx context.Context) (map[string]time.Time, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	out := map[string]time.Time{}
+	err := s.scan(ctx, []byte(spaceLease), true, func(k, v []byte) error {
+		id := string(k[len(spaceLease):])
+		n, err := decodeU64(v)
+		if err == nil && (n == 0 || n > math.MaxInt64 || record.ValidateAgentID(id) != nil) {
+			err = fmt.Errorf("%w: lease %d", errCorrupt, n)
+		}
+		if err != nil {
+			s.log.Error("skip corrupt lease", "agent_id", fmt.Sprintf("%.64q", id), "err", err)
+			return nil
+		}
+		out[id] = fromUnixNano(int64(n))
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list leases: %w", err)
+	}
+	return out, nil
 }

@@ -394,3 +394,33 @@ func ExampleOpen() {
 	fmt.Println(s.Len())
 	// Output: 0
 }
+
+func TestLeases(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openTest(t, dir, Options{})
+	a, b := mkRecord(t, agentSpec{}).Agent.AgentID, mkRecord(t, agentSpec{}).Agent.AgentID
+	until := time.Date(2026, 5, 1, 10, 0, 0, 123, time.UTC)
+	for _, id := range []string{a, b} {
+		if err := s.PutLease(ctx, id, until); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.PutLease(ctx, b, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutLease(ctx, b, time.Time{}); err != nil {
+		t.Fatalf("removing an absent lease: %v", err)
+	}
+	if err := s.PutLease(ctx, "x", until); record.FieldOf(err) != "agent_id" {
+		t.Fatalf("bad id: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := openTest(t, dir, Options{})
+	got, err := s2.Leases(ctx)
+	if err != nil || len(got) != 1 || !got[a].Equal(until) {
+		t.Fatalf("leases after reopen: %v %v", got, err)
+	}
+}

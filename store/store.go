@@ -185,6 +185,12 @@ type Store interface {
 	// once for each fresh entry RefreshBefore its expiry.
 	OnRefresh(func(Entry))
 
+	// PutLease durably records when a local registration's lease ends
+	// (synced); a zero until removes the lease.
+	PutLease(ctx context.Context, agentID string, until time.Time) error
+	// Leases returns every recorded lease by agent id.
+	Leases(ctx context.Context) (map[string]time.Time, error)
+
 	trust.PinStore
 
 	// Close stops background work and closes the database.
