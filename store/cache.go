@@ -323,10 +323,11 @@ func (s *db) Get(ctx context.Context, agentID string) (Entry, error) {
 	return c.entry(now), nil
 }
 
-// Touch extends a fresh entry's ExpiresAt to expiresAt, bounded by
-// now+CacheTTL. An earlier or equal time changes nothing. A stale entry is
-// not revived: Touch returns ErrNotFound and the caller fetches the record
-// again.
+// Touch sets a fresh entry's ExpiresAt, clamped to [now, now+CacheTTL]:
+// a heartbeat extends the entry, and a time at or before now makes it
+// stale at once (the live view does so for an agent that stopped beating).
+// An unchanged time writes nothing. A stale entry is not revived: Touch
+// returns ErrNotFound and the caller fetches the record again.
 func (s *db) Touch(ctx context.Context, agentID string, expiresAt time.Time) error {
 	if err := s.enter(ctx); err != nil {
 		return err
@@ -346,8 +347,11 @@ func (s *db) Touch(ctx context.Context, agentID string, expiresAt time.Time) err
 	if limit := now.Add(s.opts.CacheTTL); expiresAt.After(limit) {
 		expiresAt = limit
 	}
+	if expiresAt.Before(now) {
+		expiresAt = now
+	}
 	expiresAt = expiresAt.Round(0).UTC()
-	if !expiresAt.After(old.expires) {
+	if expiresAt.Equal(old.expires) {
 		return nil
 	}
 	c := *old

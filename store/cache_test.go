@@ -253,13 +253,7 @@ func TestTouch(t *testing.T) {
 	if !e.ExpiresAt.Equal(want) {
 		t.Fatalf("ExpiresAt %v, want %v", e.ExpiresAt, want)
 	}
-	// Never shortens; bounded by now+CacheTTL.
-	if err := s.Touch(ctx, id, clk.Now()); err != nil {
-		t.Fatal(err)
-	}
-	if e, _ := s.Get(ctx, id); !e.ExpiresAt.Equal(want) {
-		t.Fatalf("Touch shortened the entry to %v", e.ExpiresAt)
-	}
+	// Bounded by now+CacheTTL.
 	if err := s.Touch(ctx, id, clk.Now().Add(24*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
@@ -268,6 +262,21 @@ func TestTouch(t *testing.T) {
 	}
 	if len(countIndexKeys(t, s, id)) == 0 {
 		t.Fatal("postings lost by Touch")
+	}
+	// A time in the past makes the entry stale now, and it stays in its
+	// grace window.
+	if err := s.Touch(ctx, id, clk.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	e, err := s.Get(ctx, id)
+	if err != nil || !e.Stale || !e.ExpiresAt.Equal(clk.Now()) {
+		t.Fatalf("after Touch to the past: %+v %v", e, err)
+	}
+	if got, _ := s.Query(ctx, Filter{}); len(got) != 0 {
+		t.Fatalf("stale entry still fresh in Query: %v", ids(got))
+	}
+	if err := s.Touch(ctx, id, clk.Now().Add(time.Minute)); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Touch revived a stale entry: %v", err)
 	}
 }
 
