@@ -49,11 +49,16 @@ func (c Config) YAML() ([]byte, error) {
 			}
 		}
 	}
-	b, err := yaml.Marshal(&n)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(&n); err != nil {
 		return nil, fmt.Errorf("marshal configuration: %w", err)
 	}
-	return b, nil
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("marshal configuration: %w", err)
+	}
+	return buf.Bytes(), nil
 }
 
 // JSON renders c as indented JSON with the same keys as the YAML form.
