@@ -185,20 +185,21 @@ func ParseResponse(b []byte) (*SignedAgent, bool, error) {
 	if len(b) > MaxMessageBytes {
 		return nil, false, fmt.Errorf("%w: response is %d bytes, limit %d", ErrTooLarge, len(b), MaxMessageBytes)
 	}
-	if _, err := CanonicalizeJSON(b); err != nil {
+	canon, err := CanonicalizeJSON(b)
+	if err != nil {
 		return nil, false, err
 	}
 	var r Response
-	if err := checkMemberCase(b, reflect.TypeOf(r), ""); err != nil {
+	if err := checkMemberCase(canon, reflect.TypeOf(r), ""); err != nil {
 		return nil, false, err
 	}
-	if err := json.Unmarshal(b, &r); err != nil {
+	if err := json.Unmarshal(canon, &r); err != nil {
 		return nil, false, jsonFieldErr("", err)
 	}
 	if _, err := CheckVersion(r.ProtocolVersion); err != nil {
 		return nil, false, err
 	}
-	sa, err := FromAnnounce(Announce{ProtocolVersion: r.ProtocolVersion, Agent: r.Agent, Signature: r.Signature, PeerSignature: r.PeerSignature})
+	sa, err := fromAnnounce(Announce{ProtocolVersion: r.ProtocolVersion, Agent: r.Agent, Signature: r.Signature, PeerSignature: r.PeerSignature}, true)
 	if err != nil {
 		return nil, false, err
 	}

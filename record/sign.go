@@ -177,21 +177,25 @@ func ParseAnnounce(b []byte) (*SignedAgent, bool, error) {
 	if len(b) > MaxMessageBytes {
 		return nil, false, fmt.Errorf("%w: announce is %d bytes, limit %d", ErrTooLarge, len(b), MaxMessageBytes)
 	}
-	if _, err := CanonicalizeJSON(b); err != nil {
+	// Canonicalizing the whole message checks it is I-JSON; every value
+	// inside a canonical document is in canonical form itself, so the agent
+	// object decoded from it needs no second pass.
+	canon, err := CanonicalizeJSON(b)
+	if err != nil {
 		return nil, false, err
 	}
 	var a Announce
-	if err := checkMemberCase(b, reflect.TypeOf(a), ""); err != nil {
+	if err := checkMemberCase(canon, reflect.TypeOf(a), ""); err != nil {
 		return nil, false, err
 	}
-	if err := json.Unmarshal(b, &a); err != nil {
+	if err := json.Unmarshal(canon, &a); err != nil {
 		return nil, false, jsonFieldErr("", err)
 	}
 	newer, err := CheckVersion(a.ProtocolVersion)
 	if err != nil {
 		return nil, false, err
 	}
-	sa, err := FromAnnounce(a)
+	sa, err := fromAnnounce(a, true)
 	if err != nil {
 		return nil, false, err
 	}
@@ -200,13 +204,20 @@ func ParseAnnounce(b []byte) (*SignedAgent, bool, error) {
 
 // FromAnnounce builds a SignedAgent from an already decoded Announce whose
 // version was checked.
-func FromAnnounce(a Announce) (*SignedAgent, error) {
+func FromAnnounce(a Announce) (*SignedAgent, error) { return fromAnnounce(a, false) }
+
+// fromAnnounce is FromAnnounce; canonical says a.Agent is already in RFC
+// 8785 form (it was cut from a canonical document).
+func fromAnnounce(a Announce, canonical bool) (*SignedAgent, error) {
 	if len(a.Agent) == 0 || string(a.Agent) == "null" {
 		return nil, fieldErr("agent", "is required")
 	}
-	canon, err := CanonicalizeJSON(a.Agent)
-	if err != nil {
-		return nil, &FieldError{Field: "agent", Reason: err.Error()}
+	canon := []byte(a.Agent)
+	if !canonical {
+		var err error
+		if canon, err = CanonicalizeJSON(a.Agent); err != nil {
+			return nil, &FieldError{Field: "agent", Reason: err.Error()}
+		}
 	}
 	if len(canon) > MaxAgentBytes {
 		return nil, fmt.Errorf("%w: canonical agent object is %d bytes, limit %d", ErrTooLarge, len(canon), MaxAgentBytes)
@@ -218,6 +229,7 @@ func FromAnnounce(a Announce) (*SignedAgent, error) {
 	if err := sa.Agent.Validate(); err != nil {
 		return nil, err
 	}
+	var err error
 	if a.Signature != "" {
 		sa.Signature, err = base64.StdEncoding.DecodeString(a.Signature)
 		if err != nil {

@@ -1,6 +1,7 @@
 package record
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/x509"
@@ -270,12 +271,13 @@ func validateSchema(path string, raw json.RawMessage) error {
 	if len(raw) > MaxSchemaBytes {
 		return fieldErr(path, "is larger than %d bytes", MaxSchemaBytes)
 	}
-	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
+	if !json.Valid(raw) {
+		var v any
+		err := json.Unmarshal(raw, &v)
 		return fieldErr(path, "is not JSON: %v", err)
 	}
-	switch v.(type) {
-	case map[string]any, bool, nil:
+	switch t := bytes.TrimLeft(raw, " \t\r\n"); {
+	case t[0] == '{', bytes.HasPrefix(t, []byte("true")), bytes.HasPrefix(t, []byte("false")), bytes.HasPrefix(t, []byte("null")):
 		return nil
 	}
 	return fieldErr(path, "a JSON Schema must be an object or a boolean")
