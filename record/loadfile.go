@@ -63,6 +63,7 @@ func loadSpec(data []byte) (*Agent, error) {
 }
 
 func loadJSON(data []byte) (*Agent, error) {
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // a UTF-8 byte order mark
 	var members map[string]json.RawMessage
 	if err := json.Unmarshal(data, &members); err != nil {
 		var se *json.SyntaxError

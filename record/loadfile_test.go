@@ -29,6 +29,8 @@ func TestLoadAgentFileForms(t *testing.T) {
 		{"spec", []byte(minimalSpec), "search-agent"},
 		{"agent", append([]byte("\n  "), sa.Canonical...), "data-processor"},
 		{"-", sa.MarshalAnnounce(), "data-processor"},
+		{"bom.json", append([]byte("\xef\xbb\xbf"), sa.Canonical...), "data-processor"},
+		{"bom", append([]byte("\xef\xbb\xbf"), sa.Canonical...), "data-processor"},
 	}
 	for _, c := range cases {
 		a, err := LoadAgentFile(c.name, c.data)
