@@ -1,0 +1,2 @@
+// Package lan is agentd's zero-configuration LAN discovery.
+package lan

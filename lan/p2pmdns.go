@@ -1,0 +1,85 @@
+package lan
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/discovery/mdns"
+)
+
+// connectBackoff is how long a peer found by libp2p's mDNS is not dialled
+// again after an attempt.
+const connectBackoff = 30 * time.Second
+
+// notifee receives the peers libp2p's mDNS finds. go-libp2p calls
+// HandlePeerFound in a new goroutine for every response, repeatedly and
+// without waiting for it, so it only records the peer and hands a dial to
+// the worker pool, once per peer per connectBackoff.
+type notifee struct {
+	l *LAN
+
+	mu    sync.Mutex
+	tried map[peer.ID]time.Time
+}
+
+var _ mdns.Notifee = (*notifee)(nil)
+
+// HandlePeerFound implements mdns.Notifee.
+func (n *notifee) HandlePeerFound(ai peer.AddrInfo) {
+	l := n.l
+	h := l.d.Host
+	if h == nil || ai.ID == h.ID() || ai.ID == "" {
+		return
+	}
+	now := time.Now()
+	l.peers.add(ai.ID, ai.Addrs, now)
+	if h.Network().Connectedness(ai.ID) == network.Connected {
+		return
+	}
+	n.mu.Lock()
+	if t, ok := n.tried[ai.ID]; ok && now.Sub(t) < connectBackoff {
+		n.mu.Unlock()
+		return
+	}
+	if len(n.tried) >= maxPeers {
+		for id, t := range n.tried {
+			if now.Sub(t) >= connectBackoff {
+				delete(n.tried, id)
+			}
+		}
+		if len(n.tried) >= maxPeers {
+			n.mu.Unlock()
+			return
+		}
+	}
+	n.tried[ai.ID] = now
+	n.mu.Unlock()
+	l.enqueue(func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+		defer cancel()
+		if err := h.Connect(ctx, ai); err != nil {
+			l.count(mechMDNS, "libp2p_connect_failed")
+			l.log.Debug("cannot connect a peer found by libp2p mDNS", "peer", ai.ID, "err", err)
+			return
+		}
+		l.count(mechMDNS, "libp2p_connected")
+	})
+}
+
+// startLibp2pMDNS starts go-libp2p's mDNS peer discovery under agentd's
+// own service name. A failure is logged; the rest of the LAN code runs.
+func (l *LAN) startLibp2pMDNS() {
+	n := &notifee{l: l, tried: map[peer.ID]time.Time{}}
+	svc := mdns.NewMdnsService(l.d.Host, l.cfg.Libp2pServiceName, n)
+	if err := svc.Start(); err != nil {
+		l.log.Warn("libp2p mDNS peer discovery did not start", "service", l.cfg.Libp2pServiceName, "err", err)
+		_ = svc.Close()
+		return
+	}
+	l.mu.Lock()
+	l.p2pmdns = svc
+	l.mu.Unlock()
+}
