@@ -31,8 +31,11 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
 
+# The version and commit come from git through -ldflags; -buildvcs=false
+# keeps the build working where Go cannot query git itself (no git binary,
+# a checkout owned by another user).
 build: ## build bin/agentd
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentd ./cmd/agentd
+	$(GO) build -trimpath -buildvcs=false -ldflags '$(LDFLAGS)' -o $(BIN)/agentd ./cmd/agentd
 
 run: build ## build, then run the daemon with no configuration (Ctrl-C stops it)
 	$(BIN)/agentd run $(ARGS)
