@@ -237,7 +237,7 @@ func (s *db) Put(ctx context.Context, e Entry) error {
 	if !e.Source.valid() {
 		return &record.FieldError{Field: "source", Reason: fmt.Sprintf("%.32q is not a known source", e.Source)}
 	}
-	if _, err := announceJSON(e.Record); err != nil {
+	if err := checkCanonical(e.Record); err != nil {
 		return err
 	}
 	now := s.opts.Now()
@@ -266,10 +266,10 @@ func (s *db) Put(ctx context.Context, e Entry) error {
 	s.purgeLocked(now)
 	old := s.entries[id]
 	if old != nil {
-		switch os, ns := old.rec.Agent.Seq, e.Record.Agent.Seq; {
-		case os > ns:
-			return fmt.Errorf("%w: agent %s stored seq %d, put seq %d", ErrOlder, id, os, ns)
-		case os == ns:
+		switch stored, put := old.rec.Agent.Seq, e.Record.Agent.Seq; {
+		case stored > put:
+			return fmt.Errorf("%w: agent %s stored seq %d, put seq %d", ErrOlder, id, stored, put)
+		case stored == put:
 			// Same version: keep the record first seen, refresh the rest.
 			c.rec, c.terms = old.rec, old.terms
 		}

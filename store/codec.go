@@ -204,13 +204,10 @@ func (s Source) valid() bool {
 // by record.Sign or record.ParseAnnounce always pass; record.ParseAnnounce
 // reads either form back to the same canonical bytes.
 func announceJSON(sa *record.SignedAgent) ([]byte, error) {
-	if sa == nil {
-		return nil, &record.FieldError{Field: "record", Reason: "is required"}
+	if err := checkCanonical(sa); err != nil {
+		return nil, err
 	}
 	c := sa.Canonical
-	if len(c) < 2 || c[0] != '{' || c[len(c)-1] != '}' {
-		return nil, &record.FieldError{Field: "record", Reason: "has no canonical agent object (build it with record.Sign or record.ParseAnnounce)"}
-	}
 	pv := sa.ProtocolVersion
 	if pv == "" {
 		pv = record.ProtocolVersion
@@ -244,6 +241,18 @@ func announceJSON(sa *record.SignedAgent) ([]byte, error) {
 		return nil, fmt.Errorf("%w: announce is %d bytes, limit %d", record.ErrTooLarge, len(b), record.MaxMessageBytes)
 	}
 	return b, nil
+}
+
+// checkCanonical refuses a record without canonical agent bytes (one not
+// built by record.Sign or record.ParseAnnounce).
+func checkCanonical(sa *record.SignedAgent) error {
+	if sa == nil {
+		return &record.FieldError{Field: "record", Reason: "is required"}
+	}
+	if c := sa.Canonical; len(c) < 2 || c[0] != '{' || c[len(c)-1] != '}' {
+		return &record.FieldError{Field: "record", Reason: "has no canonical agent object (build it with record.Sign or record.ParseAnnounce)"}
+	}
+	return nil
 }
 
 // encodeEntry builds an entry value from its header and the Announce JSON.
