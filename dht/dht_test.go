@@ -54,8 +54,13 @@ func TestProvideThenFindFromEveryNode(t *testing.T) {
 	prov := c.nodes[3]
 	sa := prov.host(t, 1, skillSpec{"skill-org-feishu": {"org-data-read", "org-data-write"}})
 
-	// The provide is asynchronous: wait for the first lookup to succeed
-	// from a node that is not the provider, then ask every node.
+	// The provide is asynchronous: wait until every key reached the other
+	// nodes (with ten nodes all are among the k closest), then ask every
+	// node for every form of the key.
+	eventually(t, 20*time.Second, "all five keys provided", func() bool {
+		st := prov.d.Status()
+		return st.ProvidedKeys == 5 && st.LastProvideMin >= len(c.nodes)-1 && st.PendingRetries == 0
+	})
 	waitFound(t, c.nodes[7], "skill-org-feishu", "org-data-read", prov.id.AgentID)
 	for i, n := range c.nodes {
 		if n == prov {
@@ -124,6 +129,20 @@ func TestDeadProviderIsNotReturned(t *testing.T) {
 	prov, q := c.nodes[2], c.nodes[4]
 	prov.host(t, 1, skillSpec{"skill-x": {"cap-x"}})
 	waitFound(t, q, "skill-x", "cap-x", prov.id.AgentID)
+	// Wait until the querier itself stores the provider record (with six
+	// nodes every node is among the k closest), so the DHT surely still
+	// points at the provider after it dies.
+	mh := record.SkillKey("skill-x", "cap-x").CID().Hash()
+	qkad, _, _ := q.d.running()
+	eventually(t, 10*time.Second, "provider record stored on the querier", func() bool {
+		ps, _ := qkad.ProviderStore().GetProviders(findCtx(t), mh)
+		for _, p := range ps {
+			if p.ID == prov.h.ID() {
+				return true
+			}
+		}
+		return false
+	})
 
 	// The provider dies; its provider records stay on the DHT servers
 	// until they expire, but Find must not return it.
@@ -133,8 +152,7 @@ func TestDeadProviderIsNotReturned(t *testing.T) {
 	if err := prov.h.Close(); err != nil {
 		t.Fatal(err)
 	}
-	kad, _, _ := q.d.running()
-	provs, _ := kad.FindProviders(findCtx(t), record.SkillKey("skill-x", "cap-x").CID())
+	provs, _ := qkad.FindProviders(findCtx(t), record.SkillKey("skill-x", "cap-x").CID())
 	stale := false
 	for _, p := range provs {
 		stale = stale || p.ID == prov.h.ID()

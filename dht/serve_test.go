@@ -122,7 +122,13 @@ func TestHandlerRateLimitAndConcurrencyBound(t *testing.T) {
 		t.Fatalf("fetch beyond burst: %v, want %s", err, record.CodeRateLimited)
 	}
 	// Another peer has its own bucket, but the single serving slot is
-	// taken by a stalled stream: the second stream is reset.
+	// taken by a stalled stream: the second stream is reset. First let
+	// the handlers of the fetches above finish.
+	eventually(t, 5*time.Second, "earlier streams released", func() bool {
+		srv.d.serveMu.Lock()
+		defer srv.d.serveMu.Unlock()
+		return srv.d.serving == 0
+	})
 	stall := rawStream(t, other, srv)
 	_, _ = stall.Write([]byte{0x10})
 	eventually(t, 5*time.Second, "stalled stream admitted", func() bool {
