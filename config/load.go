@@ -38,7 +38,7 @@ func Load(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("open configuration: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
 	if err != nil {
 		return Config{}, fmt.Errorf("read configuration %s: %w", path, err)

@@ -242,7 +242,7 @@ func (t TrustConfig) validate(v *validator) {
 	}
 	for i, s := range t.RevokedSerials {
 		if s == "" || len(s) > 128 || strings.ContainsFunc(s, func(r rune) bool {
-			return !(r == ':' || ('0' <= r && r <= '9') || ('a' <= r && r <= 'f') || ('A' <= r && r <= 'F'))
+			return r != ':' && (r < '0' || r > '9') && (r < 'a' || r > 'f') && (r < 'A' || r > 'F')
 		}) {
 			v.add(fmt.Sprintf("trust.revokedSerials[%d]", i), "%q is not a certificate serial number in hex (colons allowed)", clip(s))
 		}

@@ -42,14 +42,13 @@ func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		return exitOK
 	case errors.As(err, &ue):
 		if ue.msg != "" {
-			fmt.Fprintf(stderr, "%s: %s\n", programName, ue.msg)
-			fmt.Fprintf(stderr, "Run '%s --help' or '%s help COMMAND' for usage.\n", programName, programName)
+			_, _ = fmt.Fprintf(stderr, "%s: %s\nRun '%s --help' or '%s help COMMAND' for usage.\n", programName, ue.msg, programName, programName)
 		}
 		return exitUsage
 	case errors.Is(err, errReported):
 		return exitFailed
 	default:
-		fmt.Fprintf(stderr, "%s: %v\n", programName, err)
+		_, _ = fmt.Fprintf(stderr, "%s: %v\n", programName, err)
 		return exitFailed
 	}
 }
@@ -111,6 +110,14 @@ func groupAction(c *cli.Context) error {
 	}
 	cli.HelpPrinter(c.App.ErrWriter, cli.SubcommandHelpTemplate, c.Command)
 	return &usageError{}
+}
+
+// emit writes what a command built in b to w and returns the write error
+// (a closed pipe, a full disk), so output that did not arrive fails the
+// command.
+func emit(w io.Writer, b *strings.Builder) error {
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 // oneArg returns the single positional argument of c or a usage error.

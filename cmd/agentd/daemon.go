@@ -199,7 +199,7 @@ func listenAPI(addr string) (net.Listener, error) {
 	host, _, _ := net.SplitHostPort(addr)
 	if host == "localhost" {
 		if ta, ok := ln.Addr().(*net.TCPAddr); !ok || !ta.IP.IsLoopback() {
-			ln.Close()
+			_ = ln.Close()
 			return nil, fmt.Errorf("API address %s bound %s, which is not loopback", addr, ln.Addr())
 		}
 	}
@@ -232,13 +232,13 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 		return err
 	}
 	tmp := f.Name()
-	defer os.Remove(tmp)
+	defer func() { _ = os.Remove(tmp) }()
 	if err := f.Chmod(mode); err != nil {
-		f.Close()
+		_ = f.Close()
 		return err
 	}
 	if _, err := f.Write(data); err != nil {
-		f.Close()
+		_ = f.Close()
 		return err
 	}
 	if err := f.Close(); err != nil {

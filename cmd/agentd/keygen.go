@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/agentd/agentd/trust"
 	"github.com/urfave/cli/v2"
@@ -54,17 +55,18 @@ func keygenCommand() *cli.Command {
 				DataDir:       cfg.DataDir,
 				Created:       created,
 			}
-			w := c.App.Writer
 			if c.Bool(flagJSON) {
-				return json.NewEncoder(w).Encode(r)
+				return json.NewEncoder(c.App.Writer).Encode(r)
 			}
+			var out strings.Builder
+			w := &out
 			if created {
 				fmt.Fprintf(w, "created a new identity in %s\n", r.DataDir)
 			} else {
 				fmt.Fprintf(w, "identity already exists in %s (kept)\n", r.DataDir)
 			}
 			fmt.Fprintf(w, "agent_id:    %s\npeer_id:     %s\npublic_key:  %s\nfingerprint: %s\n", r.AgentID, r.PeerID, r.PublicKeyPath, r.Fingerprint)
-			return nil
+			return emit(c.App.Writer, &out)
 		},
 	}
 }

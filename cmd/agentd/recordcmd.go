@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/agentd/agentd/record"
@@ -90,7 +91,7 @@ func readInput(c *cli.Context, name string) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }() // read-only
 		r = f
 	}
 	data, err := io.ReadAll(io.LimitReader(r, record.MaxAgentFileBytes+1))
@@ -134,7 +135,8 @@ func recordValidate(c *cli.Context) error {
 		return err
 	}
 	shown := displayName(name)
-	w := c.App.Writer
+	var out strings.Builder
+	w := &out
 	if isAnnounce(data) {
 		sa, newer, err := record.ParseAnnounce(data)
 		if err != nil {
@@ -148,7 +150,7 @@ func recordValidate(c *cli.Context) error {
 		if newer {
 			fmt.Fprintf(w, "note: protocol_version %s is newer than this node's %s\n", sa.ProtocolVersion, record.ProtocolVersion)
 		}
-		return nil
+		return emit(c.App.Writer, &out)
 	}
 	a, err := record.LoadAgentFile(shown, data)
 	if err != nil {
@@ -159,7 +161,7 @@ func recordValidate(c *cli.Context) error {
 		id = "(agent_id filled when signed)"
 	}
 	fmt.Fprintf(w, "OK: %s: agent %s %s, %d skills, %d capabilities, unsigned\n", shown, a.AgentName, id, len(a.Skills), len(a.AllCapabilities()))
-	return nil
+	return emit(c.App.Writer, &out)
 }
 
 func recordSign(c *cli.Context) error {
@@ -196,16 +198,16 @@ func recordSign(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("sign %s: %w", displayName(name), err)
 	}
-	out := append(sa.MarshalAnnounce(), '\n')
+	ann := append(sa.MarshalAnnounce(), '\n')
 	if f := c.String(flagOut); f != "" {
-		if err := writeFileAtomic(f, out, 0o644); err != nil {
+		if err := writeFileAtomic(f, ann, 0o644); err != nil {
 			return fmt.Errorf("write %s: %w", f, err)
 		}
-		fmt.Fprintf(c.App.ErrWriter, "signed agent %s (seq %d, expires %s) into %s\n",
+		_, _ = fmt.Fprintf(c.App.ErrWriter, "signed agent %s (seq %d, expires %s) into %s\n",
 			sa.Agent.AgentID, sa.Agent.Seq, sa.Agent.ExpiresAt().UTC().Format(time.RFC3339), f)
 		return nil
 	}
-	_, err = c.App.Writer.Write(out)
+	_, err = c.App.Writer.Write(ann)
 	return err
 }
 
@@ -243,7 +245,8 @@ func recordVerify(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s: public_key: %w", shown, err)
 	}
-	w := c.App.Writer
+	var out strings.Builder
+	w := &out
 	fmt.Fprintf(w, "OK: %s: both signatures verify and the record is current\n", shown)
 	fmt.Fprintf(w, "agent_id:    %s\n", sa.Agent.AgentID)
 	if sa.Agent.AgentName != "" {
@@ -253,5 +256,5 @@ func recordVerify(c *cli.Context) error {
 	fmt.Fprintf(w, "fingerprint: %s\n", trust.Fingerprint(key))
 	fmt.Fprintf(w, "seq:         %d\n", sa.Agent.Seq)
 	fmt.Fprintf(w, "expires_at:  %s (in %s)\n", expires.UTC().Format(time.RFC3339), expires.Sub(now).Round(time.Second))
-	return nil
+	return emit(c.App.Writer, &out)
 }

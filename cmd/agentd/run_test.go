@@ -82,7 +82,7 @@ func get(t *testing.T, method, url, host string) (int, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +148,7 @@ func TestRunServesHealthAndShutsDownCleanly(t *testing.T) {
 	// is gone, and the store's lock is released (a second run opens it and
 	// keeps the identity).
 	if c, err := net.DialTimeout("tcp", addr, 5*time.Second); err == nil {
-		c.Close()
+		_ = c.Close()
 		t.Error("API port still accepts connections after shutdown")
 	}
 	addr2, stop2, _ := startRun(t, dir)
@@ -167,7 +167,7 @@ func TestRunFailsCleanlyWhenAPIPortIsTaken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	dir := t.TempDir()
 	logs := &logWriter{t: t}
 	code := execute(context.Background(), []string{"agentd", "--data-dir", dir, "run",

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"strings"
 
 	"github.com/agentd/agentd/record"
 	"github.com/urfave/cli/v2"
@@ -73,10 +74,11 @@ func versionCommand() *cli.Command {
 				return usagef("version takes no arguments")
 			}
 			v := buildVersion()
-			w := c.App.Writer
 			if c.Bool(flagJSON) {
-				return json.NewEncoder(w).Encode(v)
+				return json.NewEncoder(c.App.Writer).Encode(v)
 			}
+			var out strings.Builder
+			w := &out
 			fmt.Fprintf(w, "agentd %s\n", v.Version)
 			if v.Commit != "" {
 				mod := ""
@@ -93,7 +95,7 @@ func versionCommand() *cli.Command {
 			}
 			fmt.Fprintf(w, "go:       %s %s\n", v.GoVersion, v.Platform)
 			fmt.Fprintf(w, "protocol: %s\n", v.ProtocolVersion)
-			return nil
+			return emit(c.App.Writer, &out)
 		},
 	}
 }
