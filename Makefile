@@ -7,6 +7,7 @@
 # Variables: FUZZTIME (default 10s), BENCHCOUNT (default 6), ARGS (extra
 # arguments for `make run`, e.g. ARGS='--data-dir /tmp/a --api 127.0.0.1:4788').
 
+SHELL       := /bin/bash
 GO          ?= go
 PKGS        ?= ./...
 BIN         := bin
@@ -50,7 +51,7 @@ race: ## race-enabled tests, uncached
 
 bench: ## full benchmarks, BENCHCOUNT runs each; raw output for benchstat in bin/bench.txt
 	@mkdir -p $(BIN)
-	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=$(BENCHCOUNT) -timeout 60m $(PKGS) | tee $(BIN)/bench.txt
+	set -o pipefail; $(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=$(BENCHCOUNT) -timeout 60m $(PKGS) | tee $(BIN)/bench.txt
 	@echo "raw results in $(BIN)/bench.txt (compare two runs with: benchstat old.txt new.txt)"
 
 # fuzz finds the packages whose tests declare `func Fuzz...`, asks `go test
