@@ -60,7 +60,7 @@ func recordCommand() *cli.Command {
 					"The identity must exist: create it with `agentd keygen`.",
 				Flags: withGlobal(
 					&cli.StringFlag{Name: flagOut, Aliases: []string{"o"}, Usage: "write the Announce JSON to `FILE` instead of standard output"},
-					&cli.DurationFlag{Name: flagTTL, Value: defaultRecordTTL, Usage: "record lifetime (ttl_seconds), whole seconds from 1s to 168h"},
+					&cli.DurationFlag{Name: flagTTL, Value: defaultRecordTTL, Usage: "record lifetime `DURATION` (ttl_seconds), whole seconds from 1s to 168h"},
 				),
 				Action: recordSign,
 			},
