@@ -45,6 +45,9 @@ type Config struct {
 	// unregister messages, so they leave the node before its connections
 	// close (default 500 ms; pubsub queues publishes asynchronously).
 	ShutdownGrace time.Duration
+	// LeaseCheckInterval is how often expired leases are collected
+	// (default 1 s).
+	LeaseCheckInterval time.Duration
 	// DisableDHT / DisableGossip turn a transport off (tests).
 	DisableDHT    bool
 	DisableGossip bool
@@ -79,6 +82,9 @@ func (c *Config) defaults() {
 	}
 	if c.LANTimeout <= 0 {
 		c.LANTimeout = time.Second
+	}
+	if c.LeaseCheckInterval <= 0 {
+		c.LeaseCheckInterval = time.Second
 	}
 	if c.ShutdownGrace <= 0 {
 		c.ShutdownGrace = 500 * time.Millisecond

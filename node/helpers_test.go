@@ -105,7 +105,7 @@ func (tn *tnet) add(id *trust.Identity, st store.Store) *tnode {
 		b := tn.nodes[0].Host()
 		cfg.Bootstrap = []peer.AddrInfo{{ID: b.ID(), Addrs: b.Addrs()}}
 	}
-	nd, err := New(cfg, Options{Identity: id, Host: h, Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	nd, err := New(cfg, Options{Identity: id, Host: h, Store: st, Logger: slog.New(slog.NewTextHandler(testLogOut, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,3 +150,5 @@ func discoverIDs(t *testing.T, n *Node, q Query) ([]string, store.Source) {
 }
 
 func live(n *Node, agentID string) (view.Agent, bool) { return n.View().Get(agentID) }
+
+var testLogOut io.Writer = io.Discard

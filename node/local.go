@@ -132,6 +132,15 @@ func (n *Node) Unregister(ctx context.Context, agentID string, reason record.Unr
 	if err := n.st.DeleteLocal(ctx, agentID); err != nil {
 		return fmt.Errorf("delete registration: %w", err)
 	}
+	n.mu.Lock()
+	_, leased := n.leases[agentID]
+	delete(n.leases, agentID)
+	n.mu.Unlock()
+	if leased {
+		if err := n.st.PutLease(ctx, agentID, time.Time{}); err != nil {
+			n.log.Warn("clear lease failed", "agent", agentID, "err", err)
+		}
+	}
 	n.view.RemoveLocal(agentID, reason)
 	if n.dht != nil {
 		n.dht.SetProvided(n.view.Locals())

@@ -88,6 +88,7 @@ type Node struct {
 	lastSeq  map[string]uint64 // highest seq used per hosted agent
 	fetches  map[string]time.Time
 	fetchSem chan struct{}
+	leases   map[string]time.Time // hosted registrations that expire
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -113,7 +114,7 @@ func New(cfg Config, opts Options) (n *Node, err error) {
 	}
 	n = &Node{
 		cfg: cfg, id: opts.Identity, host: opts.Host, st: opts.Store, lan: opts.LAN, cat: opts.Catalog,
-		m: m, log: log, lastSeq: map[string]uint64{}, fetches: map[string]time.Time{},
+		m: m, log: log, lastSeq: map[string]uint64{}, fetches: map[string]time.Time{}, leases: map[string]time.Time{},
 		fetchSem: make(chan struct{}, cfg.UnknownFetchConcurrency),
 	}
 	defer func() {
@@ -217,10 +218,14 @@ func (n *Node) Start(ctx context.Context) error {
 			}
 		}
 	}
+	if err := n.restoreLeases(ctx); err != nil {
+		return fmt.Errorf("load leases: %w", err)
+	}
 	if n.dht != nil {
 		n.dht.SetProvided(n.view.Locals())
 	}
-	n.wg.Add(3)
+	n.wg.Add(4)
+	go n.leaseLoop()
 	go n.heartbeatLoop()
 	go n.reannounceLoop()
 	go n.joinLoop()

@@ -176,6 +176,7 @@ func TestRestartRestoresRegistrations(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, 5*time.Second, "announce", func() bool { _, ok := live(tn.nodes[2].Node, sa.Agent.AgentID); return ok })
+		waitFor(t, 5*time.Second, "gossip peers", func() bool { return slices.Contains(nd.Gossip().TopicPeers(), tn.nodes[2].Host().ID()) })
 		if err := nd.Shutdown(context.Background()); err != nil {
 			t.Fatal(err)
 		}

@@ -154,8 +154,10 @@ type Store interface {
 	Put(ctx context.Context, e Entry) error
 	// Get returns the cached entry for an agent (stale or not).
 	Get(ctx context.Context, agentID string) (Entry, error)
-	// Touch extends a fresh entry's ExpiresAt (used while heartbeats prove
-	// the agent alive). It returns ErrNotFound for unknown agents.
+	// Touch sets a fresh entry's ExpiresAt, clamped to [now, now+CacheTTL]:
+	// heartbeats extend it while the agent is alive, and Touch(id, now)
+	// makes the entry stale at once when the agent leaves. It returns
+	// ErrNotFound for unknown or already stale agents (never revives).
 	Touch(ctx context.Context, agentID string, expiresAt time.Time) error
 	// Delete removes a cached entry.
 	Delete(ctx context.Context, agentID string) error
