@@ -125,13 +125,20 @@ func (s *memSock) deliver(b []byte, src netip.AddrPort) {
 	}
 }
 
-func (n *memNet) send(port uint16, b []byte, src netip.AddrPort, to func(*memSock) bool) {
-	if n.drop != nil && n.drop(b, src) {
-		return
-	}
+func (n *memNet) setDrop(f func(b []byte, src netip.AddrPort) bool) {
 	n.mu.Lock()
+	n.drop = f
+	n.mu.Unlock()
+}
+
+func (n *memNet) send(port uint16, b []byte, src netip.AddrPort, to func(*memSock) bool) {
+	n.mu.Lock()
+	drop := n.drop
 	targets := slices.Clone(n.socks[port])
 	n.mu.Unlock()
+	if drop != nil && drop(b, src) {
+		return
+	}
 	for _, s := range targets {
 		if to(s) {
 			s.deliver(b, src)
@@ -313,6 +320,22 @@ func newNode(t *testing.T, n *memNet, ip string, mod func(*Config)) *tnode {
 	}
 	n.mu.Unlock()
 	t.Cleanup(func() { l.Close() })
+	return tn
+}
+
+// withNet rebuilds the node's LAN on another Network (before start).
+func (tn *tnode) withNet(nw Network) *tnode {
+	tn.t.Helper()
+	d := tn.lan.d
+	d.Net = nw
+	cfg := tn.lan.cfg
+	l, err := New(cfg, d)
+	if err != nil {
+		tn.t.Fatal(err)
+	}
+	tn.lan.Close()
+	tn.lan = l
+	tn.t.Cleanup(func() { l.Close() })
 	return tn
 }
 

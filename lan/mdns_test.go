@@ -1,0 +1,382 @@
+package lan
+
+import (
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/record"
+	"github.com/miekg/dns"
+)
+
+var mdnsAddr = netip.MustParseAddrPort("224.0.0.251:5353")
+
+// mdnsPeer is a socket on the memNet's mDNS port, as Avahi or a browser.
+func mdnsPeer(t *testing.T, n *memNet, ip string) *memSock {
+	t.Helper()
+	s, err := n.host(ip).ListenMulticast(mdnsAddr, "", 255)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s.(*memSock)
+}
+
+func (s *memSock) sendMsg(t *testing.T, m *dns.Msg) {
+	t.Helper()
+	b, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Multicast(b, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// nextResponse returns the next mDNS response the socket receives from
+// src (any source when src is invalid), or nil when none arrives before
+// the bubble idles.
+func (s *memSock) nextResponse(t *testing.T, src netip.Addr) *dns.Msg {
+	t.Helper()
+	for {
+		synctestWait()
+		select {
+		case d := <-s.ch:
+			var m dns.Msg
+			if err := m.Unpack(d.b); err != nil {
+				t.Fatalf("unpack: %v", err)
+			}
+			if m.Response && (!src.IsValid() || d.src.Addr() == src) {
+				return &m
+			}
+		default:
+			return nil
+		}
+	}
+}
+
+func query(name string, qtype uint16) *dns.Msg {
+	m := new(dns.Msg)
+	m.Question = []dns.Question{{Name: name, Qtype: qtype, Qclass: dns.ClassINET}}
+	return m
+}
+
+func rrsOf[T dns.RR](rrs []dns.RR) []T {
+	var out []T
+	for _, rr := range rrs {
+		if x, ok := rr.(T); ok {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// The responder answers a browse query with the instance's PTR, and its
+// SRV, TXT summary and A record as additional records.
+func TestMDNSResponderAnswersBrowse(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		n := newMemNet()
+		b := newNode(t, n, "10.0.0.2", mdnsOnly)
+		rb := b.host("beta", 3, skill("skill-b", record.SkillTool, nil, "cap-b"))
+		b.start()
+		q := mdnsPeer(t, n, "10.0.0.9")
+		synctestWait()
+		for q.nextResponse(t, netip.Addr{}) != nil { // the start-up announcements
+		}
+		q.sendMsg(t, query("_agentsc._tcp.local.", dns.TypePTR))
+		r := q.nextResponse(t, b.h.ip)
+		if r == nil {
+			t.Fatal("no answer")
+		}
+		inst := instanceLabel(&rb.Agent) + "._agentsc._tcp.local."
+		ptrs := rrsOf[*dns.PTR](r.Answer)
+		if len(ptrs) != 1 || ptrs[0].Ptr != inst || ptrs[0].Hdr.Ttl != 10 {
+			t.Fatalf("answer = %v", r.Answer)
+		}
+		if !strings.HasPrefix(inst, "beta-") || len(strings.Split(inst, ".")[0]) != len("beta-")+8 {
+			t.Fatalf("instance name %q", inst)
+		}
+		srvs := rrsOf[*dns.SRV](r.Extra)
+		txts := rrsOf[*dns.TXT](r.Extra)
+		as := rrsOf[*dns.A](r.Extra)
+		if len(srvs) != 1 || srvs[0].Port != 4777 || !strings.HasPrefix(srvs[0].Target, "agentd-") {
+			t.Fatalf("srv = %v", srvs)
+		}
+		if len(as) != 1 || !as[0].A.Equal(net.ParseIP("10.0.0.2")) || as[0].Hdr.Name != srvs[0].Target {
+			t.Fatalf("a = %v", as)
+		}
+		if len(txts) != 1 {
+			t.Fatalf("txt = %v", txts)
+		}
+		sum, err := ParseTXT(txts[0].Txt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := SummaryOf(rb); sum.Hash != want.Hash || sum.Seq != 3 || sum.AgentID != want.AgentID || sum.PeerID != want.PeerID {
+			t.Fatalf("summary = %+v", sum)
+		}
+		if TXTSize(txts[0].Txt) > MaxTXTBytes {
+			t.Fatalf("TXT is %d bytes", TXTSize(txts[0].Txt))
+		}
+
+		// Known-answer suppression: a querier that knows the PTR gets no
+		// answer.
+		kq := query("_agentsc._tcp.local.", dns.TypePTR)
+		kq.Answer = []dns.RR{&dns.PTR{Hdr: dns.RR_Header{Name: "_agentsc._tcp.local.", Rrtype: dns.TypePTR, Class: dns.ClassINET, Ttl: 9}, Ptr: inst}}
+		q.sendMsg(t, kq)
+		if r := q.nextResponse(t, b.h.ip); r != nil {
+			t.Fatalf("answered a known answer: %v", r)
+		}
+
+		// The instance's SRV and TXT, the host's A record, and the service
+		// type enumeration.
+		q.sendMsg(t, query(inst, dns.TypeSRV))
+		if r := q.nextResponse(t, b.h.ip); r == nil || len(rrsOf[*dns.SRV](r.Answer)) != 1 || r.Answer[0].Header().Class&cacheFlush == 0 {
+			t.Fatalf("SRV answer = %v", r)
+		}
+		q.sendMsg(t, query(strings.ToUpper(srvs[0].Target), dns.TypeA))
+		if r := q.nextResponse(t, b.h.ip); r == nil || len(rrsOf[*dns.A](r.Answer)) != 1 {
+			t.Fatalf("A answer = %v", r)
+		}
+		q.sendMsg(t, query(servicesName, dns.TypePTR))
+		if r := q.nextResponse(t, b.h.ip); r == nil || rrsOf[*dns.PTR](r.Answer)[0].Ptr != "_agentsc._tcp.local." {
+			t.Fatalf("services answer = %v", r)
+		}
+		// Questions about others are not answered.
+		q.sendMsg(t, query("_http._tcp.local.", dns.TypePTR))
+		if r := q.nextResponse(t, b.h.ip); r != nil {
+			t.Fatalf("answered for another service: %v", r)
+		}
+	})
+}
+
+// A legacy unicast query (source port not 5353) gets a unicast answer
+// with its id and question, TTLs at most 10 s and no cache-flush bits.
+func TestMDNSLegacyUnicast(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		n := newMemNet()
+		b := newNode(t, n, "10.0.0.2", func(c *Config) {
+			c.UDP.Enabled = false
+			c.MDNS.TTL = 120_000_000_000 // 120 s
+		})
+		b.host("beta", 1, skill("skill-b", record.SkillTool, nil, "cap-b"))
+		b.start()
+		s, err := n.host("10.0.0.9").ListenMulticast(netip.MustParseAddrPort("224.0.0.251:40000"), "", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		ls := s.(*memSock)
+		q := query("_agentsc._tcp.local.", dns.TypePTR)
+		q.Id = 4242
+		bq, _ := q.Pack()
+		synctestWait()
+		n.send(5353, bq, netip.MustParseAddrPort("10.0.0.9:40000"), func(*memSock) bool { return true })
+		r := ls.nextResponse(t, b.h.ip)
+		if r == nil {
+			t.Fatal("no unicast answer")
+		}
+		if r.Id != 4242 || len(r.Question) != 1 {
+			t.Fatalf("legacy answer id %d questions %v", r.Id, r.Question)
+		}
+		for _, rr := range append(r.Answer, r.Extra...) {
+			if h := rr.Header(); h.Ttl > 10 || h.Class&cacheFlush != 0 {
+				t.Fatalf("legacy answer record %v", rr)
+			}
+		}
+	})
+}
+
+// A changed record is re-announced at once with its new TXT summary
+// (cache-flush bit set), twice.
+func TestMDNSReannounceOnChange(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		n := newMemNet()
+		b := newNode(t, n, "10.0.0.2", mdnsOnly)
+		b.host("beta", 1, skill("skill-b", record.SkillTool, nil, "cap-b"))
+		q := mdnsPeer(t, n, "10.0.0.9")
+		b.start()
+		time.Sleep(3 * time.Second)
+		for q.nextResponse(t, b.h.ip) != nil {
+		}
+		rb2 := b.host("beta", 2, skill("skill-b", record.SkillTool, nil, "cap-b", "cap-c"))
+		b.lan.Refresh()
+		seen := 0
+		for range 2 {
+			r := q.nextResponse(t, b.h.ip)
+			if r == nil {
+				time.Sleep(time.Second)
+				r = q.nextResponse(t, b.h.ip)
+			}
+			if r == nil {
+				break
+			}
+			txts := rrsOf[*dns.TXT](r.Answer)
+			if len(txts) != 1 || txts[0].Hdr.Class&cacheFlush == 0 {
+				t.Fatalf("announcement %v", r)
+			}
+			sum, err := ParseTXT(txts[0].Txt)
+			if err != nil || sum.Hash != rb2.Hash() || strings.Join(sum.Capabilities, ",") != "cap-b,cap-c" {
+				t.Fatalf("announced summary %+v %v", sum, err)
+			}
+			seen++
+		}
+		if seen != 2 {
+			t.Fatalf("%d announcements of the change, want 2", seen)
+		}
+	})
+}
+
+// publication builds what Avahi sends for `avahi-publish -s NAME
+// _agentsc._tcp PORT txt...` on a host with address ip.
+func publication(name, host string, ip string, port uint16, txt []string, ttl uint32) *dns.Msg {
+	inst := name + "._agentsc._tcp.local."
+	m := new(dns.Msg)
+	m.Response, m.Authoritative = true, true
+	m.Answer = []dns.RR{
+		&dns.PTR{Hdr: dns.RR_Header{Name: "_agentsc._tcp.local.", Rrtype: dns.TypePTR, Class: dns.ClassINET, Ttl: ttl}, Ptr: inst},
+		&dns.SRV{Hdr: dns.RR_Header{Name: inst, Rrtype: dns.TypeSRV, Class: dns.ClassINET | cacheFlush, Ttl: ttl}, Target: host, Port: port},
+		&dns.TXT{Hdr: dns.RR_Header{Name: inst, Rrtype: dns.TypeTXT, Class: dns.ClassINET | cacheFlush, Ttl: ttl}, Txt: txt},
+		&dns.A{Hdr: dns.RR_Header{Name: host, Rrtype: dns.TypeA, Class: dns.ClassINET | cacheFlush, Ttl: ttl}, A: net.ParseIP(ip)},
+	}
+	return m
+}
+
+// A service published by another responder (as avahi-publish does) whose
+// TXT summary points at a record served by an agentd peer is discovered:
+// the record is fetched from that peer and checked against the hash. A
+// goodbye from another host is refused; one from the instance's host
+// removes it after the grace.
+func TestMDNSBrowseForeignPublication(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		n := newMemNet()
+		a := newNode(t, n, "10.0.0.1", mdnsOnly)
+		// b serves its record over the record protocol but advertises
+		// nothing itself.
+		b := newNode(t, n, "10.0.0.2", func(c *Config) { c.UDP.Enabled, c.MDNS.Enabled = false, false })
+		rb := b.host("beta", 1, skill("skill-b", record.SkillTool, nil, "cap-b"))
+		a.start()
+		synctestWait()
+		avahi := mdnsPeer(t, n, "10.0.0.2")
+		txt, err := SummaryOf(rb).TXT()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A summary whose hash matches nothing: not learnt.
+		bad := SummaryOf(rb)
+		bad.Hash[0] ^= 1
+		badTXT, _ := bad.TXT()
+		avahi.sendMsg(t, publication("wrong", "avahi-host.local.", "10.0.0.2", 4777, badTXT, 4500))
+		eventually(t, time.Second, "fetch failed", func() bool { return a.counter(mechMDNS, "fetch_failed") == 1 })
+		if a.learnedRec(rb.Agent.AgentID) != nil {
+			t.Fatal("learnt a record that does not match the summary's hash")
+		}
+
+		avahi.sendMsg(t, publication("Beta Service", "avahi-host.local.", "10.0.0.2", 4777, txt, 4500))
+		eventually(t, time.Second, "learnt", func() bool { return a.learnedRec(rb.Agent.AgentID) != nil })
+
+		// Goodbye from elsewhere: refused.
+		gb := publication("Beta Service", "avahi-host.local.", "10.0.0.2", 4777, txt, 0)
+		gb.Answer = gb.Answer[:1]
+		mdnsPeer(t, n, "10.0.0.66").sendMsg(t, gb)
+		synctestWait()
+		if a.counter(mechMDNS, "goodbye_refused") != 1 {
+			t.Fatal("a goodbye from another host was not refused")
+		}
+		avahi.sendMsg(t, gb)
+		eventually(t, 2*time.Second, "forgotten", func() bool { return a.forgotten(rb.Agent.AgentID) == 1 })
+	})
+}
+
+// A goodbye followed within the grace by a re-announcement keeps the
+// instance (RFC 6762 §10.1).
+func TestMDNSGoodbyeCancelledByReannouncement(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		n := newMemNet()
+		a := newNode(t, n, "10.0.0.1", mdnsOnly)
+		b := newNode(t, n, "10.0.0.2", func(c *Config) { c.UDP.Enabled, c.MDNS.Enabled = false, false })
+		rb := b.host("beta", 1, skill("skill-b", record.SkillTool, nil, "cap-b"))
+		a.start()
+		synctestWait()
+		avahi := mdnsPeer(t, n, "10.0.0.2")
+		txt, _ := SummaryOf(rb).TXT()
+		avahi.sendMsg(t, publication("beta", "h.local.", "10.0.0.2", 4777, txt, 120))
+		eventually(t, time.Second, "learnt", func() bool { return a.learnedRec(rb.Agent.AgentID) != nil })
+		gb := publication("beta", "h.local.", "10.0.0.2", 4777, txt, 0)
+		avahi.sendMsg(t, gb)
+		time.Sleep(500 * time.Millisecond)
+		avahi.sendMsg(t, publication("beta", "h.local.", "10.0.0.2", 4777, txt, 120))
+		time.Sleep(2 * time.Second)
+		synctestWait()
+		if a.forgotten(rb.Agent.AgentID) != 0 {
+			t.Fatal("forgotten although re-announced within the grace")
+		}
+	})
+}
+
+// Cached instances are refreshed by queries at 80% of their TTL while the
+// responder lives, and expire silently (no Forget) when it vanishes
+// without a goodbye.
+func TestMDNSRefreshAndExpiry(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		n := newMemNet()
+		a := newNode(t, n, "10.0.0.1", mdnsOnly)
+		b := newNode(t, n, "10.0.0.2", mdnsOnly)
+		rb := b.host("beta", 1, skill("skill-b", record.SkillTool, nil, "cap-b"))
+		a.start()
+		b.start()
+		eventually(t, 3*time.Second, "learnt", func() bool { return a.learnedRec(rb.Agent.AgentID) != nil })
+		time.Sleep(60 * time.Second)
+		synctestWait()
+		a.lan.mdns.mu.Lock()
+		cached := len(a.lan.mdns.inst)
+		a.lan.mdns.mu.Unlock()
+		if cached != 1 {
+			t.Fatalf("%d cached instances after 60 s with a live responder (TTL 10 s)", cached)
+		}
+		// b vanishes without a goodbye.
+		n.setDrop(func(_ []byte, src netip.AddrPort) bool { return src.Addr() == b.h.ip })
+		time.Sleep(15 * time.Second)
+		synctestWait()
+		a.lan.mdns.mu.Lock()
+		cached = len(a.lan.mdns.inst)
+		a.lan.mdns.mu.Unlock()
+		if cached != 0 {
+			t.Fatal("the instance did not expire")
+		}
+		if a.forgotten(rb.Agent.AgentID) != 0 {
+			t.Fatal("an expiry is not a goodbye")
+		}
+		if a.counter(mechMDNS, "expired") != 1 {
+			t.Fatal("expiry not counted")
+		}
+	})
+}
+
+// Malformed, oversize and non-5353 responses are dropped and counted.
+func TestMDNSHostileInput(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		n := newMemNet()
+		a := newNode(t, n, "10.0.0.1", mdnsOnly)
+		a.start()
+		synctestWait()
+		s := a.lan.sock(mechMDNS)
+		src := netip.MustParseAddrPort("10.0.0.9:5353")
+		a.lan.mdns.handle(s, []byte{1, 2, 3}, src, 1, time.Now())
+		a.lan.mdns.handle(s, make([]byte, maxMDNSPacket+1), src, 1, time.Now())
+		txt := []string{"txtvers=1", "id=not-a-uuid"}
+		b, _ := publication("x", "h.local.", "10.0.0.9", 1, txt, 10).Pack()
+		a.lan.mdns.handle(s, b, netip.MustParseAddrPort("10.0.0.9:40000"), 1, time.Now())
+		a.lan.mdns.handle(s, b, src, 1, time.Now())
+		for _, c := range []struct {
+			outcome string
+			want    float64
+		}{{"malformed", 1}, {"oversize", 1}, {"ignored", 1}, {"txt_invalid", 1}} {
+			if got := a.counter(mechMDNS, c.outcome); got != c.want {
+				t.Errorf("%s = %v, want %v", c.outcome, got, c.want)
+			}
+		}
+	})
+}

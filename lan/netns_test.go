@@ -1,0 +1,181 @@
+package lan
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// netns is a network namespace created by a test and removed at its end.
+type netns struct {
+	name string
+	fd   int
+}
+
+// newNetns creates a namespace, or skips the test loudly when the
+// environment cannot (not root, no ip(8), no namespaces).
+func newNetns(t *testing.T, name string) *netns {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("SKIP (environment): network namespaces need root; this test of real multicast sockets did not run")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("SKIP (environment): ip(8) from iproute2 is not installed; this test of real multicast sockets did not run")
+	}
+	name = fmt.Sprintf("%s-%d", name, os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Skipf("SKIP (environment): cannot create a network namespace (%v: %s); this test of real multicast sockets did not run", err, strings.TrimSpace(string(out)))
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	fd, err := unix.Open("/var/run/netns/"+name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("open namespace %s: %v", name, err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return &netns{name: name, fd: fd}
+}
+
+// ip runs ip(8) inside the namespace.
+func (ns *netns) ip(t *testing.T, args ...string) {
+	t.Helper()
+	full := append([]string{"netns", "exec", ns.name, "ip"}, args...)
+	if out, err := exec.Command("ip", full...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// do runs f on an OS thread switched into the namespace. Sockets created
+// there stay in the namespace when used from any thread.
+func (ns *netns) do(f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		// The thread is not unlocked: if switching back failed it must
+		// die with the goroutine rather than serve others.
+		self, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer unix.Close(self)
+		if err := unix.Setns(ns.fd, unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("setns: %w", err)
+			return
+		}
+		ferr := f()
+		if err := unix.Setns(self, unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("setns back: %w", err)
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
+	}()
+	return <-errc
+}
+
+// nsNetwork opens OSNetwork sockets inside a namespace.
+type nsNetwork struct{ ns *netns }
+
+func (n nsNetwork) ListenMulticast(group netip.AddrPort, ifName string, ttl int) (Socket, error) {
+	var s Socket
+	err := n.ns.do(func() error {
+		var err error
+		s, err = OSNetwork{}.ListenMulticast(group, ifName, ttl)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return nsSocket{Socket: s, ns: n.ns}, nil
+}
+
+// nsSocket re-reads the interfaces inside the namespace.
+type nsSocket struct {
+	Socket
+	ns *netns
+}
+
+func (s nsSocket) Sync() error { return s.ns.do(s.Socket.Sync) }
+
+// realNode is a LAN on real sockets inside ns, with the records of the
+// memNet's peers served by Fetch.
+func realNode(t *testing.T, n *memNet, ns *netns, ip string, mod func(*Config)) *tnode {
+	t.Helper()
+	return newNode(t, n, ip, func(c *Config) {
+		c.Interface = "lan0"
+		if mod != nil {
+			mod(c)
+		}
+	}).withNet(nsNetwork{ns})
+}
+
+// Two LANs on real multicast sockets (UDP 224.0.0.1:54321 and mDNS
+// 224.0.0.251:5353, SO_REUSEPORT, loopback) in a namespace find each
+// other's agents; a datagram arriving on an interface that was not chosen
+// is dropped; a missing or multicast-less interface is refused.
+func TestOSNetworkInNamespace(t *testing.T) {
+	ns := newNetns(t, "agentd-lan-unit")
+	ns.ip(t, "link", "set", "lo", "up")
+	// Two veth pairs inside the namespace: lan0 and lan1 carry the
+	// addresses, their peers only make the links come up.
+	for i, name := range []string{"lan0", "lan1"} {
+		ns.ip(t, "link", "add", name, "type", "veth", "peer", "name", name+"p")
+		ns.ip(t, "link", "set", name+"p", "up")
+		ns.ip(t, "link", "set", name, "up", "multicast", "on")
+		ns.ip(t, "addr", "add", fmt.Sprintf("10.7%d.0.1/24", 7+i), "dev", name)
+	}
+	ns.ip(t, "route", "add", "224.0.0.0/4", "dev", "lan0")
+
+	for _, c := range []struct{ ifName, want string }{
+		{"nope0", "no multicast-capable interface"},
+		{"lo", "has multicast off"},
+	} {
+		_, err := nsNetwork{ns}.ListenMulticast(netip.MustParseAddrPort("224.0.0.1:54321"), c.ifName, 1)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("ListenMulticast(%s) error = %v, want %q", c.ifName, err, c.want)
+		}
+	}
+
+	n := newMemNet()
+	a := realNode(t, n, ns, "10.77.0.1", nil)
+	b := realNode(t, n, ns, "10.77.0.1", nil)
+	ra := a.host("alpha", 1, skill("skill-a", "tool-skill", nil, "cap-a"))
+	rb := b.host("beta", 1, skill("skill-b", "tool-skill", nil, "cap-b"))
+	a.start()
+	b.start()
+	eventually(t, 10*time.Second, "mutual discovery over real multicast", func() bool {
+		return a.learnedRec(rb.Agent.AgentID) != nil && b.learnedRec(ra.Agent.AgentID) != nil
+	})
+	eventually(t, 10*time.Second, "a hears b on both mechanisms", func() bool {
+		return a.counter(mechUDP, "accepted") > 0 && a.counter(mechMDNS, "fetched")+a.counter(mechMDNS, "refreshed") > 0
+	})
+
+	// A datagram out of lan1 (where the kernel is a member of 224.0.0.1
+	// too) is not for a socket bound to lan0.
+	send := func(ifName string) {
+		t.Helper()
+		s, err := nsNetwork{ns}.ListenMulticast(netip.MustParseAddrPort("224.0.0.1:54321"), ifName, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if err := s.Multicast([]byte("not a seed-001 message"), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := a.counter(mechUDP, "malformed")
+	send("lan1")
+	send("lan0")
+	eventually(t, 5*time.Second, "the lan0 datagram", func() bool { return a.counter(mechUDP, "malformed") > before })
+	time.Sleep(200 * time.Millisecond) // let a stray lan1 datagram arrive, if the filter let it through
+	if got := a.counter(mechUDP, "malformed") - before; got != 1 {
+		t.Fatalf("%v malformed datagrams counted, want 1 (only the one sent on lan0)", got)
+	}
+}
