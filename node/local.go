@@ -365,7 +365,8 @@ func (h hosted) HostedRecords(q dht.FetchQuery) []*record.SignedAgent {
 func (h hosted) SignChallenge(agentID string, msg []byte) ([]byte, bool, error) {
 	sa, ok := h.n.hostedRecord(agentID)
 	if !ok {
-		return nil, false, ErrNotHosted
+		// Unregistered meanwhile: let the DHT sign with the peer key.
+		return nil, false, nil
 	}
 	key, err := sa.AgentPublicKey()
 	if err != nil || !key.Equal(&h.n.id.AgentKey.PublicKey) {

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentd/agentd/bootstrap"
 	"github.com/agentd/agentd/dht"
 	"github.com/agentd/agentd/gossip"
 	"github.com/agentd/agentd/metrics"
@@ -26,7 +27,6 @@ import (
 	"github.com/agentd/agentd/view"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
-	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // LAN is the LAN discovery step of the resolver (package lan implements
@@ -76,6 +76,7 @@ type Node struct {
 	ver  *trust.Verifier
 	view *view.View
 	dht  *dht.DHT
+	book *bootstrap.Book
 	gsp  *gossip.Gossip
 	lan  LAN
 	cat  Catalog
@@ -156,9 +157,16 @@ func New(cfg Config, opts Options) (n *Node, err error) {
 		dc := cfg.DHT
 		dc.BootstrapPeers = append(dc.BootstrapPeers, cfg.Bootstrap...)
 		dc.Live = n.view.ByPeer
+		if dc.OwnAgentID == "" {
+			dc.OwnAgentID = opts.Identity.AgentID
+		}
 		n.dht, err = dht.New(n.host, dc, n.ver, hosted{n}, m, log)
 		if err != nil {
 			return nil, fmt.Errorf("dht: %w", err)
+		}
+		n.book, err = bootstrap.NewBook(n.host, n.st, bootstrap.BookConfig{}, log)
+		if err != nil {
+			return nil, err
 		}
 	}
 	return n, nil
@@ -184,6 +192,9 @@ func (n *Node) Start(ctx context.Context) error {
 	if n.dht != nil {
 		if err := n.dht.Start(n.ctx); err != nil {
 			return fmt.Errorf("start dht: %w", err)
+		}
+		if err := n.book.Start(); err != nil {
+			return fmt.Errorf("start address book: %w", err)
 		}
 	}
 	if !n.cfg.DisableGossip {
@@ -279,6 +290,9 @@ func (n *Node) closeParts() error {
 	var errs []error
 	if n.gsp != nil {
 		errs = append(errs, n.gsp.Close())
+	}
+	if n.book != nil {
+		errs = append(errs, n.book.Close())
 	}
 	if n.dht != nil {
 		errs = append(errs, n.dht.Close())
@@ -444,20 +458,12 @@ func (n *Node) joinLoop() {
 	synced := false
 	for {
 		if len(n.host.Network().Peers()) == 0 {
-			peers := append([]peer.AddrInfo{}, n.cfg.Bootstrap...)
-			if book, err := n.st.Peers(n.ctx); err == nil {
-				for _, p := range book {
-					if p.ID != n.host.ID() && len(p.Addrs) > 0 {
-						peers = append(peers, peer.AddrInfo{ID: p.ID, Addrs: p.Addrs})
-					}
+			if n.dht != nil {
+				if err := bootstrap.Join(n.ctx, n.dht, n.cfg.Bootstrap, n.book); err != nil {
+					n.log.Debug("bootstrap attempt failed", "err", err)
 				}
-			}
-			if len(peers) > 0 && n.dht != nil {
-				if err := n.dht.Bootstrap(n.ctx, peers); err != nil {
-					n.log.Debug("bootstrap attempt failed", "peers", len(peers), "err", err)
-				}
-			} else if len(peers) > 0 {
-				for _, p := range peers {
+			} else {
+				for _, p := range n.cfg.Bootstrap {
 					cctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
 					_ = n.host.Connect(cctx, p)
 					cancel()
