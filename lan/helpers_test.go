@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -25,7 +26,12 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) != "" {
+		os.Exit(helperMain())
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // bubble runs f in virtual time (testing/synctest). Under -race the bubble
 // runs with GOMAXPROCS(1), as go-libp2p-pubsub's own tests do

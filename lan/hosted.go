@@ -153,8 +153,10 @@ func (s *hostedSet) removeAll() []*hostedAgent {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]*hostedAgent, 0, len(s.m))
-	for _, h := range s.m {
+	for id, h := range s.m {
 		out = append(out, h)
+		// Still ours: our own unregisters loop back while we close.
+		s.removed[id] = h.hash
 	}
 	s.m = map[string]*hostedAgent{}
 	s.closed = true
