@@ -89,6 +89,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			configCommand(),
 			recordCommand(),
 			runCommand(),
+			bootstrapCommand(),
 		},
 	}
 	setUsageHandler(app.Commands, onUsage)

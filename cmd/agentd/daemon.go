@@ -11,7 +11,10 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/agentd/agentd/bootstrap"
 	"github.com/agentd/agentd/config"
+	"github.com/agentd/agentd/metrics"
+	"github.com/agentd/agentd/node"
 	"github.com/agentd/agentd/p2p"
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/trust"
@@ -37,30 +40,73 @@ type daemonOptions struct {
 	Version string
 }
 
-// network is the part of the daemon that talks to peers. Today it is the
-// bare libp2p host; node.Node will take its place, and needs only to offer
-// these two methods (its Host() does).
+// network is the part of the daemon that talks to peers.
 type network interface {
 	Addrs() []ma.Multiaddr
 	Close() error
 }
 
-// startNetwork starts the peer-to-peer side of the daemon. It is the one
-// function to change when node.New replaces the bare host.
-func startNetwork(cfg config.Config, id *trust.Identity, _ store.Store, ver string, _ *slog.Logger) (network, error) {
+// daemonNode adapts node.Node to the daemon: its Close is the graceful
+// Shutdown (hosted agents are unregistered with reason SHUTDOWN).
+type daemonNode struct {
+	*node.Node
+	ctx context.Context
+}
+
+func (d daemonNode) Addrs() []ma.Multiaddr { return d.Host().Addrs() }
+func (d daemonNode) Close() error          { return d.Shutdown(d.ctx) }
+
+// nodeConfig maps the configuration onto the node's.
+func nodeConfig(cfg config.Config, log *slog.Logger) (node.Config, error) {
+	peers, err := bootstrap.PeersLog(cfg.Discovery.DHT, nil, log)
+	if err != nil {
+		return node.Config{}, fmt.Errorf("bootstrap peers: %w", err)
+	}
+	hc := cfg.Discovery.HealthCheck
+	allow := cfg.Trust.AllowList
+	nc := node.Config{
+		Listen:            cfg.Listen,
+		Bootstrap:         peers,
+		HeartbeatInterval: hc.HeartbeatInterval.D(),
+		Timeout:           hc.Timeout.D(),
+		UnhealthyAfter:    hc.UnhealthyThreshold,
+		CacheTTL:          cfg.Cache.TTL.D(),
+		DisableDHT:        !cfg.Discovery.DHT.Enabled,
+		Trust:             trust.Config{Policy: trust.Policy(cfg.Trust.Policy), AllowList: allow},
+	}
+	nc.DHT.ClientMode = cfg.Discovery.DHT.ClientMode
+	return nc, nil
+}
+
+// startNetwork starts the peer-to-peer side of the daemon: the node (host,
+// DHT, gossip) on the store.
+func startNetwork(ctx context.Context, cfg config.Config, id *trust.Identity, st store.Store, m *metrics.Metrics, ver string, log *slog.Logger) (*node.Node, error) {
+	nc, err := nodeConfig(cfg, log)
+	if err != nil {
+		return nil, err
+	}
 	h, err := p2p.New(p2p.Config{
 		Key:       id.PeerKey,
 		Listen:    cfg.Listen,
 		UserAgent: "agentd/" + ver,
-		// Nothing serves libp2p's metrics yet; with them on, libp2p would
-		// register on Prometheus' global registry, which agentd avoids
-		// (package metrics gives each node its own).
+		// libp2p would register its metrics on Prometheus' global
+		// registry; agentd gives each node its own (package metrics).
 		DisableMetrics: true,
 	})
 	if err != nil {
+		return nil, fmt.Errorf("libp2p host: %w", err)
+	}
+	n, err := node.New(nc, node.Options{Identity: id, Host: h, Store: st, Metrics: m, Logger: log})
+	if err != nil {
+		h.Close()
 		return nil, err
 	}
-	return h, nil
+	if err := n.Start(ctx); err != nil {
+		n.Close()
+		h.Close()
+		return nil, err
+	}
+	return n, nil
 }
 
 // runDaemon is `agentd run`: it loads the identity, opens the store, starts
@@ -116,11 +162,14 @@ func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger, opts da
 	closers = append(closers, closer{"store", func(context.Context) error { return st.Close() }})
 	log.Info("store opened", "dir", dbDir)
 
-	net_, err := startNetwork(cfg, id, st, opts.Version, log)
+	m := metrics.New(true)
+	nd, err := startNetwork(ctx, cfg, id, st, m, opts.Version, log)
 	if err != nil {
-		return fmt.Errorf("start libp2p host: %w", err)
+		return fmt.Errorf("start node: %w", err)
 	}
-	closers = append(closers, closer{"libp2p host", func(context.Context) error { return net_.Close() }})
+	closers = append(closers, closer{"libp2p host", func(context.Context) error { return nd.Host().Close() }})
+	closers = append(closers, closer{"node", func(ctx context.Context) error { return nd.Shutdown(ctx) }})
+	net_ := daemonNode{Node: nd, ctx: context.WithoutCancel(ctx)}
 	addrs := p2pAddrs(net_.Addrs(), id.PeerID)
 	log.Info("libp2p host listening", "peer_id", id.PeerID.String(), "addrs", addrs)
 

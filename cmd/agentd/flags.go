@@ -44,11 +44,11 @@ func nodeFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringSliceFlag{Name: flagListen, EnvVars: []string{config.EnvListen}, Usage: "libp2p listen `MULTIADDR` (repeatable; default TCP and QUIC on port 4777, IPv4 and IPv6)"},
 		&cli.StringFlag{Name: flagAPI, EnvVars: []string{config.EnvAPI}, Usage: "local HTTP API `HOST:PORT`; must be loopback unless api auth is configured (default 127.0.0.1:4778)"},
-		&cli.StringSliceFlag{Name: flagBootstrap, EnvVars: []string{config.EnvBootstrap}, Usage: "bootstrap peer `MULTIADDR` ending in /p2p/<peer id> (repeatable; replaces discovery.dht.bootstrapNodes). Recorded in the configuration; this version does not dial it yet"},
-		&cli.StringFlag{Name: flagTrustPolicy, EnvVars: []string{config.EnvTrustPolicy}, Usage: "trust `POLICY`: open, allowlist or ca (default open). Recorded in the configuration; this version does not receive records yet"},
+		&cli.StringSliceFlag{Name: flagBootstrap, EnvVars: []string{config.EnvBootstrap}, Usage: "bootstrap peer `MULTIADDR` ending in /p2p/<peer id> (repeatable; replaces discovery.dht.bootstrapNodes). Peers remembered in the address book are tried too, so a restarted node needs none"},
+		&cli.StringFlag{Name: flagTrustPolicy, EnvVars: []string{config.EnvTrustPolicy}, Usage: "trust `POLICY`: open (valid signatures, first key seen keeps an agent id) or allowlist (only trust.allowList agent ids); default open"},
 		&cli.BoolFlag{Name: flagNoLAN, EnvVars: []string{config.EnvNoLAN}, Usage: "turn LAN discovery (UDP multicast and mDNS) off in the configuration. This version does not start LAN discovery yet"},
 		&cli.StringFlag{Name: flagLANInterface, EnvVars: []string{config.EnvLANInterface}, Usage: "network `INTERFACE` for LAN discovery (default all). Recorded in the configuration; not used by this version yet"},
-		&cli.BoolFlag{Name: flagClientMode, EnvVars: []string{config.EnvClientMode}, Usage: "DHT client mode, for hosts that cannot accept connections. Recorded in the configuration; this version does not start the DHT yet"},
+		&cli.BoolFlag{Name: flagClientMode, EnvVars: []string{config.EnvClientMode}, Usage: "DHT client mode, for hosts that cannot accept connections: the node queries the DHT but does not serve it"},
 	}
 }
 

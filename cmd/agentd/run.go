@@ -17,11 +17,12 @@ func runCommand() *cli.Command {
 		Usage: "run the daemon until SIGINT or SIGTERM",
 		Description: "Loads the configuration, loads or creates the identity in the data directory,\n" +
 			"opens the database (<data dir>/" + DBDir + "), starts the libp2p host on --listen\n" +
-			"(default TCP and QUIC on port 4777) and serves GET /healthz on the loopback API\n" +
-			"address --api (default 127.0.0.1:4778). SIGINT or SIGTERM shuts it down: the API\n" +
-			"server, then the host, then the database, within 10 s; a second signal exits at once.\n\n" +
-			"This version runs the host and the health endpoint only: DHT, gossip and LAN\n" +
-			"discovery, and the agent API, are not started yet.",
+			"(default TCP and QUIC on port 4777) and the node: the Kademlia DHT under /agentd,\n" +
+			"GossipSub announcements and heartbeats, the live view, the resolver. It joins the\n" +
+			"network through --bootstrap peers and the address book of earlier runs, and serves\n" +
+			"the local API on --api (default 127.0.0.1:4778). SIGINT or SIGTERM shuts it down:\n" +
+			"hosted agents are unregistered (reason SHUTDOWN), then the API server, the node, the\n" +
+			"host and the database close, within 10 s; a second signal exits at once.",
 		Flags: withGlobal(append(nodeFlags(),
 			&cli.StringFlag{Name: flagAPIAddrFile, Usage: "write the bound API address (host:port) to `FILE` once serving, and remove it on exit; useful with --api 127.0.0.1:0"},
 		)...),
