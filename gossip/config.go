@@ -72,6 +72,10 @@ type Config struct {
 	// that far behind.
 	SubscriptionBuffer int
 
+	// Tracers are extra pubsub raw tracers (traffic accounting in simnet
+	// and the scaling measurements); they must not block.
+	Tracers []pubsub.RawTracer
+
 	defaultScore bool // Score was nil: New may extend the whitelist
 }
 

@@ -209,6 +209,9 @@ func New(ctx context.Context, h host.Host, cfg Config, v *trust.Verifier, sink S
 		pubsub.WithLogger(log.With("sub", "pubsub")),
 		pubsub.WithRawTracer(g.mesh),
 	}
+	for _, t := range c.Tracers {
+		opts = append(opts, pubsub.WithRawTracer(t))
+	}
 	ps, err := pubsub.NewGossipSub(g.ctx, h, opts...)
 	if err != nil {
 		g.cancel()
