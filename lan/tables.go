@@ -174,11 +174,19 @@ func (t *agentTable) entryLocked(id string, now time.Time) *agentEntry {
 		return e
 	}
 	if len(t.m) >= t.max {
-		var oldest *agentEntry
+		// Evict an agent whose record was never obtained first (anyone
+		// can name an agent id in a datagram), the least recently seen.
+		var oldest, oldestUnknown *agentEntry
 		for _, e := range t.m {
 			if oldest == nil || e.lastSeen.Before(oldest.lastSeen) {
 				oldest = e
 			}
+			if e.rec == nil && (oldestUnknown == nil || e.lastSeen.Before(oldestUnknown.lastSeen)) {
+				oldestUnknown = e
+			}
+		}
+		if oldestUnknown != nil {
+			oldest = oldestUnknown
 		}
 		delete(t.m, oldest.id)
 	}
@@ -206,7 +214,7 @@ func (t *agentTable) records(now time.Time, alive time.Duration) []*record.Signe
 	defer t.mu.Unlock()
 	var out []*record.SignedAgent
 	for _, e := range t.m {
-		if e.rec != nil && !e.gone && now.Sub(e.lastSeen) <= alive {
+		if e.rec != nil && !e.gone && now.Sub(e.lastSeen) <= alive && e.rec.Agent.ExpiresAt().After(now) {
 			out = append(out, e.rec)
 		}
 	}

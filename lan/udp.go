@@ -291,7 +291,12 @@ func (u *udpProto) apply(msg *record.SkillMessage, src netip.AddrPort, now time.
 		fetch  bool
 		newbie = !existed || revived
 	)
-	needRec := e.rec == nil || (msg.Type == record.MsgSkillRegister && !consistent(e.rec, msg))
+	// The held record is outdated when a registration describes the skill
+	// otherwise, or when it expires within the timeout (its owner re-signs
+	// at half its TTL; the newer one is obtained).
+	expiring := e.rec != nil && e.rec.Agent.ExpiresAt().Before(now.Add(l.cfg.UDP.Timeout.D()))
+	needRec := e.rec == nil || expiring || (msg.Type == record.MsgSkillRegister && !consistent(e.rec, msg))
+	old := e.rec
 	switch {
 	case needRec:
 		if !e.resolving && !now.Before(e.failedUntil) {
@@ -318,9 +323,11 @@ func (u *udpProto) apply(msg *record.SkillMessage, src netip.AddrPort, now time.
 		l.learn(learn)
 	}
 	if fetch {
-		var want func(*record.SignedAgent) bool
-		if msg.Type == record.MsgSkillRegister {
-			want = func(sa *record.SignedAgent) bool { return consistent(sa, msg) }
+		want := func(sa *record.SignedAgent) bool {
+			if old != nil && sa.Agent.Seq <= old.Agent.Seq {
+				return false
+			}
+			return msg.Type != record.MsgSkillRegister || consistent(sa, msg)
 		}
 		u.startResolve(msg.AgentID, src, want)
 	}
@@ -424,7 +431,9 @@ func (u *udpProto) resolved(agentID string, sa *record.SignedAgent, err error) {
 		l.log.Debug("no verified record for an agent seen on the LAN", "agent", agentID, "err", err)
 		return
 	}
-	e.rec, e.hash = sa, sa.Hash()
+	if e.rec == nil || sa.Agent.Seq > e.rec.Agent.Seq {
+		e.rec, e.hash = sa, sa.Hash()
+	}
 	// The record is learnt by apply below, once a held datagram verifies
 	// with its key: a forged datagram naming the agent proves nothing.
 	e.lastLearn = time.Time{}

@@ -410,3 +410,56 @@ func TestStatusAndRefresh(t *testing.T) {
 		})
 	})
 }
+
+// A record about to expire is replaced by the newer one its owner signed,
+// though the registrations did not change.
+func TestUDPRefreshesExpiringRecord(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		n := newMemNet()
+		a := newNode(t, n, "10.0.0.1", udpOnly)
+		b := newNode(t, n, "10.0.0.2", udpOnly)
+		rb := b.host("beta", 1, skill("skill-b", record.SkillTool, nil, "cap-b"))
+		id := rb.Agent.AgentID
+		a.mu.Lock()
+		a.known[id] = rb
+		a.mu.Unlock()
+		a.start()
+		b.start()
+		eventually(t, 2*time.Second, "learnt", func() bool { return a.learnedRec(id) != nil })
+		time.Sleep(30 * time.Minute)
+		rb2 := b.host("beta", 2, skill("skill-b", record.SkillTool, nil, "cap-b")) // re-signed at half its TTL
+		a.mu.Lock()
+		a.known[id] = rb2 // the node got it by gossip
+		a.mu.Unlock()
+		eventually(t, 31*time.Minute, "the re-signed record", func() bool {
+			r := a.learnedRec(id)
+			return r != nil && r.Agent.Seq == 2
+		})
+		if time.Now().After(rb.Agent.ExpiresAt()) {
+			t.Fatal("the newer record was obtained only after the old one expired")
+		}
+	})
+}
+
+// When the agent table is full, an agent whose record was never obtained
+// is evicted before known ones.
+func TestAgentTableEvictsUnknownFirst(t *testing.T) {
+	tb := newAgentTable(3)
+	now := time.Now()
+	sa := &record.SignedAgent{}
+	tb.mu.Lock()
+	for i, known := range []bool{true, false, true} {
+		e := tb.entryLocked(fmt.Sprint("a", i), now.Add(time.Duration(i)*time.Second))
+		e.lastSeen = now.Add(time.Duration(i) * time.Second)
+		if known {
+			e.rec = sa
+		}
+	}
+	tb.entryLocked("a3", now.Add(time.Hour))
+	_, unknownKept := tb.m["a1"]
+	_, oldestKept := tb.m["a0"]
+	tb.mu.Unlock()
+	if unknownKept || !oldestKept || tb.len() != 3 {
+		t.Fatalf("eviction kept unknown=%v oldest known=%v, len %d", unknownKept, oldestKept, tb.len())
+	}
+}
