@@ -138,6 +138,11 @@ type Agent struct {
 	Seq         uint64   `json:"seq"`
 	IssuedAt    string   `json:"issued_at"`
 	TTLSeconds  int64    `json:"ttl_seconds"`
+
+	// KeyRotation, when set, is the statement by the agent's previous key
+	// that public_key replaces it (rotation.go); its new_key must be
+	// public_key's key.
+	KeyRotation *KeyRotation `json:"key_rotation,omitempty"`
 }
 
 // Reserved metadata keys (seed 000 §2).

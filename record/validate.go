@@ -113,6 +113,9 @@ func (a *Agent) validate(complete bool) error {
 			return fieldErr("certificate", "%v", err)
 		}
 	}
+	if err := a.validateRotation(); err != nil {
+		return err
+	}
 	if a.Transport.Type == "" {
 		return fieldErr("transport.type", "is required")
 	}
@@ -187,6 +190,36 @@ func (a *Agent) validate(complete bool) error {
 	}
 	if a.TTLSeconds <= 0 || a.TTLSeconds > MaxTTLSeconds {
 		return fieldErr("ttl_seconds", "must be between 1 and %d", MaxTTLSeconds)
+	}
+	return nil
+}
+
+// validateRotation checks key_rotation, when present: its fields, that it
+// is about this agent, and that its new key is public_key's key. The
+// signature is checked by package trust, which acts on the statement.
+func (a *Agent) validateRotation() error {
+	r := a.KeyRotation
+	if r == nil {
+		return nil
+	}
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	if a.AgentID != "" && r.AgentID != a.AgentID {
+		return fieldErr("key_rotation.agent_id", "%q is not the record's agent_id", trunc(r.AgentID))
+	}
+	if a.PublicKey != "" {
+		pub, err := ParsePublicKeyPEM(a.PublicKey)
+		if err != nil {
+			return fieldErr("public_key", "%v", err)
+		}
+		_, nk, err := r.Keys()
+		if err != nil {
+			return err
+		}
+		if !nk.Equal(pub) {
+			return fieldErr("key_rotation.new_key", "is not the record's public_key")
+		}
 	}
 	return nil
 }
