@@ -285,7 +285,7 @@ func (s *osSocket) accepts(cm *ipv4.ControlMessage) bool {
 	if !ok {
 		return false
 	}
-	return dst == s.group.Addr() || s.local[dst] || dst == netip.IPv4Unspecified()
+	return dst == s.group.Addr() || s.local[dst]
 }
 
 func (s *osSocket) Multicast(b []byte, ifIndex int) error {
