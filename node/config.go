@@ -20,7 +20,8 @@ type Config struct {
 	// HeartbeatMaxRate bounds the heartbeat messages per second on the
 	// announce topic, summed over the whole network: each node stretches
 	// its interval to max(HeartbeatInterval, liveAgents/HeartbeatMaxRate).
-	// Default 200; 0 keeps the base interval at any size. See docs/scaling.md.
+	// Default 100; a negative value keeps the base interval at any size.
+	// See docs/scaling.md.
 	HeartbeatMaxRate float64
 	// Timeout removes a silent agent from the live view (default 30 s).
 	Timeout time.Duration
@@ -63,7 +64,7 @@ func (c *Config) defaults() {
 		c.HeartbeatInterval = 5 * time.Second
 	}
 	if c.HeartbeatMaxRate == 0 {
-		c.HeartbeatMaxRate = 200
+		c.HeartbeatMaxRate = 100
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = 30 * time.Second

@@ -244,11 +244,17 @@ func (n *Node) signBeat(agentID string, st record.Status, reason record.Unregist
 // so that the whole network's heartbeats stay under HeartbeatMaxRate
 // messages per second (docs/scaling.md).
 func (n *Node) heartbeatInterval() time.Duration {
-	base := n.cfg.HeartbeatInterval
-	if n.cfg.HeartbeatMaxRate <= 0 {
+	return adaptiveInterval(n.cfg.HeartbeatInterval, n.view.Len(), n.cfg.HeartbeatMaxRate)
+}
+
+// adaptiveInterval is max(base, agents/maxRate): with every agent beating
+// at this interval the topic carries at most maxRate heartbeats per second.
+// maxRate <= 0 disables the adaptation.
+func adaptiveInterval(base time.Duration, agents int, maxRate float64) time.Duration {
+	if maxRate <= 0 {
 		return base
 	}
-	need := time.Duration(float64(n.view.Len()) / n.cfg.HeartbeatMaxRate * float64(time.Second))
+	need := time.Duration(float64(agents) / maxRate * float64(time.Second))
 	return max(base, need)
 }
 

@@ -193,3 +193,21 @@ func TestRestartRestoresRegistrations(t *testing.T) {
 		}
 	})
 }
+
+func TestAdaptiveInterval(t *testing.T) {
+	for _, c := range []struct {
+		agents int
+		rate   float64
+		want   time.Duration
+	}{
+		{10, 100, 5 * time.Second},
+		{500, 100, 5 * time.Second},
+		{1000, 100, 10 * time.Second},
+		{100000, 100, 1000 * time.Second},
+		{100000, -1, 5 * time.Second},
+	} {
+		if got := adaptiveInterval(5*time.Second, c.agents, c.rate); got != c.want {
+			t.Errorf("adaptiveInterval(5s, %d, %g) = %s, want %s", c.agents, c.rate, got, c.want)
+		}
+	}
+}

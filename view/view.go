@@ -470,7 +470,7 @@ func (v *View) sweep() {
 		silent := now.Sub(s.lastHeard)
 		interval := max(s.interval, v.cfg.HeartbeatInterval)
 		timeout := v.cfg.Timeout
-		if scaled := v.cfg.Timeout * interval / v.cfg.HeartbeatInterval; scaled > timeout {
+		if scaled := time.Duration(float64(v.cfg.Timeout) * float64(interval) / float64(v.cfg.HeartbeatInterval)); scaled > timeout {
 			timeout = scaled
 		}
 		if silent > timeout {

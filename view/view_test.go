@@ -361,3 +361,32 @@ func TestStartClose(t *testing.T) {
 	}
 	_ = f.v.Close()
 }
+
+func TestStretchedIntervalIsHonoured(t *testing.T) {
+	f := newFixture(t)
+	k := newAgent(t)
+	f.v.Announce(k.sign(t, 1, f.clk.Now(), nil, map[string]float64{"c": 0}), k.id.PeerID, "")
+	b := k.beat(t, 2, "", "")
+	b2, err := record.SignBeat(record.Beat{AgentID: b.Beat.AgentID, PeerID: b.Beat.PeerID, Seq: 2, Timestamp: b.Beat.Timestamp, IntervalMS: 20000}, k.id.AgentKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.v.Beat(KindHeartbeat, b2, k.id.PeerID, "")
+	// Three default intervals (15 s) are less than one stated interval.
+	f.clk.Add(40 * time.Second)
+	f.v.sweep()
+	if a, ok := f.v.Get(k.id.AgentID); !ok || a.Status != record.StatusHealthy {
+		t.Fatalf("agent with a 20 s interval judged by the 5 s default: %+v %v", a.Status, ok)
+	}
+	// Three stated intervals: UNHEALTHY; the timeout scales too (30 s × 4).
+	f.clk.Add(21 * time.Second)
+	f.v.sweep()
+	if a, _ := f.v.Get(k.id.AgentID); a.Status != record.StatusUnhealthy {
+		t.Fatalf("status %s after 3 stated intervals", a.Status)
+	}
+	f.clk.Add(60 * time.Second)
+	f.v.sweep()
+	if f.v.Len() != 0 {
+		t.Fatal("not removed after the scaled timeout")
+	}
+}
