@@ -21,10 +21,13 @@ import (
 
 // File names inside the data directory.
 const (
-	AgentKeyFile  = "private_key.pem" // ECDSA P-256 agent key, PKCS#8 PEM, mode 0600 (seed 000 §6.1)
-	AgentPubFile  = "public_key.pem"  // its public half, PKIX PEM
-	PeerKeyFile   = "peer_key"        // Ed25519 libp2p identity, protobuf-encoded, mode 0600
-	AgentIDFile   = "agent_id"        // the UUIDv4 created on first run
+	AgentKeyFile  = "private_key.pem"   // ECDSA P-256 agent key, PKCS#8 PEM, mode 0600 (seed 000 §6.1)
+	AgentPubFile  = "public_key.pem"    // its public half, PKIX PEM
+	PeerKeyFile   = "peer_key"          // Ed25519 libp2p identity, protobuf-encoded, mode 0600
+	AgentIDFile   = "agent_id"          // the UUIDv4 created on first run
+	CertFile      = "certificate.pem"   // optional: the agent's certificate bundle (leaf first, then intermediates)
+	RotationFile  = "key_rotation.json" // optional: the statement of the last key rotation (record.KeyRotation)
+	RetiredDir    = "retired"           // rotated-out keys and certificates
 	dataDirMode   = 0o700
 	secretMode    = 0o600
 	publicMode    = 0o644
@@ -39,6 +42,14 @@ type Identity struct {
 	AgentKey *ecdsa.PrivateKey
 	PeerKey  crypto.PrivKey
 	PeerID   peer.ID
+	// Certificate is the PEM bundle certifying AgentKey (leaf first, then
+	// intermediates), from CertFile; empty when there is none. Sign puts
+	// it in every record of the agent key.
+	Certificate string
+	// Rotation is the statement by the previous agent key that AgentKey
+	// replaces it, from RotationFile; nil when the key was never rotated.
+	// Sign puts it in every record of the agent key.
+	Rotation *record.KeyRotation
 }
 
 // Generate creates a fresh identity in memory.
@@ -78,13 +89,24 @@ func PublicKeyPEM(pub *ecdsa.PublicKey) string {
 }
 
 // Sign signs the agent with both keys, filling peer_id and public_key when
-// they are empty. It fails if they name another identity.
+// they are empty. It fails if they name another identity. A record of the
+// identity's agent key also gets the identity's certificate and rotation
+// statement when it has none of its own.
 func (id *Identity) Sign(a *record.Agent) (*record.SignedAgent, error) {
 	if a.PeerID == "" {
 		a.PeerID = id.PeerID.String()
 	}
 	if a.PublicKey == "" {
 		a.PublicKey = id.PublicKeyPEM()
+	}
+	if k, err := record.ParsePublicKeyPEM(a.PublicKey); err == nil && k.Equal(&id.AgentKey.PublicKey) {
+		if a.Certificate == "" {
+			a.Certificate = id.Certificate
+		}
+		if a.KeyRotation == nil && id.Rotation != nil && (a.AgentID == "" || a.AgentID == id.Rotation.AgentID) {
+			r := *id.Rotation
+			a.KeyRotation = &r
+		}
 	}
 	return record.Sign(a, id.AgentKey, id.PeerKey)
 }
@@ -109,7 +131,17 @@ func LoadOrCreate(dir string) (*Identity, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newIdentity(agentID, ak, pk)
+	id, err := newIdentity(agentID, ak, pk)
+	if err != nil {
+		return nil, err
+	}
+	if id.Certificate, err = loadCertificate(dir, agentID, &ak.PublicKey); err != nil {
+		return nil, err
+	}
+	if id.Rotation, err = loadRotation(dir, agentID, &ak.PublicKey); err != nil {
+		return nil, err
+	}
+	return id, nil
 }
 
 // LoadAgentKey reads an ECDSA P-256 private key from a PEM file (PKCS#8 or

@@ -62,6 +62,12 @@ const (
 	ReasonReplay           Reason = "replay"
 	ReasonTooLarge         Reason = "too_large"
 	ReasonVersion          Reason = "unsupported_version"
+	// ReasonNameMismatch: the certificate names another agent or skill.
+	ReasonNameMismatch Reason = "name_mismatch"
+	// ReasonRevocationUnknown: a CRL of the certificate's issuer is not
+	// usable (no CRL number, issuer without cRLSign, …), so revocation
+	// cannot be decided; agentd fails closed.
+	ReasonRevocationUnknown Reason = "revocation_unknown"
 )
 
 // RejectError is returned by every Verifier method that refuses its input.
@@ -110,6 +116,13 @@ type Pin struct {
 	// PrevKeyPEM is the key replaced by a rotation, accepted until PrevUntil.
 	PrevKeyPEM string    `json:"prev_key,omitempty"`
 	PrevUntil  time.Time `json:"prev_until,omitempty"`
+	// RotatedAt is the issued_at of the rotation statement that installed
+	// KeyPEM (zero when none did); an older statement never moves the pin.
+	RotatedAt time.Time `json:"rotated_at,omitzero"`
+	// CertNotBefore is the notBefore of the certificate that last certified
+	// KeyPEM (zero when a certificate never did). Under a certificate trust
+	// store only a certificate issued later moves the pin to another key.
+	CertNotBefore time.Time `json:"cert_not_before,omitzero"`
 }
 
 // PinStore persists pins. package store implements it on Badger; MemPins is
@@ -158,6 +171,9 @@ type Config struct {
 	Chain     ChainVerifier // certificate trust store; required by PolicyCA
 	// ClockSkew is how far in the future issued_at may be. Default 5 min.
 	ClockSkew time.Duration
+	// RotationGrace is how long the previous key of an agent stays
+	// accepted after a key rotation (seed 000 §6.1). Default 24 h.
+	RotationGrace time.Duration
 	// Now returns the current time; default time.Now.
 	Now func() time.Time
 }
@@ -169,7 +185,24 @@ type Verifier struct {
 	allow map[string]bool
 	pins  PinStore
 	mu    sync.Mutex // serialises pin updates
+
+	bmu      sync.Mutex
+	bindings map[bindingKey]*binding // what a verified chain proved, per agent key
 }
+
+type bindingKey struct {
+	agentID string
+	key     [32]byte // SHA-256 of the PKIX DER of the key
+}
+
+// maxBindings bounds the certificate bindings a Verifier remembers for
+// re-checking heartbeats; beyond it an arbitrary one is forgotten (its
+// agent's heartbeats are then checked against the pin alone until its
+// next record).
+const maxBindings = 1 << 18
+
+// DefaultRotationGrace is how long a rotated-out key stays accepted.
+const DefaultRotationGrace = 24 * time.Hour
 
 // NewVerifier builds a Verifier. pins may be nil for an in-memory store.
 func NewVerifier(cfg Config, pins PinStore) (*Verifier, error) {
@@ -188,10 +221,16 @@ func NewVerifier(cfg Config, pins PinStore) (*Verifier, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.RotationGrace == 0 {
+		cfg.RotationGrace = DefaultRotationGrace
+	}
+	if cfg.RotationGrace < 0 {
+		return nil, fmt.Errorf("trust rotationGrace %s is negative", cfg.RotationGrace)
+	}
 	if pins == nil {
 		pins = NewMemPins()
 	}
-	v := &Verifier{cfg: cfg, allow: map[string]bool{}, pins: pins}
+	v := &Verifier{cfg: cfg, allow: map[string]bool{}, pins: pins, bindings: map[bindingKey]*binding{}}
 	for _, id := range cfg.AllowList {
 		if err := record.ValidateAgentID(id); err != nil {
 			return nil, fmt.Errorf("allow-list entry: %w", err)
@@ -249,39 +288,68 @@ func (v *Verifier) VerifyAgent(sa *record.SignedAgent, opts VerifyOptions) error
 	if err != nil {
 		return reject(ReasonMalformed, "%v", err)
 	}
-	if err := v.checkChain(sa, key, now); err != nil {
+	cert, err := v.checkChain(sa, key, now)
+	if err != nil {
 		return err
 	}
-	return v.checkPin(a.AgentID, a.PublicKey, key, now)
-}
-
-func (v *Verifier) checkChain(sa *record.SignedAgent, key *ecdsa.PublicKey, now time.Time) error {
-	if sa.Agent.Certificate == "" {
-		if v.cfg.Policy == PolicyCA && !v.allow[sa.Agent.AgentID] {
-			return reject(ReasonNoCertificate, "policy ca requires a certificate for agent %s", sa.Agent.AgentID)
-		}
-		return nil
+	if err := v.checkPin(sa, key, cert, now, opts.AllowExpired); err != nil {
+		return err
 	}
-	if v.cfg.Chain == nil {
-		// A certificate without a configured trust store cannot be
-		// checked; under open/allowlist the self-signature decides.
-		return nil
-	}
-	certs, err := record.ParseCertificatesPEM(sa.Agent.Certificate)
-	if err != nil {
-		return reject(ReasonBadCertificate, "%v", err)
-	}
-	if err := v.cfg.Chain.VerifyChain(certs, key, sa.Agent.AgentID, now); err != nil {
-		var re *RejectError
-		if errors.As(err, &re) {
-			return re
-		}
-		return reject(ReasonUnknownIssuer, "%v", err)
+	if cert.b != nil {
+		v.remember(a.AgentID, key, cert.b)
 	}
 	return nil
 }
 
-func (v *Verifier) checkPin(agentID, keyPEM string, key *ecdsa.PublicKey, now time.Time) error {
+// certified is what the chain check established about a record.
+type certified struct {
+	ok bool      // a configured trust store verified the record's certificate
+	nb time.Time // the leaf's notBefore
+	b  *binding  // for re-checking heartbeats (trust.Store only)
+}
+
+func (v *Verifier) checkChain(sa *record.SignedAgent, key *ecdsa.PublicKey, now time.Time) (certified, error) {
+	if sa.Agent.Certificate == "" {
+		if v.cfg.Policy == PolicyCA && !v.allow[sa.Agent.AgentID] {
+			return certified{}, reject(ReasonNoCertificate, "policy ca requires a certificate for agent %s", sa.Agent.AgentID)
+		}
+		return certified{}, nil
+	}
+	if v.cfg.Chain == nil {
+		// A certificate without a configured trust store cannot be
+		// checked; under open/allowlist the self-signature decides.
+		return certified{}, nil
+	}
+	certs, err := record.ParseCertificatesPEM(sa.Agent.Certificate)
+	if err != nil {
+		return certified{}, reject(ReasonBadCertificate, "%v", err)
+	}
+	c := certified{ok: true, nb: certs[0].NotBefore}
+	if bv, ok := v.cfg.Chain.(bindingVerifier); ok {
+		c.b, err = bv.verifyBinding(certs, key, sa.Agent.AgentID, now)
+	} else {
+		err = v.cfg.Chain.VerifyChain(certs, key, sa.Agent.AgentID, now)
+	}
+	if err != nil {
+		var re *RejectError
+		if errors.As(err, &re) {
+			return certified{}, re
+		}
+		return certified{}, reject(ReasonUnknownIssuer, "%v", err)
+	}
+	return c, nil
+}
+
+// checkPin binds the agent id to a key. The first key seen is pinned. A
+// record with another key is accepted when it carries a rotation statement
+// signed by the pinned key (the pin moves; the old key stays accepted for
+// RotationGrace), or when a configured trust store certified its key with
+// a certificate issued after the one that certified the pinned key (the
+// certificate decides). The previous key is accepted until PrevUntil,
+// then refused with key_retired. A record verified with AllowExpired never
+// moves a pin.
+func (v *Verifier) checkPin(sa *record.SignedAgent, key *ecdsa.PublicKey, cert certified, now time.Time, expiredOK bool) error {
+	agentID := sa.Agent.AgentID
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	p, ok, err := v.pins.GetPin(agentID)
@@ -289,9 +357,17 @@ func (v *Verifier) checkPin(agentID, keyPEM string, key *ecdsa.PublicKey, now ti
 		return fmt.Errorf("read pin: %w", err)
 	}
 	if !ok {
-		return v.pins.PutPin(agentID, Pin{KeyPEM: keyPEM, FirstSeen: now})
+		np := Pin{KeyPEM: PublicKeyPEM(key), FirstSeen: now}
+		if cert.ok {
+			np.CertNotBefore = cert.nb
+		}
+		return v.pins.PutPin(agentID, np)
 	}
 	if sameKey(p.KeyPEM, key) {
+		if cert.ok && cert.nb.After(p.CertNotBefore) && !expiredOK {
+			p.CertNotBefore = cert.nb
+			return v.pins.PutPin(agentID, p)
+		}
 		return nil
 	}
 	if p.PrevKeyPEM != "" && sameKey(p.PrevKeyPEM, key) {
@@ -300,7 +376,82 @@ func (v *Verifier) checkPin(agentID, keyPEM string, key *ecdsa.PublicKey, now ti
 		}
 		return reject(ReasonKeyRetired, "key %s of agent %s was rotated out at %s", Fingerprint(key), agentID, p.PrevUntil.UTC().Format(time.RFC3339))
 	}
+	if expiredOK {
+		return reject(ReasonKeyMismatch, "agent %s is bound to key %s, not %s (an expired record does not move the binding)", agentID, fingerprintPEM(p.KeyPEM), Fingerprint(key))
+	}
+	if r := sa.Agent.KeyRotation; r != nil {
+		oldKey, newKey, err := r.Keys()
+		if err == nil && sameKey(p.KeyPEM, oldKey) && newKey.Equal(key) {
+			if err := r.Verify(); err != nil {
+				return reject(ReasonBadSignature, "key_rotation of agent %s: %v", agentID, err)
+			}
+			issued := r.Issued()
+			if issued.After(now.Add(v.cfg.ClockSkew)) {
+				return reject(ReasonNotYetValid, "key_rotation of agent %s is issued in the future (%s)", agentID, r.IssuedAt)
+			}
+			if !p.RotatedAt.IsZero() && !issued.After(p.RotatedAt) {
+				return reject(ReasonKeyMismatch, "key_rotation of agent %s issued at %s is not newer than the rotation that installed key %s", agentID, r.IssuedAt, fingerprintPEM(p.KeyPEM))
+			}
+			np := Pin{KeyPEM: PublicKeyPEM(key), FirstSeen: now, PrevKeyPEM: p.KeyPEM, PrevUntil: now.Add(v.cfg.RotationGrace), RotatedAt: issued}
+			if cert.ok {
+				np.CertNotBefore = cert.nb
+			}
+			return v.pins.PutPin(agentID, np)
+		}
+	}
+	if cert.ok && cert.nb.After(p.CertNotBefore) {
+		np := Pin{KeyPEM: PublicKeyPEM(key), FirstSeen: now, PrevKeyPEM: p.KeyPEM, PrevUntil: now.Add(v.cfg.RotationGrace),
+			RotatedAt: p.RotatedAt, CertNotBefore: cert.nb}
+		return v.pins.PutPin(agentID, np)
+	}
 	return reject(ReasonKeyMismatch, "agent %s is bound to key %s, not %s (a new key needs a rotation statement signed by the old one)", agentID, fingerprintPEM(p.KeyPEM), Fingerprint(key))
+}
+
+func keyHash(k *ecdsa.PublicKey) [32]byte {
+	der, err := x509.MarshalPKIXPublicKey(k)
+	if err != nil {
+		return [32]byte{}
+	}
+	return sha256.Sum256(der)
+}
+
+func (v *Verifier) remember(agentID string, key *ecdsa.PublicKey, b *binding) {
+	k := bindingKey{agentID: agentID, key: keyHash(key)}
+	v.bmu.Lock()
+	defer v.bmu.Unlock()
+	if _, ok := v.bindings[k]; !ok && len(v.bindings) >= maxBindings {
+		for old := range v.bindings {
+			delete(v.bindings, old)
+			break
+		}
+	}
+	v.bindings[k] = b
+}
+
+func (v *Verifier) bindingOf(agentID string, key *ecdsa.PublicKey) *binding {
+	v.bmu.Lock()
+	defer v.bmu.Unlock()
+	return v.bindings[bindingKey{agentID: agentID, key: keyHash(key)}]
+}
+
+// AcceptedKeys returns the keys an agent's signatures are accepted with
+// now: the pinned key, then the previous one while its grace period runs.
+// The LAN's UDP path verifies datagrams with them.
+func (v *Verifier) AcceptedKeys(agentID string) []*ecdsa.PublicKey {
+	p, ok, err := v.pins.GetPin(agentID)
+	if err != nil || !ok {
+		return nil
+	}
+	var out []*ecdsa.PublicKey
+	if k, err := record.ParsePublicKeyPEM(p.KeyPEM); err == nil {
+		out = append(out, k)
+	}
+	if p.PrevKeyPEM != "" && v.cfg.Now().Before(p.PrevUntil) {
+		if k, err := record.ParsePublicKeyPEM(p.PrevKeyPEM); err == nil {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // AgentKey returns the key pinned for agentID (the current one).
@@ -334,15 +485,33 @@ func (v *Verifier) VerifyBeat(sb *record.SignedBeat, from peer.ID) error {
 	if !ok {
 		return reject(ReasonUnknownKey, "no key known for agent %s", sb.Beat.AgentID)
 	}
+	now := v.cfg.Now()
 	if k, err := record.ParsePublicKeyPEM(p.KeyPEM); err == nil && sb.Verify(k) == nil {
-		return nil
+		return v.checkBeatCert(sb.Beat.AgentID, k, p, now)
 	}
-	if p.PrevKeyPEM != "" && v.cfg.Now().Before(p.PrevUntil) {
+	if p.PrevKeyPEM != "" && now.Before(p.PrevUntil) {
 		if k, err := record.ParsePublicKeyPEM(p.PrevKeyPEM); err == nil && sb.Verify(k) == nil {
-			return nil
+			return v.checkBeatCert(sb.Beat.AgentID, k, p, now)
 		}
 	}
 	return reject(ReasonBadSignature, "beat of agent %s does not verify with its key", sb.Beat.AgentID)
+}
+
+// checkBeatCert re-checks, for a heartbeat, what the agent's certificate
+// proved when its record was verified: a certificate that has expired or
+// that a reloaded CRL revokes stops its heartbeats at once. Under the ca
+// policy an agent that is not allow-listed and was never certified is
+// refused.
+func (v *Verifier) checkBeatCert(agentID string, key *ecdsa.PublicKey, p Pin, now time.Time) error {
+	if b := v.bindingOf(agentID, key); b != nil {
+		if bv, ok := v.cfg.Chain.(bindingVerifier); ok {
+			return bv.checkBinding(b, now)
+		}
+	}
+	if v.cfg.Policy == PolicyCA && !v.allow[agentID] && p.CertNotBefore.IsZero() {
+		return reject(ReasonNoCertificate, "policy ca requires a certificate for agent %s", agentID)
+	}
+	return nil
 }
 
 // Fingerprint is the hex SHA-256 of the key's PKIX DER, shortened to 16 hex
