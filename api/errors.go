@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/agentd/agentd/node"
 	"github.com/agentd/agentd/record"
@@ -132,7 +133,12 @@ func rejectError(re *trust.RejectError) *Error {
 		return newError(http.StatusForbidden, record.CodeForbidden, "agent.certificate", "%s", msg)
 	case trust.ReasonKeyMismatch:
 		return newError(http.StatusConflict, record.CodeDuplicateID, "agent.agent_id", "%s", msg)
-	case trust.ReasonBadSignature, trust.ReasonUnsigned:
+	case trust.ReasonUnsigned:
+		if strings.Contains(re.Detail, "peer_signature") {
+			return badRequest("peer_signature", "%s", msg)
+		}
+		return badRequest("signature", "%s", msg)
+	case trust.ReasonBadSignature:
 		return badRequest("signature", "%s", msg)
 	case trust.ReasonBadPeerSignature:
 		return badRequest("peer_signature", "%s", msg)

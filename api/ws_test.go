@@ -321,13 +321,16 @@ func TestWSHeartbeatMissCloses(t *testing.T) {
 	w.sendText(`{"type":"register","id":"silent","name":"Silent"}`)
 	// The client never reads, so it never answers the server's pings.
 	id := record.ExternalAgentID(record.WSNamespace, "silent")
-	waitFor(t, 5*time.Second, "the silent client to be closed", func() bool {
-		a.s.mu.Lock()
-		defer a.s.mu.Unlock()
-		return len(a.s.sessions) == 0
+	waitFor(t, 5*time.Second, "the registration", func() bool { _, ok := a.n.View().Get(id); return ok })
+	waitFor(t, 5*time.Second, "the silent client to be closed and its agent leased", func() bool {
+		_, ok := a.n.LeaseOf(id)
+		return ok
 	})
-	if _, ok := a.n.LeaseOf(id); !ok {
-		t.Fatal("no lease after the heartbeat miss")
+	a.s.mu.Lock()
+	n := len(a.s.sessions)
+	a.s.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d sessions left", n)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
