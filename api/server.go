@@ -93,6 +93,7 @@ type Server struct {
 	loopback bool
 	handler  http.Handler
 	mux      *http.ServeMux
+	patterns []string // "METHOD /path" of every route, for the OpenAPI test
 	start    time.Time
 
 	ctx    context.Context // ends at Close: WebSocket sessions and watches
@@ -233,6 +234,7 @@ func (s *Server) routes() {
 	s.mux = mux
 	add := func(pattern string, o routeOpts, h handlerFunc) {
 		mux.Handle(pattern, s.wrap(o, h))
+		s.patterns = append(s.patterns, pattern)
 	}
 	rest := func(scope string) routeOpts { return routeOpts{surface: surfaceREST, scope: scope} }
 	add("GET /healthz", routeOpts{surface: surfaceHealth, scope: scopeOpen}, s.handleHealth)
