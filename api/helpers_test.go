@@ -146,7 +146,7 @@ func (r response) apiErr(t testing.TB) Error {
 type reqOpt func(*http.Request)
 
 func withHeader(k, v string) reqOpt { return func(r *http.Request) { r.Header.Set(k, v) } }
-func bearer(tok string) reqOpt     { return withHeader("Authorization", "Bearer "+tok) }
+func bearer(tok string) reqOpt      { return withHeader("Authorization", "Bearer "+tok) }
 
 func (a *tapi) do(method, path string, body any, opts ...reqOpt) response {
 	a.t.Helper()

@@ -511,7 +511,7 @@ func (s *Server) handleSetStatus(w http.ResponseWriter, r *http.Request) error {
 // ranked for routing (health, then confidence_hint).
 type CapabilityList struct {
 	Capabilities map[string][]view.Provider `json:"capabilities"`
-	Total        int                   `json:"total"`
+	Total        int                        `json:"total"`
 }
 
 func (s *Server) handleCapabilities(w http.ResponseWriter, r *http.Request) error {
@@ -663,4 +663,3 @@ func (s *Server) handleSchema(w http.ResponseWriter, r *http.Request) error {
 	_, _ = w.Write(b)
 	return nil
 }
-

@@ -103,7 +103,7 @@ type Server struct {
 	mu       sync.Mutex
 	closed   bool
 	sessions map[*session]struct{}
-	wsBound  map[string]*session     // agent id → the connection it is bound to
+	wsBound  map[string]*session      // agent id → the connection it is bound to
 	rpcTTL   map[string]time.Duration // agent id → ttl_seconds of its JSON-RPC registration
 	warned   map[string]bool          // newer minor protocol versions already logged
 }

@@ -17,7 +17,7 @@ func seed001Agents(t testing.TB, a *tapi) {
 		ag := &record.Agent{
 			AgentID: s.agentID, Capabilities: map[string]string{},
 			Transport: record.Transport{Type: "https", Endpoint: "https://skillcenter.ooder.net/skills/" + s.id},
-			Metadata: map[string]any{record.MetaDisplayName: s.name, "downloadUrl": "https://skillcenter.ooder.net/api/skills/" + s.id + "/download"},
+			Metadata:  map[string]any{record.MetaDisplayName: s.name, "downloadUrl": "https://skillcenter.ooder.net/api/skills/" + s.id + "/download"},
 			Skills: []record.Skill{{SkillID: s.id, Version: "0.7.0", SkillType: record.SkillEnterprise,
 				Endpoint:     "https://skillcenter.ooder.net/skills/" + s.id,
 				Capabilities: []record.Capability{{ID: "org-data-read"}, {ID: "user-auth"}}, Scenes: []string{"auth"}}},

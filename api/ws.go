@@ -31,13 +31,13 @@ const (
 
 // Frame types the API adds to record's seed-003 set.
 const (
-	WSTypeWatch      = "watch"      // client: start (or replace) the event stream
-	WSTypeWatching   = "watching"   // server: the stream is installed
-	WSTypeUnwatch    = "unwatch"    // client: stop the event stream
-	WSTypeUnwatched  = "unwatched"  // server: the stream is stopped
-	WSTypeEvent      = "event"      // server: one registry event
-	WSTypeHeartbeat  = "heartbeat"  // client: alias of ping
-	WSTypeQueryEnd   = "end"        // server: the last RESPONSE of a QUERY was sent
+	WSTypeWatch      = "watch"     // client: start (or replace) the event stream
+	WSTypeWatching   = "watching"  // server: the stream is installed
+	WSTypeUnwatch    = "unwatch"   // client: stop the event stream
+	WSTypeUnwatched  = "unwatched" // server: the stream is stopped
+	WSTypeEvent      = "event"     // server: one registry event
+	WSTypeHeartbeat  = "heartbeat" // client: alias of ping
+	WSTypeQueryEnd   = "end"       // server: the last RESPONSE of a QUERY was sent
 	wsMaxClientFrame = record.MaxMessageBytes + 1
 	wsWriteTimeout   = 10 * time.Second
 	wsOutBuffer      = 64
