@@ -171,7 +171,7 @@ func (d *daemon) get(path string) ([]byte, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	return b, resp.StatusCode, err
 }
@@ -305,7 +305,7 @@ func TestAgentdAnswersSkillDiscover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	q := fmt.Sprintf("SKILL_DISCOVER:seed001-client;lan.beta;;;%d", time.Now().UnixMilli())
 	deadline := time.Now().Add(10 * time.Second)
 	got := make(chan string, 16)

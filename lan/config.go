@@ -192,7 +192,7 @@ func checkServiceType(s string) error {
 		return fmt.Errorf("%q: the service name must be '_' and 1-15 characters", s)
 	}
 	for _, r := range name[1:] {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+		if (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') && r != '-' {
 			return fmt.Errorf("%q: the service name may hold only letters, digits and '-'", s)
 		}
 	}

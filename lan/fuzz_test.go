@@ -192,7 +192,7 @@ func FuzzMDNSPacket(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer s.Close()
+		defer func() { _ = s.Close() }()
 		l.mdns.handle(s, b, netip.AddrPortFrom(netip.MustParseAddr("10.0.0.2"), port), 1, fuzzNow)
 		l.mdns.tick(fuzzNow.Add(time.Second)) // run the timers
 		l.mdns.mu.Lock()

@@ -125,7 +125,7 @@ func helperMain() int {
 	if err != nil {
 		return fail("host", err)
 	}
-	defer h.Close()
+	defer func() { _ = h.Close() }()
 	d, err := dht.New(h, dht.Config{}, ver, hostedOne{id, sa}, nil, log)
 	if err != nil {
 		return fail("dht", err)
@@ -133,7 +133,7 @@ func helperMain() int {
 	if err := d.Start(context.Background()); err != nil {
 		return fail("dht start", err)
 	}
-	defer d.Close()
+	defer func() { _ = d.Close() }()
 	cfg := FromConfig(config.Default().Discovery)
 	cfg.UDP.Enabled, cfg.MDNS.Enabled, cfg.Interface = o.UDP, o.MDNS, o.Iface
 	l, err := New(cfg, Deps{
@@ -182,12 +182,12 @@ func helperMain() int {
 			ok, why := l.Available()
 			emit(helperEvent{Event: "available", OK: ok, Why: why})
 		case "quit":
-			l.Close()
+			_ = l.Close()
 			emit(helperEvent{Event: "closed"})
 			return 0
 		}
 	}
-	l.Close()
+	_ = l.Close()
 	return 0
 }
 
@@ -265,7 +265,7 @@ func startHelper(t *testing.T, ns *netns, o helperOpts) *helper {
 		close(hp.done)
 	}()
 	t.Cleanup(func() {
-		stdin.Close()
+		_ = stdin.Close()
 		select {
 		case <-hp.done:
 		case <-time.After(5 * time.Second):

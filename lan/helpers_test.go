@@ -194,7 +194,7 @@ func (n *memNet) sniff(t *testing.T, ip string, port uint16) *memSock {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { _ = s.Close() })
 	return s.(*memSock)
 }
 
@@ -325,7 +325,7 @@ func newNode(t *testing.T, n *memNet, ip string, mod func(*Config)) *tnode {
 		return slices.Clone(tn.locals)
 	}
 	n.mu.Unlock()
-	t.Cleanup(func() { l.Close() })
+	t.Cleanup(func() { _ = l.Close() })
 	return tn
 }
 
@@ -339,9 +339,9 @@ func (tn *tnode) withNet(nw Network) *tnode {
 	if err != nil {
 		tn.t.Fatal(err)
 	}
-	tn.lan.Close()
+	_ = tn.lan.Close()
 	tn.lan = l
-	tn.t.Cleanup(func() { l.Close() })
+	tn.t.Cleanup(func() { _ = l.Close() })
 	return tn
 }
 

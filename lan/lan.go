@@ -321,20 +321,24 @@ func (l *LAN) supervise(ctx context.Context, name string, group netip.AddrPort, 
 		if !l.setUp(name, s) {
 			return
 		}
-		done := make(chan error, 1)
-		go func() { done <- serve(ctx, s) }()
-		t := time.NewTicker(l.cfg.RetryInterval)
+		// serr is written by the reader before it closes done.
 		var serr error
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			serr = serve(ctx, s)
+		}()
+		t := time.NewTicker(l.cfg.RetryInterval)
 	loop:
 		for {
 			select {
-			case serr = <-done:
+			case <-done:
 				break loop
 			case <-t.C:
 				if err := s.Sync(); err != nil {
-					serr = err
-					s.Close()
+					_ = s.Close()
 					<-done
+					serr = err
 					break loop
 				}
 			case <-ctx.Done():
@@ -346,7 +350,7 @@ func (l *LAN) supervise(ctx context.Context, name string, group netip.AddrPort, 
 			}
 		}
 		t.Stop()
-		s.Close()
+		_ = s.Close()
 		if ctx.Err() != nil {
 			return
 		}
@@ -362,7 +366,7 @@ func (l *LAN) setUp(name string, s Socket) bool {
 	if l.closed {
 		// Close already closed the sockets it knew of.
 		l.mu.Unlock()
-		s.Close()
+		_ = s.Close()
 		return false
 	}
 	m := l.mechs[name]

@@ -1038,10 +1038,9 @@ func (p *mdnsProto) queryLocked(now time.Time) *dns.Msg {
 		q.Answer = nil // known answers are an optimisation
 	}
 	if due {
-		switch {
-		case p.queryStep == 0:
+		if p.queryStep == 0 {
 			p.queryStep = time.Second
-		default:
+		} else {
 			p.queryStep = min(2*p.queryStep, maxQueryInterval)
 		}
 		p.nextQuery = now.Add(p.queryStep)

@@ -20,7 +20,7 @@ func mdnsPeer(t *testing.T, n *memNet, ip string) *memSock {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { _ = s.Close() })
 	return s.(*memSock)
 }
 
@@ -167,7 +167,7 @@ func TestMDNSLegacyUnicast(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer s.Close()
+		defer func() { _ = s.Close() }()
 		ls := s.(*memSock)
 		q := query("_agentsc._tcp.local.", dns.TypePTR)
 		q.Id = 4242

@@ -38,7 +38,7 @@ func newNetns(t *testing.T, name string) *netns {
 	if err != nil {
 		t.Fatalf("open namespace %s: %v", name, err)
 	}
-	t.Cleanup(func() { unix.Close(fd) })
+	t.Cleanup(func() { _ = unix.Close(fd) })
 	return &netns{name: name, fd: fd}
 }
 
@@ -64,7 +64,7 @@ func (ns *netns) do(f func() error) error {
 			errc <- err
 			return
 		}
-		defer unix.Close(self)
+		defer func() { _ = unix.Close(self) }()
 		if err := unix.Setns(ns.fd, unix.CLONE_NEWNET); err != nil {
 			errc <- fmt.Errorf("setns: %w", err)
 			return
@@ -165,7 +165,7 @@ func TestOSNetworkInNamespace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer s.Close()
+		defer func() { _ = s.Close() }()
 		if err := s.Multicast([]byte("not a seed-001 message"), 0); err != nil {
 			t.Fatal(err)
 		}

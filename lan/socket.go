@@ -107,7 +107,7 @@ func (OSNetwork) ListenMulticast(group netip.AddrPort, ifName string, ttl int) (
 	pc := ipv4.NewPacketConn(conn)
 	s := &osSocket{conn: conn, pc: pc, group: group, ifName: ifName, joined: map[int]net.Interface{}}
 	fail := func(err error) (Socket, error) {
-		conn.Close()
+		_ = conn.Close()
 		return nil, err
 	}
 	if err := pc.SetControlMessage(ipv4.FlagInterface|ipv4.FlagDst, true); err != nil {

@@ -50,14 +50,12 @@ func hmacText(t *testing.T, m record.SkillMessage, key string) []byte {
 // ackFor reads the next acknowledgement for agent from the sniffer.
 func ackFor(t *testing.T, s *memSock, agent string) *record.SkillMessage {
 	t.Helper()
-	for {
-		d := s.next(t, "SKILL_REGISTER_ACK:"+agent+";", time.Second)
-		m, err := record.ParseSkillMessage(string(d.b))
-		if err != nil {
-			t.Fatalf("ack does not parse: %v: %q", err, d.b)
-		}
-		return m
+	d := s.next(t, "SKILL_REGISTER_ACK:"+agent+";", time.Second)
+	m, err := record.ParseSkillMessage(string(d.b))
+	if err != nil {
+		t.Fatalf("ack does not parse: %v: %q", err, d.b)
 	}
+	return m
 }
 
 // a started node a and an agent b known to it (its record resolvable).
