@@ -59,7 +59,9 @@ var (
 // StoreConfig says where the trust store's material is. Each path is a
 // file or a directory; in a directory every regular, non-hidden file with
 // a known extension is read (.pem, .crt, .cer, .cert for certificates;
-// .crl, .pem, .der for CRLs). A file may hold several PEM blocks.
+// .crl, .der for CRLs, so that a CA directory holding both can be named
+// for both). A file named explicitly may have any name. A file may hold
+// several PEM blocks.
 type StoreConfig struct {
 	// Roots are the trust anchors (the Root CA). Required.
 	Roots []string
@@ -519,7 +521,7 @@ func checkSerial(c *x509.Certificate) error {
 func (s *Store) revocationOf(sn *snapshot, ch []*x509.Certificate, now time.Time) error {
 	for i, c := range ch {
 		if sn.revoked[serialKey(c.SerialNumber)] {
-			return reject(ReasonRevoked, "certificate %s (serial %s) is in the revoked-serial list", certLabel(c), FormatSerial(c.SerialNumber))
+			return reject(ReasonRevoked, "certificate %s is in the revoked-serial list", certLabel(c))
 		}
 		if i == len(ch)-1 {
 			break
@@ -543,7 +545,7 @@ func crlStatus(sn *snapshot, serial *big.Int, rawIssuer []byte, issuer *x509.Cer
 			return reject(ReasonRevocationUnknown, "the CRL %s of %s is not usable: %v", c.source, certLabel(issuer), v.err)
 		}
 		if at, ok := c.serials[key]; ok {
-			return reject(ReasonRevoked, "certificate %s (serial %s) was revoked by %s at %s", label, FormatSerial(serial), certLabel(issuer), at.UTC().Format(time.RFC3339))
+			return reject(ReasonRevoked, "certificate %s was revoked by %s at %s", label, certLabel(issuer), at.UTC().Format(time.RFC3339))
 		}
 	}
 	return nil
@@ -842,7 +844,7 @@ func trunc(s string) string {
 
 var (
 	certExts = map[string]bool{".pem": true, ".crt": true, ".cer": true, ".cert": true}
-	crlExts  = map[string]bool{".crl": true, ".pem": true, ".der": true}
+	crlExts  = map[string]bool{".crl": true, ".der": true}
 )
 
 // expand lists the files named by paths: files as given, directories by

@@ -90,6 +90,8 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			recordCommand(),
 			runCommand(),
 			bootstrapCommand(),
+			simnetCommand(),
+			certCommand(), keyCommand(), caCommand(), trustCommand(),
 		},
 	}
 	setUsageHandler(app.Commands, onUsage)
