@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/agentd/agentd/api"
 	"github.com/agentd/agentd/bootstrap"
 	"github.com/agentd/agentd/config"
 	"github.com/agentd/agentd/metrics"
@@ -116,7 +117,6 @@ func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger, opts da
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = defaultShutdownTimeout
 	}
-	started := time.Now()
 
 	// Everything opened is closed in reverse order, on failure as on exit.
 	type closer struct {
@@ -177,8 +177,25 @@ func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger, opts da
 	if err != nil {
 		return err
 	}
+	var jwtPub []byte
+	if cfg.API.JWTPublicKey != "" {
+		if jwtPub, err = os.ReadFile(cfg.API.JWTPublicKey); err != nil {
+			ln.Close()
+			return fmt.Errorf("api.jwtPublicKey: %w", err)
+		}
+	}
+	apiSrv, err := api.New(nd, api.Config{
+		Addr: ln.Addr().String(), JWTSecret: cfg.API.JWTSecret, JWTPublicKeyPEM: jwtPub,
+		RequireAuthOnLoopback: cfg.API.RequireAuthOnLoopback, ServeRegistry: cfg.API.ServeRegistry,
+		Version: opts.Version,
+	}, log)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("api: %w", err)
+	}
+	closers = append(closers, closer{"API sessions", func(context.Context) error { return apiSrv.Close() }})
 	srv := &http.Server{
-		Handler:           newAPIHandler(ln.Addr(), healthInfo{start: started, id: id, net: net_, version: opts.Version}),
+		Handler:           apiSrv.Handler(),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      10 * time.Second,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/agentd/agentd/api"
 	"io"
 	"net"
 	"net/http"
@@ -98,7 +99,7 @@ func TestRunServesHealthAndShutsDownCleanly(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("GET /healthz: %d %s", code, body)
 	}
-	var h healthResponse
+	var h api.Health
 	if err := json.Unmarshal(body, &h); err != nil {
 		t.Fatalf("healthz body: %v\n%s", err, body)
 	}
@@ -153,7 +154,7 @@ func TestRunServesHealthAndShutsDownCleanly(t *testing.T) {
 	}
 	addr2, stop2, _ := startRun(t, dir)
 	_, body = get(t, http.MethodGet, "http://"+addr2+"/healthz", "")
-	var h2 healthResponse
+	var h2 api.Health
 	if err := json.Unmarshal(body, &h2); err != nil || h2.AgentID != h.AgentID || h2.PeerID != h.PeerID {
 		t.Errorf("second run: identity changed: %+v vs %+v (%v)", h2, h, err)
 	}
@@ -187,17 +188,6 @@ func TestRunRefusesPublicAPIWithoutAuth(t *testing.T) {
 	r := runCLI(t, "", "--data-dir", t.TempDir(), "run", "--api", "0.0.0.0:0")
 	if r.code != exitFailed || !strings.Contains(r.stderr, "needs auth") {
 		t.Errorf("exit %d, stderr %s", r.code, r.stderr)
-	}
-}
-
-func TestLoopbackHost(t *testing.T) {
-	for host, want := range map[string]bool{
-		"127.0.0.1:4778": true, "localhost": true, "localhost:1": true, "[::1]:4778": true, "[::1]": true,
-		"127.1.2.3": true, "example.com": false, "10.0.0.1:4778": false, "": false, "[::1": false,
-	} {
-		if got := loopbackHost(host); got != want {
-			t.Errorf("loopbackHost(%q) = %v, want %v", host, got, want)
-		}
 	}
 }
 
