@@ -94,6 +94,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			certCommand(), keyCommand(), caCommand(), trustCommand(),
 		},
 	}
+	app.Commands = append(app.Commands, clientCommands()...)
 	setUsageHandler(app.Commands, onUsage)
 	return app
 }
