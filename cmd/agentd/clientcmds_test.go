@@ -21,8 +21,8 @@ import (
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/trust"
-	"github.com/google/uuid"
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/google/uuid"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 	ma "github.com/multiformats/go-multiaddr"
 )
@@ -71,7 +71,9 @@ func startTestDaemon(t *testing.T, cfg api.Config) *testDaemon {
 	return &testDaemon{n: n, id: id, url: srv.URL}
 }
 
-func seedPath(name string) string { return filepath.Join("..", "..", "record", "testdata", "seeds", name) }
+func seedPath(name string) string {
+	return filepath.Join("..", "..", "record", "testdata", "seeds", name)
+}
 
 func TestClientCommands(t *testing.T) {
 	d := startTestDaemon(t, api.Config{})
