@@ -111,6 +111,9 @@ func (n *Node) announce(ctx context.Context, sa *record.SignedAgent) {
 	if n.dht != nil {
 		n.dht.SetProvided(n.view.Locals())
 	}
+	if n.lan != nil {
+		n.lan.Refresh()
+	}
 }
 
 // Unregister stops hosting an agent: it publishes an unregister statement
@@ -129,6 +132,9 @@ func (n *Node) Unregister(ctx context.Context, agentID string, reason record.Unr
 	if err := n.publishUnregister(ctx, agentID, reason); err != nil {
 		n.log.Warn("publish unregister failed", "agent", agentID, "err", err)
 	}
+	if n.lan != nil {
+		n.lan.Unregister(ctx, agentID, reason)
+	}
 	if err := n.st.DeleteLocal(ctx, agentID); err != nil {
 		return fmt.Errorf("delete registration: %w", err)
 	}
@@ -144,6 +150,9 @@ func (n *Node) Unregister(ctx context.Context, agentID string, reason record.Unr
 	n.view.RemoveLocal(agentID, reason)
 	if n.dht != nil {
 		n.dht.SetProvided(n.view.Locals())
+	}
+	if n.lan != nil {
+		n.lan.Refresh()
 	}
 	return nil
 }
@@ -171,6 +180,9 @@ func (n *Node) SetStatus(ctx context.Context, agentID string, st record.Status) 
 		return ErrNotHosted
 	}
 	n.view.SetLocalStatus(agentID, st)
+	if n.lan != nil {
+		n.lan.SetStatus(agentID, st)
+	}
 	sb, err := n.signBeat(agentID, st, "")
 	if err != nil {
 		return err

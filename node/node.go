@@ -29,9 +29,13 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 )
 
-// LAN is the LAN discovery step of the resolver (package lan implements
-// it; simnet fakes it).
+// LAN is zero-configuration LAN discovery (package lan implements it).
+// The node owns its lifecycle once passed in Options: it starts it after
+// the transports and closes it before them, and tells it when hosted
+// agents change.
 type LAN interface {
+	Start(ctx context.Context) error
+	Close() error
 	// Discover asks the LAN for agents matching f, waiting at most until
 	// ctx is done. signed are agentd records verified through the trust
 	// Verifier; foreign are seed-001 skills of other implementations,
@@ -40,6 +44,12 @@ type LAN interface {
 	Discover(ctx context.Context, f store.Filter) (signed []*record.SignedAgent, foreign []*record.Agent, err error)
 	// Available reports whether LAN discovery currently works, and why not.
 	Available() (bool, string)
+	// Refresh re-advertises the hosted records (they changed).
+	Refresh()
+	// Unregister announces that a hosted agent leaves.
+	Unregister(ctx context.Context, agentID string, reason record.UnregisterReason)
+	// SetStatus announces a hosted agent's status.
+	SetStatus(agentID string, st record.Status)
 }
 
 // Catalog is the SkillCenter fallback step (package skillcenter).
@@ -172,6 +182,18 @@ func New(cfg Config, opts Options) (n *Node, err error) {
 	return n, nil
 }
 
+// SetLAN attaches LAN discovery after New and before Start (LAN needs
+// the node's verifier and view, so it is built after the node).
+func (n *Node) SetLAN(l LAN) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.started {
+		return errors.New("node: SetLAN after Start")
+	}
+	n.lan = l
+	return nil
+}
+
 // Start starts the parts: the live view's clock, the DHT, gossip, the
 // loops of the hosted agents; then it joins the network through the
 // bootstrap peers and the address book, and asks neighbours for their live
@@ -209,6 +231,11 @@ func (n *Node) Start(ctx context.Context) error {
 		n.gsp = g
 		if err := g.Start(n.ctx); err != nil {
 			return fmt.Errorf("start gossip: %w", err)
+		}
+	}
+	if n.lan != nil {
+		if err := n.lan.Start(n.ctx); err != nil {
+			return fmt.Errorf("start lan: %w", err)
 		}
 	}
 	// Restore the registrations this node hosted before a restart.
@@ -288,6 +315,9 @@ func (n *Node) Close() error {
 // closeParts tears down in reverse order of construction.
 func (n *Node) closeParts() error {
 	var errs []error
+	if n.lan != nil && n.started {
+		errs = append(errs, n.lan.Close())
+	}
 	if n.gsp != nil {
 		errs = append(errs, n.gsp.Close())
 	}

@@ -427,6 +427,48 @@ func (v *View) SetLocalStatus(agentID string, st record.Status) {
 	v.emit(events)
 }
 
+// Forget removes a remote agent from the live view: a departure seen on
+// a transport that carries no seq to tombstone (an mDNS goodbye, a
+// seed-001 SKILL_UNREGISTER). Local agents are never forgotten this way.
+func (v *View) Forget(agentID, reason string) {
+	now := v.cfg.Now()
+	var events []Event
+	v.mu.Lock()
+	s := v.agents[agentID]
+	if s != nil && !s.local {
+		delete(v.agents, agentID)
+		events = append(events, v.agentEvent(EventDeregistered, s, now, reason))
+		events = append(events, v.proj.update(s.rec, nil, "", now)...)
+	}
+	v.mu.Unlock()
+	if s != nil && !s.local {
+		_ = v.st.Touch(context.Background(), agentID, now)
+	}
+	v.emit(events)
+}
+
+// SetStatus records the status a remote agent reported on a transport
+// other than gossip (a LAN heartbeat): it also counts as news that the
+// agent is alive.
+func (v *View) SetStatus(agentID string, st record.Status) {
+	if !st.Valid() {
+		return
+	}
+	now := v.cfg.Now()
+	var events []Event
+	v.mu.Lock()
+	if s := v.agents[agentID]; s != nil && !s.local {
+		before := v.effective(s)
+		s.status, s.lastHeard, s.unhealthy = st, now, false
+		if after := v.effective(s); after != before {
+			events = append(events, v.agentEvent(EventStatus, s, now, ""))
+			events = append(events, v.proj.setStatus(s.rec, after)...)
+		}
+	}
+	v.mu.Unlock()
+	v.emit(events)
+}
+
 // RemoveLocal removes a local registration (the node has already written
 // the tombstone and published the unregister).
 func (v *View) RemoveLocal(agentID string, reason record.UnregisterReason) {

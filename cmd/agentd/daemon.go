@@ -14,9 +14,12 @@ import (
 	"github.com/agentd/agentd/api"
 	"github.com/agentd/agentd/bootstrap"
 	"github.com/agentd/agentd/config"
+	"github.com/agentd/agentd/dht"
+	"github.com/agentd/agentd/lan"
 	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/node"
 	"github.com/agentd/agentd/p2p"
+	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/trust"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -101,6 +104,17 @@ func startNetwork(ctx context.Context, cfg config.Config, id *trust.Identity, st
 	if err != nil {
 		h.Close()
 		return nil, err
+	}
+	if l, err := newLAN(cfg, id, n, m, log); err != nil {
+		n.Close()
+		h.Close()
+		return nil, err
+	} else if l != nil {
+		if err := n.SetLAN(l); err != nil {
+			n.Close()
+			h.Close()
+			return nil, err
+		}
 	}
 	if err := n.Start(ctx); err != nil {
 		n.Close()
@@ -311,4 +325,44 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// newLAN builds LAN discovery over the node, or returns nil when both
+// mechanisms are off (--no-lan, or discovery.udp.enabled and
+// discovery.mdns.enabled false).
+func newLAN(cfg config.Config, id *trust.Identity, n *node.Node, m *metrics.Metrics, log *slog.Logger) (*lan.LAN, error) {
+	d := cfg.Discovery
+	if !d.UDP.Enabled && !d.MDNS.Enabled {
+		log.Info("LAN discovery is off")
+		return nil, nil
+	}
+	v := n.View()
+	deps := lan.Deps{
+		Host: n.Host(), Identity: id, Verifier: n.Verifier(),
+		Locals: n.Locals,
+		Learn: func(sa *record.SignedAgent) {
+			if err := v.Learn(sa, store.SourceLAN, true); err != nil {
+				log.Debug("LAN record not applied", "agent", sa.Agent.AgentID, "err", err)
+			}
+		},
+		Forget: func(agentID string) { v.Forget(agentID, "LAN_GOODBYE") },
+		Status: v.SetStatus,
+		Resolve: func(ctx context.Context, agentID string) (*record.SignedAgent, error) {
+			r, err := n.GetAgent(ctx, agentID, true)
+			if err != nil {
+				return nil, err
+			}
+			if r.Record == nil {
+				return nil, fmt.Errorf("agent %s has no signed record", agentID)
+			}
+			return r.Record, nil
+		},
+		Metrics: m, Logger: log,
+	}
+	if dh := n.DHT(); dh != nil {
+		deps.Fetch = func(ctx context.Context, p peer.AddrInfo, agentID string) ([]*record.SignedAgent, error) {
+			return dh.Fetch(ctx, p, dht.FetchQuery{AgentID: agentID})
+		}
+	}
+	return lan.New(lan.Config{UDP: d.UDP, MDNS: d.MDNS, Interface: d.Interface}, deps)
 }

@@ -46,8 +46,8 @@ func nodeFlags() []cli.Flag {
 		&cli.StringFlag{Name: flagAPI, EnvVars: []string{config.EnvAPI}, Usage: "local HTTP API `HOST:PORT`; must be loopback unless api auth is configured (default 127.0.0.1:4778)"},
 		&cli.StringSliceFlag{Name: flagBootstrap, EnvVars: []string{config.EnvBootstrap}, Usage: "bootstrap peer `MULTIADDR` ending in /p2p/<peer id> (repeatable; replaces discovery.dht.bootstrapNodes). Peers remembered in the address book are tried too, so a restarted node needs none"},
 		&cli.StringFlag{Name: flagTrustPolicy, EnvVars: []string{config.EnvTrustPolicy}, Usage: "trust `POLICY`: open (valid signatures, first key seen keeps an agent id) or allowlist (only trust.allowList agent ids); default open"},
-		&cli.BoolFlag{Name: flagNoLAN, EnvVars: []string{config.EnvNoLAN}, Usage: "turn LAN discovery (UDP multicast and mDNS) off in the configuration. This version does not start LAN discovery yet"},
-		&cli.StringFlag{Name: flagLANInterface, EnvVars: []string{config.EnvLANInterface}, Usage: "network `INTERFACE` for LAN discovery (default all). Recorded in the configuration; not used by this version yet"},
+		&cli.BoolFlag{Name: flagNoLAN, EnvVars: []string{config.EnvNoLAN}, Usage: "turn LAN discovery off: the seed-001 UDP multicast protocol and mDNS/DNS-SD (sets discovery.udp.enabled and discovery.mdns.enabled to false)"},
+		&cli.StringFlag{Name: flagLANInterface, EnvVars: []string{config.EnvLANInterface}, Usage: "network `INTERFACE` for LAN discovery (default: every multicast-capable interface)"},
 		&cli.BoolFlag{Name: flagClientMode, EnvVars: []string{config.EnvClientMode}, Usage: "DHT client mode, for hosts that cannot accept connections: the node queries the DHT but does not serve it"},
 	}
 }

@@ -18,7 +18,8 @@ func runCommand() *cli.Command {
 		Description: "Loads the configuration, loads or creates the identity in the data directory,\n" +
 			"opens the database (<data dir>/" + DBDir + "), starts the libp2p host on --listen\n" +
 			"(default TCP and QUIC on port 4777) and the node: the Kademlia DHT under /agentd,\n" +
-			"GossipSub announcements and heartbeats, the live view, the resolver. It joins the\n" +
+			"GossipSub announcements and heartbeats, LAN discovery (UDP multicast and mDNS, off\n" +
+			"with --no-lan), the live view, the resolver. It joins the\n" +
 			"network through --bootstrap peers and the address book of earlier runs, and serves\n" +
 			"the local API on --api (default 127.0.0.1:4778). SIGINT or SIGTERM shuts it down:\n" +
 			"hosted agents are unregistered (reason SHUTDOWN), then the API server, the node, the\n" +
