@@ -28,6 +28,7 @@ import (
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/trust"
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 	ma "github.com/multiformats/go-multiaddr"
@@ -190,6 +191,15 @@ func (tn *tnet) add(id *trust.Identity, tc trust.Config, chain trust.ChainVerifi
 	if err := tn.mn.LinkAll(); err != nil {
 		t.Fatal(err)
 	}
+	n := tn.start(id, tc, chain, st, h)
+	tn.nodes = append(tn.nodes, n)
+	return n
+}
+
+// start builds and starts a node on host h.
+func (tn *tnet) start(id *trust.Identity, tc trust.Config, chain trust.ChainVerifier, st store.Store, h host.Host) *tnode {
+	t := tn.t
+	t.Helper()
 	cfg := node.Config{Trust: tc}
 	if len(tn.nodes) > 0 {
 		b := tn.nodes[0].Host()
@@ -204,9 +214,51 @@ func (tn *tnet) add(id *trust.Identity, tc trust.Config, chain trust.ChainVerifi
 	if err := nd.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	n := &tnode{Node: nd, id: id, st: st, m: m}
-	tn.nodes = append(tn.nodes, n)
-	return n
+	return &tnode{Node: nd, id: id, st: st, m: m}
+}
+
+// restart stops n and starts a node for id (the same peer key) on its
+// host and store, as a daemon restarted with a new agent key. The host is
+// cut off from the others until the new node runs, so that every
+// connection it gets is served by the new node's protocols (mocknet reuses
+// the host object; a real restart starts with no connection at all).
+func (tn *tnet) restart(n *tnode, id *trust.Identity, tc trust.Config, chain trust.ChainVerifier) *tnode {
+	t := tn.t
+	t.Helper()
+	tn.stop(n)
+	h := n.Host()
+	for _, o := range tn.nodes {
+		if err := tn.mn.UnlinkPeers(h.ID(), o.Host().ID()); err != nil {
+			t.Fatal(err)
+		}
+		_ = tn.mn.DisconnectPeers(h.ID(), o.Host().ID())
+	}
+	for _, o := range tn.nodes {
+		waitFor(t, 10*time.Second, "the peers notice the stop", func() bool {
+			return o.Gossip() == nil || !slices.Contains(o.Gossip().TopicPeers(), h.ID())
+		})
+	}
+	nn := tn.start(id, tc, chain, n.st, h)
+	if err := tn.mn.LinkAll(); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range tn.nodes {
+		if err := h.Connect(context.Background(), peer.AddrInfo{ID: o.Host().ID(), Addrs: o.Host().Addrs()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tn.nodes = append(tn.nodes, nn)
+	return nn
+}
+
+// stop closes a node (a crash or a stop for maintenance, not a graceful
+// leave) and forgets it; its store stays open for a restart.
+func (tn *tnet) stop(n *tnode) {
+	tn.t.Helper()
+	if err := n.Close(); err != nil {
+		tn.t.Fatal(err)
+	}
+	tn.nodes = slices.DeleteFunc(tn.nodes, func(x *tnode) bool { return x == n })
 }
 
 // meshed waits until every node has a gossip peer.
