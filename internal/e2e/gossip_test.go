@@ -1,0 +1,132 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/client"
+)
+
+// watcher runs `agentd watch --json` and collects its events.
+type watcher struct {
+	events chan client.Event
+}
+
+func watch(t *testing.T, api string, args ...string) *watcher {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, agentdBin, append([]string{"watch", "--json", "--api", api}, args...)...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuf{}
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w := &watcher{events: make(chan client.Event, 256)}
+	done := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var e client.Event
+			if err := json.Unmarshal(sc.Bytes(), &e); err == nil {
+				w.events <- e
+			}
+		}
+		cmd.Wait()
+		close(done)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		if t.Failed() {
+			t.Logf("watch stderr:\n%s", logs.String())
+		}
+	})
+	return w
+}
+
+// next waits for an event of agentID satisfying ok.
+func (w *watcher) next(t *testing.T, d time.Duration, what string, ok func(client.Event) bool) client.Event {
+	t.Helper()
+	deadline := time.After(d)
+	for {
+		select {
+		case e := <-w.events:
+			if ok(e) {
+				return e
+			}
+		case <-deadline:
+			t.Fatalf("watch: no %s within %s", what, d)
+		}
+	}
+}
+
+// TestWatchAcrossProcesses is issue 4's multi-process test: `agentd watch`
+// on one daemon shows another daemon's register, status change and
+// deregister, and the deregistration of a daemon killed with SIGKILL.
+// The daemons use a fast health check (1 s heartbeats, 6 s timeout) from a
+// configuration file, so the kill -9 case takes seconds.
+func TestWatchAcrossProcesses(t *testing.T) {
+	root := t.TempDir()
+	cfg := filepath.Join(root, "fast.yaml")
+	if err := os.WriteFile(cfg, []byte("discovery:\n  healthCheck:\n    heartbeatInterval: 1000\n    timeout: 6000\n    unhealthyThreshold: 3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bs := startBootstrap(t, filepath.Join(root, "bs"))
+	n1 := startDaemon(t, "n1", filepath.Join(root, "n1"), "--bootstrap", bs, "--config", cfg)
+	n2 := startDaemon(t, "n2", filepath.Join(root, "n2"), "--bootstrap", bs, "--config", cfg)
+	startDaemon(t, "n3", filepath.Join(root, "n3"), "--bootstrap", bs, "--config", cfg)
+	eventually(t, 10*time.Second, "n1 and n2 connected", func() bool {
+		p, _ := n1.health()["peers"].(float64)
+		return p >= 2
+	})
+	agent := n2.health()["agent_id"].(string)
+	w := watch(t, n1.api, "--agent", agent)
+	time.Sleep(500 * time.Millisecond) // let the watch subscribe before the first event
+
+	if r := cli(t, "register", "-f", repoFile(t, "examples/agentspec.yaml"), "--api", n2.api); r.code != 0 {
+		t.Fatalf("register: %+v", r)
+	}
+	w.next(t, 10*time.Second, "registered", func(e client.Event) bool { return e.Type == "registry.agent.registered" })
+
+	if r := cli(t, "status", "set", "--api", n2.api, "DEGRADED"); r.code != 0 {
+		t.Fatalf("status set: %+v", r)
+	}
+	w.next(t, 10*time.Second, "status DEGRADED", func(e client.Event) bool {
+		return e.Type == "registry.agent.status" && e.Status == "DEGRADED"
+	})
+
+	if r := cli(t, "unregister", "--api", n2.api, "--reason", "MAINTENANCE"); r.code != 0 {
+		t.Fatalf("unregister: %+v", r)
+	}
+	w.next(t, 10*time.Second, "deregistered MAINTENANCE", func(e client.Event) bool {
+		return e.Type == "registry.agent.deregistered" && e.Reason == "MAINTENANCE"
+	})
+
+	// Register again, then crash n2: no unregister is sent, n1 notices the
+	// silence (UNHEALTHY after 3 missed heartbeats, gone after the timeout).
+	if r := cli(t, "register", "-f", repoFile(t, "examples/agentspec.yaml"), "--api", n2.api); r.code != 0 {
+		t.Fatalf("register again: %+v", r)
+	}
+	w.next(t, 10*time.Second, "registered again", func(e client.Event) bool { return e.Type == "registry.agent.registered" })
+	time.Sleep(1500 * time.Millisecond) // at least one heartbeat
+	n2.kill()
+	killed := time.Now()
+	w.next(t, 15*time.Second, "UNHEALTHY after kill -9", func(e client.Event) bool {
+		return e.Type == "registry.agent.status" && e.Status == "UNHEALTHY"
+	})
+	unhealthy := time.Since(killed)
+	w.next(t, 20*time.Second, "deregistered TIMEOUT after kill -9", func(e client.Event) bool {
+		return e.Type == "registry.agent.deregistered" && e.Reason == "TIMEOUT"
+	})
+	t.Logf("after kill -9: UNHEALTHY at %s, deregistered at %s", unhealthy.Round(100*time.Millisecond), time.Since(killed).Round(100*time.Millisecond))
+}

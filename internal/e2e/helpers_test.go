@@ -1,0 +1,256 @@
+// Package e2e runs real agentd processes on 127.0.0.1 and drives them
+// through the CLI, the way a user would.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var agentdBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "agentd-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	agentdBin = filepath.Join(dir, "agentd")
+	build := exec.Command("go", "build", "-o", agentdBin, "github.com/agentd/agentd/cmd/agentd")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build agentd:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// syncBuf is a goroutine-safe log buffer.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+type daemon struct {
+	t    *testing.T
+	name string
+	dir  string
+	args []string
+	api  string
+	cmd  *exec.Cmd
+	out  *syncBuf
+	done chan struct{}
+}
+
+// startDaemon starts `agentd run` (or another subcommand when args[0] is
+// "bootstrap") on loopback with its own data directory.
+func startDaemon(t *testing.T, name, dir string, args ...string) *daemon {
+	t.Helper()
+	d := &daemon{t: t, name: name, dir: dir, args: args}
+	d.start()
+	t.Cleanup(func() { d.kill() })
+	return d
+}
+
+func (d *daemon) start() {
+	t := d.t
+	t.Helper()
+	addrFile := filepath.Join(d.dir, "api.addr")
+	os.Remove(addrFile)
+	args := append([]string{"run", "--data-dir", d.dir, "--listen", "/ip4/127.0.0.1/tcp/0",
+		"--api", "127.0.0.1:0", "--api-addr-file", addrFile, "--no-lan", "--log-level", "debug"}, d.args...)
+	d.out = &syncBuf{}
+	d.cmd = exec.Command(agentdBin, args...)
+	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d.done = make(chan struct{})
+	go func(c *exec.Cmd, done chan struct{}) { c.Wait(); close(done) }(d.cmd, d.done)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if b, err := os.ReadFile(addrFile); err == nil && strings.HasSuffix(string(b), "\n") {
+			d.api = strings.TrimSpace(string(b))
+			return
+		}
+		select {
+		case <-d.done:
+			t.Fatalf("%s exited early:\n%s", d.name, d.out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not start:\n%s", d.name, d.out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and waits.
+func (d *daemon) stop() {
+	d.t.Helper()
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(20 * time.Second):
+		d.t.Fatalf("%s did not stop on SIGTERM:\n%s", d.name, d.out.String())
+	}
+}
+
+// kill sends SIGKILL (a crash) and waits.
+func (d *daemon) kill() {
+	if d.cmd == nil || d.cmd.Process == nil {
+		return
+	}
+	d.cmd.Process.Kill()
+	<-d.done
+}
+
+// health reads GET /healthz.
+func (d *daemon) health() map[string]any {
+	d.t.Helper()
+	var h map[string]any
+	d.getJSON("/healthz", &h)
+	return h
+}
+
+func (d *daemon) getJSON(path string, v any) {
+	d.t.Helper()
+	resp, err := http.Get("http://" + d.api + path)
+	if err != nil {
+		d.t.Fatalf("%s %s: %v", d.name, path, err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		d.t.Fatalf("%s %s: %v", d.name, path, err)
+	}
+}
+
+// metric returns the value of a Prometheus sample (name{labels}) or 0.
+func (d *daemon) metric(sample string) float64 {
+	d.t.Helper()
+	resp, err := http.Get("http://" + d.api + "/metrics")
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, sample+" ") {
+			var v float64
+			fmt.Sscanf(strings.TrimPrefix(line, sample+" "), "%g", &v)
+			return v
+		}
+	}
+	return 0
+}
+
+// bootstrapAddr returns the daemon's first /p2p/ multiaddr.
+func (d *daemon) p2pAddr() string {
+	h := d.health()
+	l, _ := h["listen"].([]any)
+	if len(l) == 0 {
+		d.t.Fatalf("%s has no listen address: %v", d.name, h)
+	}
+	return l[0].(string)
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// cli runs an agentd client command.
+func cli(t *testing.T, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, agentdBin, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("agentd %v: %v", args, err)
+	}
+	return r
+}
+
+// eventually polls f until it returns true.
+func eventually(t *testing.T, d time.Duration, what string, f func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !f() {
+		if time.Since(start) > d {
+			t.Fatalf("timed out after %s: %s", d, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// repoFile returns a path inside the repository.
+func repoFile(t *testing.T, rel string) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join("..", "..", rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// startBootstrap runs `agentd bootstrap` and returns its first multiaddr.
+func startBootstrap(t *testing.T, dir string) string {
+	t.Helper()
+	cmd := exec.Command(agentdBin, "bootstrap", "--data-dir", dir, "--listen", "/ip4/127.0.0.1/tcp/0")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuf{}
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { cmd.Process.Kill(); <-done })
+	lines := make(chan string, 8)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		cmd.Wait()
+		close(done)
+	}()
+	select {
+	case l, ok := <-lines:
+		if !ok {
+			t.Fatalf("bootstrap node exited:\n%s", logs.String())
+		}
+		return l
+	case <-time.After(20 * time.Second):
+		t.Fatalf("bootstrap node printed no address:\n%s", logs.String())
+	}
+	return ""
+}
