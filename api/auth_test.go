@@ -60,7 +60,7 @@ func TestNewRefusesOpenNonLoopback(t *testing.T) {
 		{Addr: "no-port"},
 	} {
 		if s, err := New(n.Node, cfg, nil); err == nil {
-			s.Close()
+			_ = s.Close()
 			t.Errorf("New(%+v) accepted", cfg)
 		}
 	}
@@ -70,7 +70,7 @@ func TestNewRefusesOpenNonLoopback(t *testing.T) {
 			t.Errorf("New(%+v): %v", cfg, err)
 			continue
 		}
-		s.Close()
+		_ = s.Close()
 	}
 }
 

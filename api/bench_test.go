@@ -71,7 +71,7 @@ func BenchmarkDiscoverCached(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { s.Close() })
+	b.Cleanup(func() { _ = s.Close() })
 	h := s.Handler()
 	path := func(i int) string { return fmt.Sprintf("/agents?capability=cap-%d", i%benchCaps) }
 
@@ -100,7 +100,7 @@ func BenchmarkDiscoverCached(b *testing.B) {
 			return err
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != 200 {
 			return fmt.Errorf("status %d", resp.StatusCode)
 		}

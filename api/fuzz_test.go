@@ -22,7 +22,7 @@ func FuzzHandler(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Cleanup(func() { s.Close() })
+	f.Cleanup(func() { _ = s.Close() })
 	h := s.Handler()
 	keep := spec("skill-keep", "cap-keep")
 	keep.AgentID = fuzzKeepID

@@ -18,7 +18,7 @@ import (
 // arrive and leave.
 func TestGossipThroughAPI(t *testing.T) {
 	mn := mocknet.New()
-	t.Cleanup(func() { mn.Close() })
+	t.Cleanup(func() { _ = mn.Close() })
 	cfg := node.Config{DisableDHT: true, HeartbeatInterval: 200 * time.Millisecond}
 	na := newNode(t, nodeOpts{mn: mn, cfg: cfg})
 	nb := newNode(t, nodeOpts{mn: mn, cfg: cfg})

@@ -57,7 +57,7 @@ func newNode(t testing.TB, o nodeOpts) *tnode {
 	mn := o.mn
 	if mn == nil {
 		mn = mocknet.New()
-		t.Cleanup(func() { mn.Close() })
+		t.Cleanup(func() { _ = mn.Close() })
 	}
 	h, err := mn.AddPeer(id.PeerKey, ma.StringCast(fmt.Sprintf("/ip6/100::%x/tcp/4242", hostSeq.Add(1))))
 	if err != nil {
@@ -85,8 +85,8 @@ func newNode(t testing.TB, o nodeOpts) *tnode {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		n.Close()
-		st.Close()
+		_ = n.Close()
+		_ = st.Close()
 	})
 	return &tnode{Node: n, id: id, st: st}
 }
@@ -117,7 +117,7 @@ func newAPIOn(t testing.TB, n *tnode, cfg Config) *tapi {
 	// Cleanups run last-in first-out: the API closes before the server
 	// and the node.
 	t.Cleanup(srv.Close)
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { _ = s.Close() })
 	return &tapi{t: t, n: n, s: s, srv: srv, url: srv.URL}
 }
 
@@ -178,7 +178,7 @@ func (a *tapi) do(method, path string, body any, opts ...reqOpt) response {
 	if err != nil {
 		a.t.Fatalf("%s %s: %v", method, path, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		a.t.Fatal(err)

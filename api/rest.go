@@ -88,7 +88,9 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) error {
 	id := sa.Agent.AgentID
 	src, st := store.SourceRegistry, record.Status("")
 	if hosted {
-		s.setLifetime(id, lifetimePermanent, nil, 0)
+		if err := s.setLifetime(id, lifetimePermanent, nil, 0); err != nil {
+			return err
+		}
 		src = store.SourceLocal
 	}
 	if a, ok := s.n.View().Get(id); ok {

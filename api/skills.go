@@ -226,16 +226,13 @@ func (s *Server) handleSkillSearch(w http.ResponseWriter, r *http.Request) error
 	// has nothing); the rest of the criteria are checked per skill.
 	q := node.Query{LocalOnly: len(req.Capabilities) == 0}
 	if len(req.Capabilities) > 0 {
-		q.Filter.Capability = req.Capabilities[0]
+		q.Capability = req.Capabilities[0]
 	}
 	res, err := s.skillResults(r.Context(), q)
 	if err != nil {
 		return err
 	}
-	out := SkillList{Skills: []Skill{}}
-	for _, sk := range skillsOfMatching(res, req, constraint) {
-		out.Skills = append(out.Skills, sk)
-	}
+	out := SkillList{Skills: append([]Skill{}, skillsOfMatching(res, req, constraint)...)}
 	out.Total = len(out.Skills)
 	writeJSON(w, http.StatusOK, out)
 	return nil

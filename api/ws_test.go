@@ -36,7 +36,7 @@ func (a *tapi) dialWS(t testing.TB, subprotocol string, header http.Header) *wsC
 		t.Fatalf("subprotocol %q, want %q", c.Subprotocol(), subprotocol)
 	}
 	c.SetReadLimit(record.MaxWSFrameBytes + 1)
-	t.Cleanup(func() { c.CloseNow() })
+	t.Cleanup(func() { _ = c.CloseNow() })
 	return &wsClient{t: t, c: c}
 }
 
@@ -278,7 +278,7 @@ func TestWSDisconnectUnregisters(t *testing.T) {
 	if _, ok := a.n.LeaseOf(id); ok {
 		t.Fatal("a registration bound to an open connection has a lease")
 	}
-	w.c.Close(websocket.StatusNormalClosure, "bye")
+	_ = w.c.Close(websocket.StatusNormalClosure, "bye")
 	waitFor(t, 5*time.Second, "the lease set on disconnect", func() bool { _, ok := a.n.LeaseOf(id); return ok })
 	waitFor(t, 5*time.Second, "the agent to be unregistered", func() bool {
 		_, ok := a.n.View().Get(id)
@@ -292,7 +292,7 @@ func TestWSReconnectKeepsRegistration(t *testing.T) {
 	w.sendText(`{"type":"register","id":"agent-1","name":"Code Assistant"}`)
 	w.readJSON(record.WSTypeRegistered)
 	id := record.ExternalAgentID(record.WSNamespace, "agent-1")
-	w.c.Close(websocket.StatusNormalClosure, "bye")
+	_ = w.c.Close(websocket.StatusNormalClosure, "bye")
 	waitFor(t, 5*time.Second, "the lease set on disconnect", func() bool { _, ok := a.n.LeaseOf(id); return ok })
 	w2 := a.dialWS(t, "", nil)
 	w2.sendText(`{"type":"register","id":"agent-1","name":"Code Assistant"}`)
@@ -353,7 +353,7 @@ func TestWSHeartbeatKeepsLiveClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.CloseNow()
+	defer func() { _ = c.CloseNow() }()
 	w := &wsClient{t: t, c: c}
 	for pings.Load() < 10 {
 		w.sendText(`{"type":"ping"}`)

@@ -44,7 +44,7 @@ func newDaemon(t *testing.T, cfg api.Config) *daemon {
 		t.Fatal(err)
 	}
 	mn := mocknet.New()
-	t.Cleanup(func() { mn.Close() })
+	t.Cleanup(func() { _ = mn.Close() })
 	h, err := mn.AddPeer(id.PeerKey, ma.StringCast(fmt.Sprintf("/ip6/100::%x/tcp/4242", hostSeq.Add(1))))
 	if err != nil {
 		t.Fatal(err)
@@ -60,14 +60,14 @@ func newDaemon(t *testing.T, cfg api.Config) *daemon {
 	if err := n.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { n.Close(); st.Close() })
+	t.Cleanup(func() { _ = n.Close(); _ = st.Close() })
 	s, err := api.New(n, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(srv.Close)
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { _ = s.Close() })
 	return &daemon{n: n, id: id, s: s, url: srv.URL}
 }
 
@@ -207,7 +207,7 @@ func TestClientWatchEndsWithContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed := make(chan struct{})
-	go func() { defer close(closed); d.s.Close() }()
+	go func() { defer close(closed); _ = d.s.Close() }()
 	var last client.Event
 	for ev := range events {
 		last = ev
@@ -260,7 +260,7 @@ func TestClientUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
-	ln.Close()
+	_ = ln.Close()
 	c, err := client.New(addr)
 	if err != nil {
 		t.Fatal(err)
@@ -282,12 +282,12 @@ func TestClientUnreachable(t *testing.T) {
 		}
 	}
 	// A server that is not agentd: the error carries the status.
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "teapot", 418) }))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "teapot", http.StatusTeapot) }))
 	defer srv.Close()
 	c, _ = client.New(srv.URL)
 	_, err = c.Health(t.Context())
 	var ce *client.Error
-	if !errors.As(err, &ce) || ce.Status != 418 || ce.Message != "teapot" {
+	if !errors.As(err, &ce) || ce.Status != http.StatusTeapot || ce.Message != "teapot" {
 		t.Fatalf("%#v", err)
 	}
 }

@@ -118,7 +118,7 @@ func (c *Client) Watch(ctx context.Context, f WatchFilter) (<-chan Event, error)
 	}
 	go func() {
 		defer close(out)
-		defer conn.CloseNow()
+		defer func() { _ = conn.CloseNow() }()
 		for {
 			ev, typ, err := readFrame(ctx, conn)
 			if err != nil {

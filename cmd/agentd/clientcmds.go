@@ -439,7 +439,7 @@ func printAgentTable(c *cli.Context, res []client.AgentResult) error {
 		return emit(c.App.Writer, &b)
 	}
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "AGENT ID\tNAME\tSTATUS\tSOURCE\tAGE\tENDPOINT\tCAPABILITIES")
+	_, _ = fmt.Fprintln(tw, "AGENT ID\tNAME\tSTATUS\tSOURCE\tAGE\tENDPOINT\tCAPABILITIES")
 	for _, r := range res {
 		a := &r.Agent
 		status := string(r.Status)
@@ -450,7 +450,7 @@ func printAgentTable(c *cli.Context, res []client.AgentResult) error {
 		if r.Stale {
 			src += " (stale)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.AgentID, dashIfEmpty(a.AgentName), status, src, fmtAge(r.Age),
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.AgentID, dashIfEmpty(a.AgentName), status, src, fmtAge(r.Age),
 			dashIfEmpty(a.Transport.Endpoint), dashIfEmpty(strings.Join(tableCaps(a), ",")))
 	}
 	if err := tw.Flush(); err != nil {
@@ -513,13 +513,13 @@ func clientPeers(c *cli.Context) error {
 		return emit(c.App.Writer, &b)
 	}
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PEER ID\tDIRECTION\tLATENCY\tAGENTS\tADDRESSES")
+	_, _ = fmt.Fprintln(tw, "PEER ID\tDIRECTION\tLATENCY\tAGENTS\tADDRESSES")
 	for _, p := range peers {
 		lat := "-"
 		if p.Latency > 0 {
 			lat = p.Latency.Round(100 * time.Microsecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", p.ID, dashIfEmpty(p.Direction), lat, len(p.Agents), dashIfEmpty(strings.Join(p.Addrs, ",")))
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", p.ID, dashIfEmpty(p.Direction), lat, len(p.Agents), dashIfEmpty(strings.Join(p.Addrs, ",")))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -546,7 +546,7 @@ func clientWatch(c *cli.Context) error {
 	w := c.App.Writer
 	for ev := range events {
 		if ev.Type == client.EventError {
-			if c.Context.Err() != nil {
+			if c.Err() != nil {
 				break
 			}
 			return fmt.Errorf("watch ended: %v", ev.Err)
@@ -563,7 +563,7 @@ func clientWatch(c *cli.Context) error {
 			return err
 		}
 	}
-	if c.Context.Err() == nil {
+	if c.Err() == nil {
 		return errors.New("watch ended")
 	}
 	return nil
