@@ -69,7 +69,7 @@ var limboExplained = map[string]string{
 	"rfc5280::aki::cross-signed-root-missing-aki":               "as leaf-missing-aki",
 	"rfc5280::ski::root-missing-ski":                            "SKI is not required (RFC 5280 requires CAs to write it, not verifiers to enforce it); agentd ca writes it",
 	"rfc5280::ski::intermediate-missing-ski":                    "as root-missing-ski",
-	"rfc5280::nc::permitted-dns-match-noncritical":              "crypto/x509 honours a non-critical nameConstraints extension instead of refusing the CA; stricter, not weaker",
+	"rfc5280::nc::permitted-dns-match-noncritical":              "crypto/x509 enforces a nameConstraints extension marked non-critical instead of refusing the CA for the marking; the constraint itself is applied",
 	"rfc5280::nc::permitted-dn-match":                           "crypto/x509 does not implement directoryName constraints and refuses the critical extension: fails closed",
 	"rfc5280::nc::permitted-self-issued":                        "crypto/x509 applies a CA's name constraints to a self-issued intermediate: fails closed",
 	"rfc5280::nc::invalid-dnsname-leading-period":               "crypto/x509 accepts a DNS constraint with a leading period; agentd names agents by URI, not DNS",
@@ -98,7 +98,7 @@ var limboExplained = map[string]string{
 	"webpki::cn::not-in-san":                                    "as ipv4-hex-mismatch",
 	"webpki::cn::case-mismatch":                                 "as ipv4-hex-mismatch",
 	"webpki::eku::ee-critical-eku":                              "a critical EKU is allowed by RFC 5280; only CABF forbids it",
-	"webpki::eku::root-has-eku":                                 "CABF forbids EKU in roots; agentd checks that a CA's EKU allows clientAuth instead",
+	"webpki::eku::root-has-eku":                                 "CABF forbids EKU in roots; agentd instead requires a CA's EKU, when present, to allow the leaf's usage",
 	"webpki::san::public-suffix-wildcard-san":                   "public-suffix wildcard rules concern TLS host names, which agentd does not match",
 	"webpki::san::public-suffix-multi-label-wildcard-san":       "as public-suffix-wildcard-san",
 	"webpki::san::public-suffix-private-namespace-wildcard-san": "as public-suffix-wildcard-san",
@@ -357,7 +357,11 @@ func writeLimboDoc(t *testing.T, results []limboResult, counts, bc map[string]in
 	sort.Slice(dis, func(i, j int) bool { return dis[i].id < dis[j].id })
 	fmt.Fprintf(&b, "\nRemaining disagreements (%d), each with why it does not matter for agentd or fails closed:\n\n", len(dis))
 	for _, r := range dis {
-		fmt.Fprintf(&b, "- `%s`: expected %s, got %s. %s.\n", r.id, strings.ToLower(r.expected), strings.ToLower(r.actual), limboExplained[r.id])
+		why, ok := limboExplained[r.id]
+		if !ok {
+			why = "intentional: " + limboIntentionalFlips[r.id]
+		}
+		fmt.Fprintf(&b, "- `%s`: expected %s, got %s. %s.\n", r.id, strings.ToLower(r.expected), strings.ToLower(r.actual), why)
 	}
 	var sk []limboResult
 	for _, r := range results {
