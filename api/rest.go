@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -259,6 +260,9 @@ func (s *Server) setLifetime(agentID string, l lifetime, sess *session, ttl time
 	s.mu.Unlock()
 	switch l {
 	case lifetimePermanent, lifetimeSocket:
+		if _, leased := s.n.LeaseOf(agentID); !leased {
+			return nil // nothing to clear (and no synced store write)
+		}
 		if err := s.n.Lease(agentID, time.Time{}); err != nil && !errors.Is(err, node.ErrNotHosted) {
 			return err
 		}
@@ -349,7 +353,11 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, list)
+	size := 64
+	for i := range list.Agents {
+		size += len(list.Agents[i].Agent) + 512
+	}
+	writeRawJSON(w, http.StatusOK, list.appendJSON(make([]byte, 0, size)))
 	return nil
 }
 
@@ -412,7 +420,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, e)
+	writeRawJSON(w, http.StatusOK, e.appendJSON(nil))
 	return nil
 }
 
@@ -664,4 +672,76 @@ func (s *Server) handleSchema(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Cache-Control", "no-cache")
 	_, _ = w.Write(b)
 	return nil
+}
+
+// appendJSON appends the entry as encoding/json would write it, without
+// re-validating the agent object: it is the record's RFC 8785 canonical
+// form, valid and compact already (encoding/json compacts every
+// json.RawMessage again, a third of the cost of a cached discover).
+func (e *AgentEntry) appendJSON(b []byte) []byte {
+	b = append(b, `{"protocol_version":`...)
+	b = appendJSONString(b, e.ProtocolVersion)
+	b = append(b, `,"agent":`...)
+	if len(e.Agent) == 0 {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, e.Agent...)
+	}
+	if e.Signature != "" {
+		b = append(b, `,"signature":`...)
+		b = appendJSONString(b, e.Signature)
+	}
+	if e.PeerSignature != "" {
+		b = append(b, `,"peer_signature":`...)
+		b = appendJSONString(b, e.PeerSignature)
+	}
+	b = append(b, `,"source":`...)
+	b = appendJSONString(b, e.Source)
+	b = append(b, `,"age_ms":`...)
+	b = strconv.AppendInt(b, e.AgeMS, 10)
+	b = append(b, `,"stale":`...)
+	b = strconv.AppendBool(b, e.Stale)
+	if e.Status != "" {
+		b = append(b, `,"status":`...)
+		b = appendJSONString(b, string(e.Status))
+	}
+	return append(b, '}')
+}
+
+func (l *AgentList) appendJSON(b []byte) []byte {
+	b = append(b, `{"agents":[`...)
+	for i := range l.Agents {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = l.Agents[i].appendJSON(b)
+	}
+	b = append(b, `],"total":`...)
+	b = strconv.AppendInt(b, int64(l.Total), 10)
+	return append(b, '}')
+}
+
+// appendJSONString appends s as a JSON string: plain ASCII (protocol
+// versions, base64, enum values) is copied, anything else is encoded by
+// encoding/json.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// writeRawJSON writes an already encoded JSON body.
+func writeRawJSON(w http.ResponseWriter, status int, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
 }

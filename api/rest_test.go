@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -225,4 +226,49 @@ func TestRESTCapabilities(t *testing.T) {
 	if cl.Total != 1 {
 		t.Fatalf("%+v", cl)
 	}
+}
+
+// The hand-written encoding of entries is the JSON encoding/json writes
+// (the agent object is copied as is: its canonical bytes are not
+// HTML-escaped, an equivalent encoding).
+func TestAgentEntryEncoding(t *testing.T) {
+	entries := []AgentEntry{
+		{ProtocolVersion: "v1.0", Agent: json.RawMessage(`{"agent_id":"x","capabilities":{"a":"<&>"}}`), Signature: "QUJD+/==", PeerSignature: "REVG", Source: "gossip", AgeMS: 1234, Stale: true, Status: record.StatusDegraded},
+		{ProtocolVersion: "v1.0", Agent: json.RawMessage(`{"capabilities":{}}`), Source: "skillcenter"},
+		{ProtocolVersion: "v1.0\"\n", Agent: json.RawMessage(`{}`), Source: "é<", AgeMS: -1},
+	}
+	same := func(got, want []byte) {
+		t.Helper()
+		var g, w any
+		if err := json.Unmarshal(got, &g); err != nil {
+			t.Fatalf("%s: %v", got, err)
+		}
+		_ = json.Unmarshal(want, &w)
+		if !reflect.DeepEqual(g, w) {
+			t.Errorf("\ngot  %s\nwant %s", got, want)
+		}
+	}
+	for _, e := range entries {
+		want, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		same(e.appendJSON(nil), want)
+	}
+	if got, want := entries[1].appendJSON(nil), must(json.Marshal(entries[1])); string(got) != string(want) {
+		t.Errorf("\ngot  %s\nwant %s", got, want)
+	}
+	l := AgentList{Agents: entries, Total: 3}
+	same(l.appendJSON(nil), must(json.Marshal(l)))
+	empty := AgentList{Agents: []AgentEntry{}}
+	if got, want := empty.appendJSON(nil), must(json.Marshal(empty)); string(got) != string(want) {
+		t.Errorf("\ngot  %s\nwant %s", got, want)
+	}
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
 }
