@@ -303,17 +303,17 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	tmp := f.Name()
-	defer os.Remove(tmp)
+	defer func() { _ = os.Remove(tmp) }() // gone after the rename; cleans up on failure
 	if err := f.Chmod(mode); err != nil {
-		f.Close()
+		_ = f.Close() // the write already failed
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if _, err := f.Write(data); err != nil {
-		f.Close()
+		_ = f.Close() // the write already failed
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := f.Sync(); err != nil {
-		f.Close()
+		_ = f.Close() // the write already failed
 		return fmt.Errorf("sync %s: %w", path, err)
 	}
 	if err := f.Close(); err != nil {
@@ -323,8 +323,8 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
+		_ = d.Sync()  // best effort: not every file system syncs directories
+		_ = d.Close() // read-only
 	}
 	return nil
 }

@@ -283,7 +283,7 @@ func readBaseline(t *testing.T, path string) map[string]baselineRow {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	m := map[string]baselineRow{}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)

@@ -14,7 +14,7 @@ import (
 
 // recordOf signs a small record for agentID with key holder id, carrying
 // rotation r (may be nil) and certificate cert (may be empty).
-func recordOf(t *testing.T, id *Identity, agentID string, issued time.Time, r *record.KeyRotation, cert string) *record.SignedAgent {
+func recordOf(t testing.TB, id *Identity, agentID string, issued time.Time, r *record.KeyRotation, cert string) *record.SignedAgent {
 	t.Helper()
 	a := &record.Agent{Capabilities: map[string]string{}, Transport: record.Transport{Type: "tcp", Endpoint: "10.0.0.1:9000"}, KeyRotation: r, Certificate: cert}
 	a.Fill(agentID, id.PeerID.String(), id.PublicKeyPEM(), uint64(issued.Unix()), issued, time.Hour)
@@ -25,7 +25,7 @@ func recordOf(t *testing.T, id *Identity, agentID string, issued time.Time, r *r
 	return sa
 }
 
-func beatOf(t *testing.T, id *Identity, agentID string, at time.Time) *record.SignedBeat {
+func beatOf(t testing.TB, id *Identity, agentID string, at time.Time) *record.SignedBeat {
 	t.Helper()
 	sb, err := record.SignBeat(record.Beat{AgentID: agentID, PeerID: id.PeerID.String(), Seq: uint64(at.UnixMilli()), Timestamp: at.UnixMilli()}, id.AgentKey)
 	if err != nil {

@@ -887,7 +887,7 @@ func readBounded(path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	b, err := io.ReadAll(io.LimitReader(f, maxTrustFileBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

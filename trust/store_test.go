@@ -20,7 +20,7 @@ import (
 )
 
 // newCA creates an agentd CA in a temporary directory at t0.
-func newCA(t *testing.T) *CA {
+func newCA(t testing.TB) *CA {
 	t.Helper()
 	ca, err := InitCA(filepath.Join(t.TempDir(), "ca"), CAOptions{Now: t0})
 	if err != nil {
@@ -30,7 +30,7 @@ func newCA(t *testing.T) *CA {
 }
 
 // issueFor issues an agent certificate for id at t0 and returns its bundle.
-func issueFor(t *testing.T, ca *CA, id *Identity, o IssueOptions) (*x509.Certificate, []*x509.Certificate) {
+func issueFor(t testing.TB, ca *CA, id *Identity, o IssueOptions) (*x509.Certificate, []*x509.Certificate) {
 	t.Helper()
 	csrPEM, err := CreateCSR(id, "")
 	if err != nil {

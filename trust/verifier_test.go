@@ -27,7 +27,7 @@ type clock struct {
 func (c *clock) now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *clock) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 
-func newIdent(t *testing.T) *Identity {
+func newIdent(t testing.TB) *Identity {
 	t.Helper()
 	id, err := Generate()
 	if err != nil {
