@@ -3,6 +3,7 @@ package trust
 import (
 	"bytes"
 	"encoding/pem"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -397,5 +398,39 @@ func TestCSR(t *testing.T) {
 	}
 	if _, err := InitCA(ca.Dir, CAOptions{}); err == nil {
 		t.Fatal("InitCA over an existing CA")
+	}
+}
+
+// Every record-level rejection names the member at fault, for error bodies.
+func TestRejectNamesTheField(t *testing.T) {
+	c := &clock{t: t0}
+	ca := newCA(t)
+	s := loadStore(t, ca.StoreConfig())
+	a, b, outsider := newIdent(t), newIdent(t), newIdent(t)
+	v := newVerifier(t, Config{Policy: PolicyCA, Chain: s, AllowList: []string{a.AgentID}}, c)
+	al := newVerifier(t, Config{Policy: PolicyAllowlist, AllowList: []string{a.AgentID}}, c)
+	field := func(err error) string {
+		t.Helper()
+		var re *RejectError
+		if !errors.As(err, &re) {
+			t.Fatalf("not a rejection: %v", err)
+		}
+		return re.Field
+	}
+	wantReason(t, v.VerifyAgent(recordOf(t, a, a.AgentID, t0, nil, ""), VerifyOptions{}), "")
+	for _, c := range []struct {
+		err   error
+		field string
+	}{
+		{v.VerifyAgent(recordOf(t, b, a.AgentID, t0, nil, ""), VerifyOptions{}), "public_key"},
+		{v.VerifyAgent(recordOf(t, b, b.AgentID, t0, nil, ""), VerifyOptions{}), "certificate"},
+		{v.VerifyAgent(recordOf(t, b, b.AgentID, t0, nil, certPEM(t, b)), VerifyOptions{}), "certificate"},
+		{v.VerifyAgent(recordOf(t, a, a.AgentID, t0.Add(-2*time.Hour), nil, ""), VerifyOptions{}), "issued_at"},
+		{al.VerifyAgent(recordOf(t, outsider, outsider.AgentID, t0, nil, ""), VerifyOptions{}), "agent_id"},
+		{v.VerifyAgent(recordOf(t, b, a.AgentID, t0, rotation(t, a.AgentID, a, b, t0.Add(time.Hour)), ""), VerifyOptions{}), "key_rotation"},
+	} {
+		if got := field(c.err); got != c.field {
+			t.Errorf("%v: field %q, want %q", c.err, got, c.field)
+		}
 	}
 }

@@ -74,6 +74,17 @@ const (
 type RejectError struct {
 	Reason Reason
 	Detail string
+	// Field, when set, is the member of the agent object (or beat) at
+	// fault: "certificate", "issued_at", "agent_id", "public_key",
+	// "key_rotation", "peer_id". Surfaces put it in their error bodies.
+	Field string
+}
+
+// field returns a copy of e naming f as the member at fault.
+func (e *RejectError) field(f string) *RejectError {
+	c := *e
+	c.Field = f
+	return &c
 }
 
 func (e *RejectError) Error() string {
@@ -272,21 +283,21 @@ func (v *Verifier) VerifyAgent(sa *record.SignedAgent, opts VerifyOptions) error
 	}
 	a := &sa.Agent
 	if opts.From != "" && opts.From.String() != a.PeerID {
-		return reject(ReasonPeerMismatch, "record names peer %s but came from %s", a.PeerID, opts.From)
+		return reject(ReasonPeerMismatch, "record names peer %s but came from %s", a.PeerID, opts.From).field("peer_id")
 	}
 	now := v.cfg.Now()
 	if a.Issued().After(now.Add(v.cfg.ClockSkew)) {
-		return reject(ReasonNotYetValid, "issued_at %s is in the future", a.IssuedAt)
+		return reject(ReasonNotYetValid, "issued_at %s is in the future", a.IssuedAt).field("issued_at")
 	}
 	if !opts.AllowExpired && !a.ExpiresAt().After(now) {
-		return reject(ReasonExpired, "record expired at %s", a.ExpiresAt().UTC().Format(time.RFC3339))
+		return reject(ReasonExpired, "record expired at %s", a.ExpiresAt().UTC().Format(time.RFC3339)).field("issued_at")
 	}
 	if !v.Allowed(a.AgentID) {
-		return reject(ReasonNotAllowlisted, "agent %s is not in the allow-list", a.AgentID)
+		return reject(ReasonNotAllowlisted, "agent %s is not in the allow-list", a.AgentID).field("agent_id")
 	}
 	key, err := sa.AgentPublicKey()
 	if err != nil {
-		return reject(ReasonMalformed, "%v", err)
+		return reject(ReasonMalformed, "%v", err).field("public_key")
 	}
 	cert, err := v.checkChain(sa, key, now)
 	if err != nil {
@@ -311,7 +322,7 @@ type certified struct {
 func (v *Verifier) checkChain(sa *record.SignedAgent, key *ecdsa.PublicKey, now time.Time) (certified, error) {
 	if sa.Agent.Certificate == "" {
 		if v.cfg.Policy == PolicyCA && !v.allow[sa.Agent.AgentID] {
-			return certified{}, reject(ReasonNoCertificate, "policy ca requires a certificate for agent %s", sa.Agent.AgentID)
+			return certified{}, reject(ReasonNoCertificate, "policy ca requires a certificate for agent %s", sa.Agent.AgentID).field("certificate")
 		}
 		return certified{}, nil
 	}
@@ -322,7 +333,7 @@ func (v *Verifier) checkChain(sa *record.SignedAgent, key *ecdsa.PublicKey, now 
 	}
 	certs, err := record.ParseCertificatesPEM(sa.Agent.Certificate)
 	if err != nil {
-		return certified{}, reject(ReasonBadCertificate, "%v", err)
+		return certified{}, reject(ReasonBadCertificate, "%v", err).field("certificate")
 	}
 	c := certified{ok: true, nb: certs[0].NotBefore}
 	if bv, ok := v.cfg.Chain.(bindingVerifier); ok {
@@ -333,9 +344,9 @@ func (v *Verifier) checkChain(sa *record.SignedAgent, key *ecdsa.PublicKey, now 
 	if err != nil {
 		var re *RejectError
 		if errors.As(err, &re) {
-			return certified{}, re
+			return certified{}, re.field("certificate")
 		}
-		return certified{}, reject(ReasonUnknownIssuer, "%v", err)
+		return certified{}, reject(ReasonUnknownIssuer, "%v", err).field("certificate")
 	}
 	return c, nil
 }
@@ -374,23 +385,23 @@ func (v *Verifier) checkPin(sa *record.SignedAgent, key *ecdsa.PublicKey, cert c
 		if now.Before(p.PrevUntil) {
 			return nil
 		}
-		return reject(ReasonKeyRetired, "key %s of agent %s was rotated out at %s", Fingerprint(key), agentID, p.PrevUntil.UTC().Format(time.RFC3339))
+		return reject(ReasonKeyRetired, "key %s of agent %s was rotated out at %s", Fingerprint(key), agentID, p.PrevUntil.UTC().Format(time.RFC3339)).field("public_key")
 	}
 	if expiredOK {
-		return reject(ReasonKeyMismatch, "agent %s is bound to key %s, not %s (an expired record does not move the binding)", agentID, fingerprintPEM(p.KeyPEM), Fingerprint(key))
+		return reject(ReasonKeyMismatch, "agent %s is bound to key %s, not %s (an expired record does not move the binding)", agentID, fingerprintPEM(p.KeyPEM), Fingerprint(key)).field("public_key")
 	}
 	if r := sa.Agent.KeyRotation; r != nil {
 		oldKey, newKey, err := r.Keys()
 		if err == nil && sameKey(p.KeyPEM, oldKey) && newKey.Equal(key) {
 			if err := r.Verify(); err != nil {
-				return reject(ReasonBadSignature, "key_rotation of agent %s: %v", agentID, err)
+				return reject(ReasonBadSignature, "key_rotation of agent %s: %v", agentID, err).field("key_rotation")
 			}
 			issued := r.Issued()
 			if issued.After(now.Add(v.cfg.ClockSkew)) {
-				return reject(ReasonNotYetValid, "key_rotation of agent %s is issued in the future (%s)", agentID, r.IssuedAt)
+				return reject(ReasonNotYetValid, "key_rotation of agent %s is issued in the future (%s)", agentID, r.IssuedAt).field("key_rotation")
 			}
 			if !p.RotatedAt.IsZero() && !issued.After(p.RotatedAt) {
-				return reject(ReasonKeyMismatch, "key_rotation of agent %s issued at %s is not newer than the rotation that installed key %s", agentID, r.IssuedAt, fingerprintPEM(p.KeyPEM))
+				return reject(ReasonKeyMismatch, "key_rotation of agent %s issued at %s is not newer than the rotation that installed key %s", agentID, r.IssuedAt, fingerprintPEM(p.KeyPEM)).field("key_rotation")
 			}
 			np := Pin{KeyPEM: PublicKeyPEM(key), FirstSeen: now, PrevKeyPEM: p.KeyPEM, PrevUntil: now.Add(v.cfg.RotationGrace), RotatedAt: issued}
 			if cert.ok {
@@ -404,7 +415,7 @@ func (v *Verifier) checkPin(sa *record.SignedAgent, key *ecdsa.PublicKey, cert c
 			RotatedAt: p.RotatedAt, CertNotBefore: cert.nb}
 		return v.pins.PutPin(agentID, np)
 	}
-	return reject(ReasonKeyMismatch, "agent %s is bound to key %s, not %s (a new key needs a rotation statement signed by the old one)", agentID, fingerprintPEM(p.KeyPEM), Fingerprint(key))
+	return reject(ReasonKeyMismatch, "agent %s is bound to key %s, not %s (a new key needs a rotation statement signed by the old one)", agentID, fingerprintPEM(p.KeyPEM), Fingerprint(key)).field("public_key")
 }
 
 func keyHash(k *ecdsa.PublicKey) [32]byte {
