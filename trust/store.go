@@ -675,13 +675,32 @@ func diagnose(sn *snapshot, leaf *x509.Certificate, extra []*x509.Certificate, n
 		}
 		return false
 	}
+	// A hostile bundle could offer many same-named issuers: every
+	// signature is checked at most once, and the walk gives up after a
+	// fixed number of signature checks.
+	type pair struct{ child, parent *x509.Certificate }
+	signed := map[pair]bool{}
+	budget := 64
+	issued := func(c, p *x509.Certificate) bool {
+		k := pair{c, p}
+		if v, ok := signed[k]; ok {
+			return v
+		}
+		if budget <= 0 {
+			return false
+		}
+		budget--
+		v := p.CheckSignature(c.SignatureAlgorithm, c.RawTBSCertificate, c.Signature) == nil
+		signed[k] = v
+		return v
+	}
 	var walk func(c *x509.Certificate, path []*x509.Certificate) []*x509.Certificate
 	walk = func(c *x509.Certificate, path []*x509.Certificate) []*x509.Certificate {
 		if len(path) > MaxBundleCerts+2 {
 			return nil
 		}
 		for _, p := range cands {
-			if !bytes.Equal(p.RawSubject, c.RawIssuer) || p.CheckSignature(c.SignatureAlgorithm, c.RawTBSCertificate, c.Signature) != nil {
+			if !bytes.Equal(p.RawSubject, c.RawIssuer) || !issued(c, p) {
 				continue
 			}
 			seen := false
