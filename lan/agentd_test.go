@@ -25,8 +25,8 @@ import (
 // temporary directory) in network namespaces: `agentd run` with no
 // bootstrap flag, agents registered with `agentd register -f` and found
 // with `agentd discover --capability --json`, as the README tour does.
-// They need `agentd run` to start LAN discovery and the agent API; while
-// the binary lacks either, they skip, saying exactly what is missing.
+// They fail, naming what is missing, if the binary lacks a command, the
+// LAN transport or the API they drive.
 
 const agentdAPI = "127.0.0.1:4778"
 
@@ -62,7 +62,7 @@ func agentdBinary(t *testing.T) string {
 	return agentdPath
 }
 
-// needCLI skips unless the agentd binary has the commands the tests drive.
+// needCLI fails unless the agentd binary has the commands the tests drive.
 func needCLI(t *testing.T, bin string) {
 	t.Helper()
 	out, _ := exec.Command(bin, "--help").CombinedOutput()
@@ -73,8 +73,7 @@ func needCLI(t *testing.T, bin string) {
 		}
 	}
 	if len(missing) > 0 {
-		t.Skipf("SKIP (not built yet): the agentd binary has no %s command; this agentd-process LAN test did not run "+
-			"(the package-level process tests TestProcessesInNamespaces and TestAvahiInterop cover the LAN code on real sockets)", strings.Join(missing, " or "))
+		t.Fatalf("the agentd binary has no %s command", strings.Join(missing, " or "))
 	}
 }
 
@@ -193,14 +192,13 @@ func (d *daemon) agentID() string {
 	return id
 }
 
-// needLAN skips unless /healthz reports the LAN transport (the daemon runs
-// LAN discovery) and fails if it reports it unavailable.
+// needLAN fails unless /healthz reports the LAN transport up.
 func (d *daemon) needLAN() {
 	d.t.Helper()
 	tr, _ := d.health["transports"].(map[string]any)
 	lan, ok := tr["lan"].(string)
 	if !ok {
-		d.t.Skipf("SKIP (not wired yet): agentd run does not report the LAN transport in /healthz (transports.lan), so it does not run LAN discovery; this agentd-process LAN test did not run. /healthz: %v", d.health)
+		d.t.Fatalf("agentd run does not report the LAN transport in /healthz (transports.lan): %v", d.health)
 	}
 	if lan != "ok" {
 		d.t.Fatalf("LAN discovery in %s is %q", d.ns.name, lan)
@@ -379,7 +377,7 @@ func TestAgentdAvahi(t *testing.T) {
 	a.discovers("lan.beta", b.agentID(), false, 0)
 	body, code, err := b.get("/agents/" + b.agentID())
 	if err != nil || code != http.StatusOK {
-		t.Skipf("SKIP (not built yet): GET /agents/{id} on agentd answered %d %v; the avahi-publish half of this test needs the record to build its TXT summary", code, err)
+		t.Fatalf("GET /agents/%s answered %d %v: %s", b.agentID(), code, err, body)
 	}
 	sa, _, err := record.ParseResponse(body)
 	if err != nil {

@@ -105,9 +105,10 @@ type LAN struct {
 	mdns    *mdnsProto
 	peers   *peerBook
 
-	p2pmdns mdns.Service
-	kick    chan struct{} // hosted records changed: re-read and advertise the changes
-	force   chan struct{} // re-send every registration
+	p2pmdns   mdns.Service
+	closeDone chan struct{} // closed when Close has finished
+	kick      chan struct{} // hosted records changed: re-read and advertise the changes
+	force     chan struct{} // re-send every registration
 }
 
 // Mechanism names, used in logs, metrics and Available's reason.
@@ -151,6 +152,7 @@ func New(cfg Config, d Deps) (*LAN, error) {
 		mechs:     map[string]*mech{},
 		kick:      make(chan struct{}, 1),
 		force:     make(chan struct{}, 1),
+		closeDone: make(chan struct{}),
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.hosted = newHostedSet(d.Identity)
@@ -180,21 +182,22 @@ type mech struct {
 // cannot be opened (no multicast interface, no permission) is reported by
 // Available and retried every RetryInterval; Start does not fail for it.
 func (l *LAN) Start(ctx context.Context) error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return ErrClosed
-	}
-	if l.started {
-		l.mu.Unlock()
-		return errors.New("lan: already started")
-	}
-	l.started = true
-	l.mu.Unlock()
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	l.hosted.update(l.locals())
+	locals := l.locals()
+	// The goroutines are started under l.mu, so that a concurrent Close
+	// either finds nothing started or waits for all of them.
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	if l.started {
+		return errors.New("lan: already started")
+	}
+	l.started = true
+	l.hosted.update(locals)
 	for i := 0; i < l.cfg.Workers; i++ {
 		l.goRun(l.worker)
 	}
@@ -207,7 +210,7 @@ func (l *LAN) Start(ctx context.Context) error {
 		l.goRun(func(ctx context.Context) { l.supervise(ctx, mechMDNS, l.mdnsGroup, 255, l.mdns.serve) })
 		l.goRun(l.mdns.queryLoop)
 		if l.d.Host != nil {
-			l.startLibp2pMDNS()
+			l.p2pmdns = l.startLibp2pMDNS()
 		}
 	}
 	return nil
@@ -490,13 +493,20 @@ func (l *LAN) SetStatus(agentID string, st record.Status) {
 // the goroutines and is idempotent.
 func (l *LAN) Close() error {
 	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return nil
-	}
+	first := !l.closed
 	l.closed = true
 	started := l.started
+	p2p := l.p2pmdns
 	l.mu.Unlock()
+	if first {
+		l.close(started, p2p)
+	}
+	<-l.closeDone
+	return nil
+}
+
+func (l *LAN) close(started bool, p2p mdns.Service) {
+	defer close(l.closeDone)
 	if started {
 		leaving := l.hosted.removeAll()
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
@@ -509,9 +519,6 @@ func (l *LAN) Close() error {
 		}
 		cancel()
 	}
-	l.mu.Lock()
-	p2p := l.p2pmdns
-	l.mu.Unlock()
 	if p2p != nil {
 		_ = p2p.Close()
 	}
@@ -524,7 +531,6 @@ func (l *LAN) Close() error {
 	}
 	l.mu.Unlock()
 	l.wg.Wait()
-	return nil
 }
 
 func (l *LAN) locals() []*record.SignedAgent {

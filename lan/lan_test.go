@@ -267,3 +267,33 @@ func TestConfigValidation(t *testing.T) {
 		})
 	}
 }
+
+// Close is idempotent and every caller returns only once the goroutines
+// stopped; Start after Close fails.
+func TestCloseConcurrentAndIdempotent(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		n := newMemNet()
+		a := newNode(t, n, "10.0.0.1", nil)
+		a.host("alpha", 1, skill("skill-a", record.SkillTool, nil, "cap-a"))
+		a.start()
+		synctestWait()
+		done := make(chan struct{}, 2)
+		for range 2 {
+			go func() {
+				_ = a.lan.Close()
+				done <- struct{}{}
+			}()
+		}
+		<-done
+		<-done
+		if err := a.lan.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.lan.Start(context.Background()); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Start after Close = %v", err)
+		}
+		if ok, why := a.lan.Available(); ok || why != "closed" {
+			t.Fatalf("Available after Close = %v %q", ok, why)
+		}
+	})
+}

@@ -70,16 +70,15 @@ func (n *notifee) HandlePeerFound(ai peer.AddrInfo) {
 }
 
 // startLibp2pMDNS starts go-libp2p's mDNS peer discovery under agentd's
-// own service name. A failure is logged; the rest of the LAN code runs.
-func (l *LAN) startLibp2pMDNS() {
+// own service name and returns it. A failure is logged and nil returned;
+// the rest of the LAN code runs.
+func (l *LAN) startLibp2pMDNS() mdns.Service {
 	n := &notifee{l: l, tried: map[peer.ID]time.Time{}}
 	svc := mdns.NewMdnsService(l.d.Host, l.cfg.Libp2pServiceName, n)
 	if err := svc.Start(); err != nil {
 		l.log.Warn("libp2p mDNS peer discovery did not start", "service", l.cfg.Libp2pServiceName, "err", err)
 		_ = svc.Close()
-		return
+		return nil
 	}
-	l.mu.Lock()
-	l.p2pmdns = svc
-	l.mu.Unlock()
+	return svc
 }
