@@ -138,6 +138,11 @@ func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) error {
 // rpcCall runs one call; ok is false for a notification (no answer).
 func (s *Server) rpcCall(ctx context.Context, raw json.RawMessage) (rpcResponse, bool) {
 	resp := rpcResponse{JSONRPC: "2.0", ID: jsonNull}
+	defer func() {
+		if resp.Error != nil && resp.Error.Code == RPCInvalidRequest {
+			s.m.Reject("rpc", record.CodeMalformedPayload)
+		}
+	}()
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
 		resp.Error = rpcErr(RPCInvalidRequest, "", "", "Invalid Request: a call is a JSON object")
@@ -193,7 +198,14 @@ func (s *Server) rpcCall(ctx context.Context, raw json.RawMessage) (rpcResponse,
 		return resp, false
 	}
 	if rerr != nil {
-		s.m.Reject("rpc", fmt.Sprint(rerr.Code))
+		switch rerr.Code {
+		case RPCInvalidParams, RPCRegistrationFailed, RPCForbidden:
+			reason := record.CodeMalformedPayload
+			if rerr.Data != nil && rerr.Data.Error != "" {
+				reason = rerr.Data.Error
+			}
+			s.m.Reject("rpc", reason)
+		}
 		resp.Error = rerr
 		return resp, true
 	}
