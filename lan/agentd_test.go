@@ -276,6 +276,7 @@ func TestAgentdZeroConfig(t *testing.T) {
 	gone := ds[2].agentID()
 	ds[2].stop()
 	for _, d := range ds[:2] {
+		d.discovers("lan.cap3", gone, false, 3*time.Second)
 		deadline := time.Now().Add(3 * time.Second)
 		for !strings.Contains(d.logs(), `msg="agent unregistered on the LAN"`) || !strings.Contains(d.logs(), "agent="+gone) {
 			if time.Now().After(deadline) {
