@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -192,10 +193,14 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) error {
 
 	writerDone := make(chan struct{})
 	go ss.writeLoop(writerDone)
+	// Deferred so that a panic while handling a frame (recovered and
+	// logged by serveHTTP) still ends the session cleanly.
+	defer func() {
+		ss.cancel()
+		<-writerDone
+		ss.release()
+	}()
 	ss.readLoop()
-	ss.cancel()
-	<-writerDone
-	ss.release()
 	return nil
 }
 
@@ -231,6 +236,13 @@ func (ss *session) readLoop() {
 func (ss *session) writeLoop(done chan struct{}) {
 	defer ss.s.wg.Done()
 	defer close(done)
+	defer func() {
+		if v := recover(); v != nil {
+			ss.log.Error("WebSocket writer panicked", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			ss.cancel()
+			_ = ss.c.CloseNow()
+		}
+	}()
 	hb := ss.s.cfg.WSHeartbeat
 	tick := time.NewTicker(hb)
 	defer tick.Stop()
