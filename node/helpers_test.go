@@ -85,9 +85,16 @@ func (tn *tnet) add(id *trust.Identity, st store.Store) *tnode {
 	}
 	i := len(tn.nodes)
 	h := tn.mn.Host(id.PeerID)
-	if h != nil {
-		// A restart: mocknet cannot remove a peer, so drop every
-		// connection of the old host and reuse it with fresh protocols.
+	restart := h != nil
+	if restart {
+		// A restart: mocknet cannot remove a peer, so cut the old host's
+		// links (no peer may reach it before its new protocols exist) and
+		// drop its connections; the links come back after Start.
+		for _, p := range tn.mn.Peers() {
+			if p != id.PeerID {
+				_ = tn.mn.UnlinkPeers(id.PeerID, p)
+			}
+		}
 		for _, c := range h.Network().Conns() {
 			c.Close()
 		}
@@ -97,8 +104,10 @@ func (tn *tnet) add(id *trust.Identity, st store.Store) *tnode {
 			t.Fatal(err)
 		}
 	}
-	if err := tn.mn.LinkAll(); err != nil {
-		t.Fatal(err)
+	if !restart {
+		if err := tn.mn.LinkAll(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cfg := tn.cfg
 	if len(tn.nodes) > 0 {
@@ -111,6 +120,11 @@ func (tn *tnet) add(id *trust.Identity, st store.Store) *tnode {
 	}
 	if err := nd.Start(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	if restart {
+		if err := tn.mn.LinkAll(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	tn.nodes = append(tn.nodes, &tnode{Node: nd, id: id, st: st, idx: i})
 	return tn.nodes[i]

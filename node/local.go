@@ -67,7 +67,7 @@ func (n *Node) RegisterSigned(ctx context.Context, sa *record.SignedAgent) (*rec
 		return nil, err
 	}
 	if err := n.ver.VerifyAgent(co, trust.VerifyOptions{}); err != nil {
-		if trust.ReasonOf(err) == trust.ReasonKeyMismatch {
+		if isForeignKey(err) {
 			return nil, fmt.Errorf("%w: %v", ErrForeignKey, err)
 		}
 		return nil, err
@@ -88,7 +88,7 @@ func (n *Node) RegisterSigned(ctx context.Context, sa *record.SignedAgent) (*rec
 func (n *Node) host_(ctx context.Context, sa *record.SignedAgent) (*record.SignedAgent, error) {
 	// The node's own signature passes its verifier (and pins its key).
 	if err := n.ver.VerifyAgent(sa, trust.VerifyOptions{}); err != nil {
-		if trust.ReasonOf(err) == trust.ReasonKeyMismatch {
+		if isForeignKey(err) {
 			return nil, fmt.Errorf("%w: %v", ErrForeignKey, err)
 		}
 		return nil, err
@@ -243,11 +243,18 @@ func (n *Node) noteSeq(agentID string, seq uint64) {
 	}
 }
 
+// signBeat signs a beat with the agent key when this node holds it, else
+// (a record its client signed with its own key) with the peer key.
 func (n *Node) signBeat(agentID string, st record.Status, reason record.UnregisterReason) (*record.SignedBeat, error) {
 	b := record.Beat{
 		AgentID: agentID, PeerID: n.id.PeerID.String(), Seq: n.nextBeatSeq(agentID),
 		Status: st, Reason: reason, Timestamp: time.Now().UnixMilli(),
 		IntervalMS: n.heartbeatInterval().Milliseconds(),
+	}
+	if sa, ok := n.hostedRecord(agentID); ok {
+		if key, err := sa.AgentPublicKey(); err == nil && !key.Equal(&n.id.AgentKey.PublicKey) {
+			return record.SignBeatPeer(b, n.id.PeerKey)
+		}
 	}
 	return record.SignBeat(b, n.id.AgentKey)
 }
@@ -328,11 +335,14 @@ func (n *Node) resign(ctx context.Context, sa *record.SignedAgent) (*record.Sign
 	if err != nil {
 		return nil, err
 	}
-	if !key.Equal(&n.id.AgentKey.PublicKey) {
+	a := sa.Agent
+	// A record of this node's previous key (a rotation since it was
+	// signed) moves to the current key; a client's own key cannot be
+	// re-signed here, so such a record is re-announced as it is.
+	if !n.id.Rebind(&a) && !key.Equal(&n.id.AgentKey.PublicKey) {
 		n.announce(ctx, sa)
 		return sa, nil
 	}
-	a := sa.Agent
 	seq, err := n.nextRecordSeq(ctx, a.AgentID)
 	if err != nil {
 		return nil, err
@@ -345,6 +355,14 @@ func (n *Node) resign(ctx context.Context, sa *record.SignedAgent) (*record.Sign
 	return n.host_(ctx, ns)
 }
 
+// isForeignKey reports whether err says the agent id is bound to another
+// key (seed 000 ErrDuplicateID), as opposed to a certificate that
+// certifies another key.
+func isForeignKey(err error) bool {
+	var re *trust.RejectError
+	return errors.As(err, &re) && re.Reason == trust.ReasonKeyMismatch && re.Field == "public_key"
+}
+
 // sameContent reports whether a registration would only restate the
 // hosted record (identity and freshness fields aside).
 func sameContent(cur *record.Agent, a *record.Agent) bool {
@@ -352,6 +370,7 @@ func sameContent(cur *record.Agent, a *record.Agent) bool {
 	for _, r := range []*record.Agent{&x, &y} {
 		r.Seq, r.IssuedAt, r.TTLSeconds = 0, "", 0
 		r.PeerID, r.PublicKey = "", ""
+		r.Certificate, r.KeyRotation = "", nil
 		if r.AgentID == "" {
 			r.AgentID = cur.AgentID
 		}

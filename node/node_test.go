@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/store"
+	"github.com/agentd/agentd/trust"
 	"github.com/agentd/agentd/view"
 )
 
@@ -210,4 +211,43 @@ func TestAdaptiveInterval(t *testing.T) {
 			t.Errorf("adaptiveInterval(5s, %d, %g) = %s, want %s", c.agents, c.rate, got, c.want)
 		}
 	}
+}
+
+// A record its client signed with its own key (the node cannot sign its
+// heartbeats with that key) stays alive through peer-signed heartbeats,
+// and a peer-signed beat from a peer that does not host it is refused.
+func TestClientSignedRecordStaysAlive(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn := newNet(t, 3, Config{})
+		waitFor(t, 10*time.Second, "mesh", func() bool { return len(tn.nodes[2].Gossip().TopicPeers()) > 0 })
+		client, err := trust.Generate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		host := tn.nodes[1]
+		a := spec("skill-own-key", "cap.own")
+		a.Fill(client.AgentID, host.id.PeerID.String(), client.PublicKeyPEM(), uint64(time.Now().UnixMilli()), time.Now(), time.Hour)
+		sa, err := record.Sign(a, client.AgentKey, nil) // the client has no peer key of the host
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := host.RegisterSigned(context.Background(), sa); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, "announce", func() bool { _, ok := live(tn.nodes[2].Node, client.AgentID); return ok })
+		time.Sleep(45 * time.Second) // well past the 30 s timeout
+		got, ok := live(tn.nodes[2].Node, client.AgentID)
+		if !ok || got.Status != record.StatusHealthy {
+			t.Fatalf("client-signed agent not kept alive by peer-signed heartbeats: %v %+v", ok, got.Status)
+		}
+		// Another peer's signature on a beat for this agent is refused.
+		other := tn.nodes[0]
+		forged, err := record.SignBeatPeer(record.Beat{AgentID: client.AgentID, PeerID: other.id.PeerID.String(), Seq: uint64(time.Now().UnixMilli()) + 1000, Timestamp: time.Now().UnixMilli(), Status: record.StatusMaintenance}, other.id.PeerKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tn.nodes[2].View().CheckBeat("status", forged); trust.ReasonOf(err) != trust.ReasonPeerMismatch {
+			t.Fatalf("beat from a peer that does not host the agent: %v", err)
+		}
+	})
 }

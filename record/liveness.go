@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"reflect"
 	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // UnregisterReason is why an agent leaves (seed 001 §9.1).
@@ -73,11 +76,24 @@ func (b *Beat) Validate() error {
 // Time returns the timestamp as a time.Time.
 func (b *Beat) Time() time.Time { return time.UnixMilli(b.Timestamp) }
 
-// SignedBeat is a Beat with the agent-key signature over its canonical form.
+// Beat signers. A beat is signed by the agent key; a daemon that hosts a
+// record its client signed with a key the daemon does not hold signs the
+// beats with its peer key instead (BeatSignerPeer): the record's
+// peer_signature binds the agent to that peer, so receivers accept such a
+// beat only when it names the peer of the agent's current record.
+const (
+	BeatSignerAgent = "agent"
+	BeatSignerPeer  = "peer"
+)
+
+// SignedBeat is a Beat with its signature over the canonical form: by the
+// agent key (Signer "" or BeatSignerAgent), or by the peer key of the
+// beat's peer_id (BeatSignerPeer).
 type SignedBeat struct {
 	Beat      Beat
 	Canonical []byte
 	Signature []byte
+	Signer    string
 }
 
 // SignBeat canonicalizes and signs b with the agent key.
@@ -96,8 +112,54 @@ func SignBeat(b Beat, key *ecdsa.PrivateKey) (*SignedBeat, error) {
 	return &SignedBeat{Beat: b, Canonical: canon, Signature: sig}, nil
 }
 
+// SignBeatPeer canonicalizes b and signs it with the peer key of
+// b.PeerID (see BeatSignerPeer).
+func SignBeatPeer(b Beat, peerPriv crypto.PrivKey) (*SignedBeat, error) {
+	if err := b.Validate(); err != nil {
+		return nil, err
+	}
+	id, err := peer.IDFromPrivateKey(peerPriv)
+	if err != nil {
+		return nil, fmt.Errorf("peer key: %w", err)
+	}
+	if id.String() != b.PeerID {
+		return nil, fieldErr("peer_id", "%s is not the id of the signing peer key %s", b.PeerID, id)
+	}
+	canon, err := Canonicalize(b)
+	if err != nil {
+		return nil, err
+	}
+	sig, err := peerPriv.Sign(canon)
+	if err != nil {
+		return nil, fmt.Errorf("peer sign: %w", err)
+	}
+	return &SignedBeat{Beat: b, Canonical: canon, Signature: sig, Signer: BeatSignerPeer}, nil
+}
+
+// PeerSigned reports whether the beat is signed by the peer key.
+func (sb *SignedBeat) PeerSigned() bool { return sb.Signer == BeatSignerPeer }
+
+// VerifyPeer checks a peer-signed beat with the key embedded in its
+// peer_id.
+func (sb *SignedBeat) VerifyPeer() error {
+	if len(sb.Signature) == 0 {
+		return fmt.Errorf("%w: beat signature is missing", ErrUnsigned)
+	}
+	pk, err := PeerPublicKey(sb.Beat.PeerID)
+	if err != nil {
+		return fieldErr("beat.peer_id", "%v", err)
+	}
+	if ok, err := pk.Verify(sb.Canonical, sb.Signature); err != nil || !ok {
+		return ErrBadPeerSignature
+	}
+	return nil
+}
+
 // Verify checks the signature with the agent's key.
 func (sb *SignedBeat) Verify(pub *ecdsa.PublicKey) error {
+	if sb.PeerSigned() {
+		return fmt.Errorf("%w: the beat is signed by the peer key", ErrBadSignature)
+	}
 	if len(sb.Signature) == 0 {
 		return fmt.Errorf("%w: beat signature is missing", ErrUnsigned)
 	}
@@ -107,15 +169,21 @@ func (sb *SignedBeat) Verify(pub *ecdsa.PublicKey) error {
 	return nil
 }
 
-// WireBeat is the JSON form of a SignedBeat.
+// WireBeat is the JSON form of a SignedBeat. signer is omitted for the
+// agent key.
 type WireBeat struct {
 	Beat      json.RawMessage `json:"beat"`
 	Signature string          `json:"signature"`
+	Signer    string          `json:"signer,omitempty"`
 }
 
 // Wire returns the JSON form.
 func (sb *SignedBeat) Wire() WireBeat {
-	return WireBeat{Beat: json.RawMessage(sb.Canonical), Signature: base64.StdEncoding.EncodeToString(sb.Signature)}
+	w := WireBeat{Beat: json.RawMessage(sb.Canonical), Signature: base64.StdEncoding.EncodeToString(sb.Signature)}
+	if sb.PeerSigned() {
+		w.Signer = BeatSignerPeer
+	}
+	return w
 }
 
 // ParseWireBeat decodes and validates a WireBeat (signature not verified).
@@ -140,6 +208,13 @@ func ParseWireBeat(w WireBeat) (*SignedBeat, error) {
 	sb.Signature, err = base64.StdEncoding.DecodeString(w.Signature)
 	if err != nil || len(sb.Signature) == 0 {
 		return nil, fieldErr("signature", "must be a non-empty base64 signature")
+	}
+	switch w.Signer {
+	case "", BeatSignerAgent:
+	case BeatSignerPeer:
+		sb.Signer = BeatSignerPeer
+	default:
+		return nil, fieldErr("signer", "%q is not agent or peer", trunc(w.Signer))
 	}
 	return sb, nil
 }

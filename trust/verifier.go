@@ -497,6 +497,18 @@ func (v *Verifier) VerifyBeat(sb *record.SignedBeat, from peer.ID) error {
 		return reject(ReasonUnknownKey, "no key known for agent %s", sb.Beat.AgentID)
 	}
 	now := v.cfg.Now()
+	if sb.PeerSigned() {
+		// Signed by the hosting peer's key: authentic for that peer; the
+		// live view accepts it only if that peer hosts the agent's current
+		// record (record.BeatSignerPeer).
+		if err := sb.VerifyPeer(); err != nil {
+			return reject(ReasonBadPeerSignature, "peer-signed beat of agent %s: %v", sb.Beat.AgentID, err)
+		}
+		if k, err := record.ParsePublicKeyPEM(p.KeyPEM); err == nil {
+			return v.checkBeatCert(sb.Beat.AgentID, k, p, now)
+		}
+		return nil
+	}
 	if k, err := record.ParsePublicKeyPEM(p.KeyPEM); err == nil && sb.Verify(k) == nil {
 		return v.checkBeatCert(sb.Beat.AgentID, k, p, now)
 	}

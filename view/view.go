@@ -241,6 +241,10 @@ func (v *View) CheckBeat(kind Kind, sb *record.SignedBeat) error {
 			v.mu.Unlock()
 			return replay("%s seq %d of %s is not newer than %d", kind, seq, id, max(s.beatSeq, s.rec.Agent.Seq))
 		}
+		if sb.PeerSigned() && sb.Beat.PeerID != s.rec.Agent.PeerID {
+			v.mu.Unlock()
+			return &trust.RejectError{Reason: trust.ReasonPeerMismatch, Detail: fmt.Sprintf("peer-signed beat of %s from %s, which does not host its record", id, sb.Beat.PeerID)}
+		}
 	}
 	v.mu.Unlock()
 	return v.checkStored(id, seq)
@@ -324,7 +328,8 @@ func (v *View) Beat(kind Kind, sb *record.SignedBeat, from peer.ID, _ string) {
 		// Known key (the verifier passed) but not in the live view: a
 		// restart, or an agent that timed out and came back. Restore it
 		// from the cache if we can, else fetch it from its host.
-		if e, err := v.st.Get(context.Background(), b.AgentID); err == nil && e.Record.Agent.Seq <= b.Seq {
+		if e, err := v.st.Get(context.Background(), b.AgentID); err == nil && e.Record.Agent.Seq <= b.Seq &&
+			(!sb.PeerSigned() || e.Record.Agent.PeerID == b.PeerID) {
 			v.learn(e.Record, e.Source, true)
 			v.mu.Lock()
 			s = v.agents[b.AgentID]
@@ -339,7 +344,7 @@ func (v *View) Beat(kind Kind, sb *record.SignedBeat, from peer.ID, _ string) {
 			return
 		}
 	}
-	if s.local || b.Seq <= s.beatSeq {
+	if s.local || b.Seq <= s.beatSeq || (sb.PeerSigned() && b.PeerID != s.rec.Agent.PeerID) {
 		v.mu.Unlock()
 		return
 	}

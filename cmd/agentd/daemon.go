@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/agentd/agentd/api"
@@ -76,7 +78,8 @@ func nodeConfig(cfg config.Config, log *slog.Logger) (node.Config, error) {
 		UnhealthyAfter:    hc.UnhealthyThreshold,
 		CacheTTL:          cfg.Cache.TTL.D(),
 		DisableDHT:        !cfg.Discovery.DHT.Enabled,
-		Trust:             trust.Config{Policy: trust.Policy(cfg.Trust.Policy), AllowList: allow},
+		Trust: trust.Config{Policy: trust.Policy(cfg.Trust.Policy), AllowList: allow,
+			RotationGrace: cfg.Trust.RotationGrace.D()},
 	}
 	nc.DHT.ClientMode = cfg.Discovery.DHT.ClientMode
 	return nc, nil
@@ -100,7 +103,16 @@ func startNetwork(ctx context.Context, cfg config.Config, id *trust.Identity, st
 	if err != nil {
 		return nil, fmt.Errorf("libp2p host: %w", err)
 	}
-	n, err := node.New(nc, node.Options{Identity: id, Host: h, Store: st, Metrics: m, Logger: log})
+	chain, err := loadTrustStore(ctx, cfg, log)
+	if err != nil {
+		h.Close()
+		return nil, err
+	}
+	opts := node.Options{Identity: id, Host: h, Store: st, Metrics: m, Logger: log}
+	if chain != nil {
+		opts.Chain = chain
+	}
+	n, err := node.New(nc, opts)
 	if err != nil {
 		h.Close()
 		return nil, err
@@ -365,4 +377,37 @@ func newLAN(cfg config.Config, id *trust.Identity, n *node.Node, m *metrics.Metr
 		}
 	}
 	return lan.New(lan.Config{UDP: d.UDP, MDNS: d.MDNS, Interface: d.Interface}, deps)
+}
+
+// loadTrustStore loads the certificate trust store when trust.roots is
+// configured, and reloads its CRLs and revoked serials on SIGHUP until ctx
+// ends (a failed reload is logged and the previous state kept).
+func loadTrustStore(ctx context.Context, cfg config.Config, log *slog.Logger) (*trust.Store, error) {
+	tc := cfg.Trust
+	if len(tc.Roots) == 0 {
+		return nil, nil
+	}
+	ts, err := trust.LoadStore(trust.StoreConfig{Roots: tc.Roots, Intermediates: tc.Intermediates, CRLs: tc.CRLs, RevokedSerials: tc.RevokedSerials})
+	if err != nil {
+		return nil, fmt.Errorf("trust store: %w", err)
+	}
+	log.Info("trust store loaded", "roots", len(tc.Roots), "crls", len(tc.CRLs), "revoked_serials", len(tc.RevokedSerials))
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				if err := ts.Reload(); err != nil {
+					log.Error("trust store reload failed; keeping the previous one", "err", err)
+				} else {
+					log.Info("trust store reloaded")
+				}
+			}
+		}
+	}()
+	return ts, nil
 }
