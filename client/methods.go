@@ -46,6 +46,11 @@ func (r *AgentResult) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &w); err != nil {
 		return err
 	}
+	// The agent object is signed: refuse JSON that is not I-JSON (a
+	// duplicate member, invalid UTF-8), which readers could disagree on.
+	if _, err := record.CanonicalizeJSON(w.Agent); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
 	var a record.Agent
 	if err := record.DecodeAgent(w.Agent, &a); err != nil {
 		return err

@@ -218,12 +218,18 @@ func clientNoArgs(c *cli.Context) error {
 
 // printJSON writes v as indented JSON.
 func clientPrintJSON(w io.Writer, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
+	return jsonEncoder(w, "  ").Encode(v)
+}
+
+// jsonEncoder writes JSON without HTML escaping, so that agent objects
+// print as the daemon sent them.
+func jsonEncoder(w io.Writer, indent string) *json.Encoder {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	if indent != "" {
+		enc.SetIndent("", indent)
 	}
-	_, err = w.Write(append(b, '\n'))
-	return err
+	return enc
 }
 
 // ---- register ----
@@ -551,15 +557,13 @@ func clientWatch(c *cli.Context) error {
 			}
 			return fmt.Errorf("watch ended: %v", ev.Err)
 		}
-		var line []byte
 		if c.Bool(flagJSON) {
-			if line, err = json.Marshal(ev); err != nil {
+			if err := jsonEncoder(w, "").Encode(ev); err != nil {
 				return err
 			}
-		} else {
-			line = []byte(watchLine(ev))
+			continue
 		}
-		if _, err := w.Write(append(line, '\n')); err != nil {
+		if _, err := io.WriteString(w, watchLine(ev)+"\n"); err != nil {
 			return err
 		}
 	}
