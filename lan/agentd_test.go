@@ -251,6 +251,7 @@ func (d *daemon) discovers(capability, agentID string, want bool, within time.Du
 // registers an agent and finds the other two by capability. Then one shuts
 // down and the others see its SKILL_UNREGISTER at once.
 func TestAgentdZeroConfig(t *testing.T) {
+	t.Parallel()
 	bin := agentdBinary(t)
 	needCLI(t, bin)
 	tp := newTopo(t, 3)
@@ -292,6 +293,7 @@ func TestAgentdZeroConfig(t *testing.T) {
 // capability answers with SKILL_DISCOVER_RESPONSE listing it, the other
 // stays silent.
 func TestAgentdAnswersSkillDiscover(t *testing.T) {
+	t.Parallel()
 	bin := agentdBinary(t)
 	needCLI(t, bin)
 	tp := newTopo(t, 3)
@@ -349,6 +351,7 @@ func TestAgentdAnswersSkillDiscover(t *testing.T) {
 // carrying the TXT summary of a record served by an agentd that advertises
 // nothing itself (--no-lan) is discovered by the other agentd.
 func TestAgentdAvahi(t *testing.T) {
+	t.Parallel()
 	bin := agentdBinary(t)
 	needCLI(t, bin)
 	tp := newTopo(t, 2)

@@ -52,6 +52,7 @@ func newTopo(t *testing.T, n int) *topo {
 // sockets, records fetched over libp2p); one finds another by capability
 // through SKILL_DISCOVER; one that quits is forgotten by the others at once.
 func TestProcessesInNamespaces(t *testing.T) {
+	t.Parallel()
 	tp := newTopo(t, 3)
 	var hs []*helper
 	for i, ns := range tp.nodes {
@@ -277,6 +278,7 @@ func (av *avahi) publish(name, service string, port int, txt []string) (stop fun
 // fetched from that peer and checked against the hash; when avahi-publish
 // stops, Avahi's goodbye removes it.
 func TestAvahiInterop(t *testing.T) {
+	t.Parallel()
 	tp := newTopo(t, 2)
 	av := startAvahi(t, tp.nodes[1], "eth0")
 	a := startHelper(t, tp.nodes[0], helperOpts{Name: "alpha", Skill: "skill-a", Caps: []string{"cap-a"}, UDP: true, MDNS: true})

@@ -7,11 +7,15 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
+
+// netnsSeq makes namespace names unique, so tests can run in parallel.
+var netnsSeq atomic.Int64
 
 // netns is a network namespace created by a test and removed at its end.
 type netns struct {
@@ -29,7 +33,7 @@ func newNetns(t *testing.T, name string) *netns {
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("SKIP (environment): ip(8) from iproute2 is not installed; this test of real multicast sockets did not run")
 	}
-	name = fmt.Sprintf("%s-%d", name, os.Getpid())
+	name = fmt.Sprintf("%s-%d-%d", name, os.Getpid(), netnsSeq.Add(1))
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		t.Skipf("SKIP (environment): cannot create a network namespace (%v: %s); this test of real multicast sockets did not run", err, strings.TrimSpace(string(out)))
 	}
@@ -121,6 +125,7 @@ func realNode(t *testing.T, n *memNet, ns *netns, ip string, mod func(*Config)) 
 // other's agents; a datagram arriving on an interface that was not chosen
 // is dropped; a missing or multicast-less interface is refused.
 func TestOSNetworkInNamespace(t *testing.T) {
+	t.Parallel()
 	ns := newNetns(t, "agentd-lan-unit")
 	ns.ip(t, "link", "set", "lo", "up")
 	// Two veth pairs inside the namespace: lan0 and lan1 carry the
