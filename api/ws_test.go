@@ -343,7 +343,7 @@ func TestWSHeartbeatMissCloses(t *testing.T) {
 
 // A responsive client stays connected across many heartbeats.
 func TestWSHeartbeatKeepsLiveClient(t *testing.T) {
-	a := newAPI(t, Config{WSHeartbeat: 20 * time.Millisecond})
+	a := newAPI(t, Config{WSHeartbeat: 50 * time.Millisecond})
 	var pings atomic.Int32
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -355,7 +355,7 @@ func TestWSHeartbeatKeepsLiveClient(t *testing.T) {
 	}
 	defer func() { _ = c.CloseNow() }()
 	w := &wsClient{t: t, c: c}
-	for pings.Load() < 10 {
+	for pings.Load() < 5 {
 		w.sendText(`{"type":"ping"}`)
 		w.readJSON(record.WSTypePong)
 	}
