@@ -225,3 +225,33 @@ func TestRegistryMode(t *testing.T) {
 		t.Fatalf("%+v", e)
 	}
 }
+
+// Registry mode over the agent-discovery binding: the token of the
+// upgrade authorizes the foreign ANNOUNCE.
+func TestRegistryModeWebSocket(t *testing.T) {
+	a := newAPI(t, Config{JWTSecret: testSecret, ServeRegistry: true})
+	other := newNode(t, nodeOpts{})
+	sa, _ := signedBy(t, other, spec("skill-rw", "cap-rw"), uuid.NewString(), 2)
+	co, err := sa.CoSign(other.id.PeerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame := append([]byte{MsgAnnounce}, co.MarshalAnnounce()...)
+
+	w := a.dialWS(t, Subprotocol, nil)
+	w.send(websocket.MessageBinary, frame)
+	if m := w.readJSON(record.WSTypeError); m["code"] != record.CodeAuth {
+		t.Fatalf("%v", m)
+	}
+	tok := hsToken(t, testSecret, claims(ScopeRead+" "+ScopeWrite, time.Hour))
+	w = a.dialWS(t, Subprotocol, http.Header{"Authorization": {"Bearer " + tok}})
+	w.send(websocket.MessageBinary, frame)
+	if _, b := w.read(); b[0] != MsgAnnounce {
+		t.Fatalf("%s", b)
+	}
+	var l AgentList
+	mustStatus(t, a.do("GET", "/agents?capability=cap-rw", nil), 200).json(t, &l)
+	if l.Total != 1 || l.Agents[0].Source != "registry" {
+		t.Fatalf("%+v", l)
+	}
+}

@@ -174,6 +174,8 @@ func (s *Server) registerMessage(ctx context.Context, body []byte, r *http.Reque
 		return nil, false, newError(http.StatusForbidden, record.CodeForbidden, "agent.peer_id",
 			"the record names peer %s, not this node (%s); this node hosts only its own agents (registry mode is off)", truncate(sa.Agent.PeerID), own)
 	}
+	// Registry registrations always need a discover:write token, even on
+	// an open loopback API (the WebSocket's is the one of its upgrade).
 	acc := accessOf(ctx)
 	if !acc.authenticated {
 		if r == nil {
@@ -184,7 +186,7 @@ func (s *Server) registerMessage(ctx context.Context, body []byte, r *http.Reque
 			return nil, false, aerr
 		}
 	}
-	if !acc.can(ScopeWrite) {
+	if !acc.scopes[ScopeWrite] {
 		return nil, false, scopeError(ScopeWrite)
 	}
 	if err := s.n.Verifier().VerifyAgent(sa, trust.VerifyOptions{}); err != nil {
