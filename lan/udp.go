@@ -2,6 +2,7 @@ package lan
 
 import (
 	"context"
+	"crypto/ecdsa"
 	"errors"
 	"net"
 	"net/netip"
@@ -228,12 +229,12 @@ func (u *udpProto) handleECDSA(msg *record.SkillMessage, src netip.AddrPort, now
 		}
 		return
 	}
-	key, ok := l.d.Verifier.AgentKey(msg.AgentID)
-	if !ok {
+	keys := l.d.Verifier.AcceptedKeys(msg.AgentID)
+	if len(keys) == 0 {
 		u.holdUnknown(msg, src, now)
 		return
 	}
-	if err := msg.Verify(key, nil); err != nil {
+	if err := verifyWithAny(msg, keys); err != nil {
 		l.count(mechUDP, "bad_signature")
 		l.reject(mechUDP, trust.ReasonBadSignature)
 		u.logRefused(src, "bad signature", err)
@@ -439,12 +440,12 @@ func (u *udpProto) resolved(agentID string, sa *record.SignedAgent, err error) {
 	e.lastLearn = time.Time{}
 	t.mu.Unlock()
 	l.count(mechUDP, "resolved")
-	key, ok := l.d.Verifier.AgentKey(agentID)
-	if !ok {
+	keys := l.d.Verifier.AcceptedKeys(agentID)
+	if len(keys) == 0 {
 		return
 	}
 	for _, p := range held {
-		if err := p.msg.Verify(key, nil); err != nil {
+		if err := verifyWithAny(p.msg, keys); err != nil {
 			l.count(mechUDP, "bad_signature")
 			l.reject(mechUDP, trust.ReasonBadSignature)
 			u.logRefused(p.src, "bad signature", err)
@@ -730,4 +731,17 @@ func (u *udpProto) logRefused(src netip.AddrPort, what string, err error) {
 	} else {
 		u.l.log.Debug("LAN datagram refused", "mechanism", mechUDP, "src", src, "why", what)
 	}
+}
+
+// verifyWithAny verifies an agentd datagram with any of the agent's
+// accepted keys: the current one, and the previous one during a key
+// rotation's grace period.
+func verifyWithAny(msg *record.SkillMessage, keys []*ecdsa.PublicKey) error {
+	var err error
+	for _, k := range keys {
+		if err = msg.Verify(k, nil); err == nil {
+			return nil
+		}
+	}
+	return err
 }
