@@ -83,10 +83,23 @@ func (g *Gossip) check(topic, scene string, data []byte, author peer.ID) (*accep
 	}
 	if err != nil {
 		reason := verifyReason(err)
-		if reason == trust.ReasonUnknownKey && !local && m.Beat != nil {
-			g.unknown.request(m.Beat.Beat.AgentID, author)
+		res := resultFor(reason)
+		if m.Beat != nil && !local {
+			switch {
+			case reason == trust.ReasonUnknownKey:
+				g.unknown.request(m.Beat.Beat.AgentID, author)
+			case reason == trust.ReasonBadSignature && !m.Beat.PeerSigned():
+				// A beat signed by the agent key that does not verify with
+				// the key pinned here may be ours that is stale: the agent
+				// rotated its key and this node missed the announcement.
+				// Fetch its current record from the author (deduplicated,
+				// and verified like any record), and do not penalise the
+				// peers that relayed it: they may know the new key.
+				g.unknown.request(m.Beat.Beat.AgentID, author)
+				res = pubsub.ValidationIgnore
+			}
 		}
-		return nil, resultFor(reason), reason, err
+		return nil, res, reason, err
 	}
 	a := &accepted{msg: m}
 	if local {
