@@ -549,6 +549,9 @@ func clientWatch(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	// The daemon acknowledged the subscription: every event from now on
+	// is delivered. Say so on stderr (stdout carries the events).
+	fmt.Fprintln(c.App.ErrWriter, "watching; Ctrl-C stops")
 	w := c.App.Writer
 	for ev := range events {
 		if ev.Type == client.EventError {

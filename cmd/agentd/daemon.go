@@ -46,12 +46,6 @@ type daemonOptions struct {
 	Version string
 }
 
-// network is the part of the daemon that talks to peers.
-type network interface {
-	Addrs() []ma.Multiaddr
-	Close() error
-}
-
 // daemonNode adapts node.Node to the daemon: its Close is the graceful
 // Shutdown (hosted agents are unregistered with reason SHUTDOWN).
 type daemonNode struct {
@@ -224,10 +218,12 @@ func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger, opts da
 		Handler:           apiSrv.Handler(),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      10 * time.Second,
-		IdleTimeout:       60 * time.Second,
-		MaxHeaderBytes:    16 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// Above the API's own request timeout (15 s), so a slow discovery
+		// gets its answer out; WebSocket sessions clear their deadlines.
+		WriteTimeout:   20 * time.Second,
+		IdleTimeout:    60 * time.Second,
+		MaxHeaderBytes: 16 << 10,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()

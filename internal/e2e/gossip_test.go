@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,10 +27,32 @@ func watch(t *testing.T, api string, args ...string) *watcher {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuf{}
-	cmd.Stderr = logs
+	errOut, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
+	}
+	// Wait until the daemon acknowledged the subscription.
+	logs := &syncBuf{}
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(errOut)
+		once := false
+		for sc.Scan() {
+			logs.Write(append(sc.Bytes(), '\n'))
+			if !once && strings.HasPrefix(sc.Text(), "watching") {
+				once = true
+				close(ready)
+			}
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		cancel()
+		t.Fatalf("watch did not start:\n%s", logs.String())
 	}
 	w := &watcher{events: make(chan client.Event, 256)}
 	done := make(chan struct{})
@@ -91,7 +114,6 @@ func TestWatchAcrossProcesses(t *testing.T) {
 	})
 	agent := n2.health()["agent_id"].(string)
 	w := watch(t, n1.api, "--agent", agent)
-	time.Sleep(500 * time.Millisecond) // let the watch subscribe before the first event
 
 	if r := cli(t, "register", "-f", repoFile(t, "examples/agentspec.yaml"), "--api", n2.api); r.code != 0 {
 		t.Fatalf("register: %+v", r)
