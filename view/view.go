@@ -565,9 +565,22 @@ func (v *View) Get(agentID string) (Agent, bool) {
 func (v *View) Query(m *store.Matcher, limit int) []Agent {
 	v.mu.Lock()
 	out := make([]Agent, 0)
-	for _, s := range v.agents {
-		if m.SourceAllowed(s.source) && m.Matches(&s.rec.Agent) {
+	consider := func(s *agentState) {
+		if s != nil && m.SourceAllowed(s.source) && m.Matches(&s.rec.Agent) {
 			out = append(out, v.snapshot(s))
+		}
+	}
+	switch f := m.Filter(); {
+	case f.AgentID != "":
+		consider(v.agents[f.AgentID])
+	case f.Capability != "":
+		// The projection indexes agents by capability: only they can match.
+		for id := range v.proj.byCap[f.Capability] {
+			consider(v.agents[id])
+		}
+	default:
+		for _, s := range v.agents {
+			consider(s)
 		}
 	}
 	v.mu.Unlock()
