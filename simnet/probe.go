@@ -1,0 +1,143 @@
+package simnet
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentd/agentd/gossip"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+)
+
+// probe measures gossip propagation: every node's pubsub hands each
+// message it delivers (accepted by the validators, first copy only, not its
+// own) to the probe with the time of delivery; a collector goroutine
+// decodes the message and subtracts the moment its author signed it (the
+// beat's timestamp, or the record's issued_at), which agentd sets right
+// before publishing. Every node runs in this process on one clock, so the
+// difference is the publish-to-delivery latency, validation included.
+type probe struct {
+	ch   chan delivery
+	from atomic.Int64 // unix ns; deliveries before it are ignored (warm-up)
+
+	mu     sync.RWMutex
+	closed bool
+
+	dropped       atomic.Int64 // deliveries lost because the collector lagged
+	decodeErrors  atomic.Int64
+	rpcDrops      atomic.Int64 // pubsub DropRPC: an outbound queue was full
+	undeliverable atomic.Int64 // pubsub UndeliverableMessage: a node's sink lagged
+
+	byKind map[string]*samples
+	all    *samples
+	done   chan struct{}
+}
+
+type delivery struct {
+	at   time.Time
+	data []byte
+}
+
+func newProbe(capacity int) *probe {
+	p := &probe{
+		ch:     make(chan delivery, 1<<14),
+		byKind: map[string]*samples{},
+		all:    newSamples(capacity),
+		done:   make(chan struct{}),
+	}
+	for _, k := range []string{gossip.KindAnnounce, gossip.KindHeartbeat, gossip.KindStatus, gossip.KindUnregister} {
+		p.byKind[k] = newSamples(capacity / 4)
+	}
+	p.from.Store(time.Now().Add(100 * 365 * 24 * time.Hour).UnixNano())
+	return p
+}
+
+// start runs the collector until close.
+func (p *probe) start() {
+	go func() {
+		defer close(p.done)
+		for d := range p.ch {
+			m, err := gossip.Decode(d.data, 0)
+			if err != nil {
+				p.decodeErrors.Add(1)
+				continue
+			}
+			var sent time.Time
+			switch {
+			case m.Beat != nil:
+				sent = time.UnixMilli(m.Beat.Beat.Timestamp)
+			case m.Agent != nil:
+				sent = m.Agent.Agent.Issued()
+			}
+			if sent.IsZero() {
+				p.decodeErrors.Add(1)
+				continue
+			}
+			lat := max(d.at.Sub(sent), 0)
+			p.all.add(lat)
+			if s := p.byKind[m.Kind]; s != nil {
+				s.add(lat)
+			}
+		}
+	}()
+}
+
+// measureFrom starts counting deliveries at t.
+func (p *probe) measureFrom(t time.Time) { p.from.Store(t.UnixNano()) }
+
+// close stops the collector once no tracer can deliver any more and waits
+// for it.
+func (p *probe) close() {
+	p.mu.Lock()
+	if !p.closed {
+		p.closed = true
+		close(p.ch)
+	}
+	p.mu.Unlock()
+	<-p.done
+}
+
+func (p *probe) deliver(msg *pubsub.Message) {
+	if msg.Local {
+		return
+	}
+	now := time.Now()
+	if now.UnixNano() < p.from.Load() {
+		return
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return
+	}
+	select {
+	case p.ch <- delivery{at: now, data: msg.GetData()}:
+	default:
+		p.dropped.Add(1)
+	}
+}
+
+// tracer returns the pubsub raw tracer of one node.
+func (p *probe) tracer() pubsub.RawTracer { return probeTracer{p} }
+
+type probeTracer struct{ p *probe }
+
+var _ pubsub.RawTracer = probeTracer{}
+
+func (t probeTracer) DeliverMessage(msg *pubsub.Message)       { t.p.deliver(msg) }
+func (t probeTracer) DropRPC(*pubsub.RPC, peer.ID)             { t.p.rpcDrops.Add(1) }
+func (t probeTracer) UndeliverableMessage(*pubsub.Message)     { t.p.undeliverable.Add(1) }
+func (t probeTracer) OnNewOutboundStream(peer.ID, protocol.ID) {}
+func (t probeTracer) OnClosedOutboundStream(peer.ID)           {}
+func (t probeTracer) Join(string)                              {}
+func (t probeTracer) Leave(string)                             {}
+func (t probeTracer) Graft(peer.ID, string)                    {}
+func (t probeTracer) Prune(peer.ID, string)                    {}
+func (t probeTracer) ValidateMessage(*pubsub.Message)          {}
+func (t probeTracer) RejectMessage(*pubsub.Message, string)    {}
+func (t probeTracer) DuplicateMessage(*pubsub.Message)         {}
+func (t probeTracer) ThrottlePeer(peer.ID)                     {}
+func (t probeTracer) RecvRPC(*pubsub.RPC)                      {}
+func (t probeTracer) SendRPC(*pubsub.RPC, peer.ID)             {}

@@ -1,0 +1,395 @@
+package simnet
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is what a run achieved and what it cost. It marshals to the JSON
+// that `agentd simnet --json` writes; durations are in the unit their name
+// says.
+type Report struct {
+	// Command is the command line that produced the report (set by the CLI).
+	Command  string       `json:"command,omitempty"`
+	Scenario ScenarioInfo `json:"scenario"`
+	// Interrupted is set when the run was cancelled before its end.
+	Interrupted bool        `json:"interrupted,omitempty"`
+	Setup       SetupInfo   `json:"setup"`
+	Queries     QueryStats  `json:"queries"`
+	Latency     LatencyInfo `json:"lookup_latency"`
+	Gossip      GossipStats `json:"gossip"`
+	Churn       ChurnStats  `json:"churn"`
+	Traffic     TrafficInfo `json:"traffic"`
+	Resources   Resources   `json:"resources"`
+	Timeline    []Bucket    `json:"timeline"`
+	Marks       []Mark      `json:"events"`
+	// Thresholds and Failures are filled by Check.
+	Thresholds *Thresholds `json:"thresholds,omitempty"`
+	Failures   []string    `json:"failures,omitempty"`
+}
+
+// ScenarioInfo is the effective configuration of a run.
+type ScenarioInfo struct {
+	Kind              Kind    `json:"kind"`
+	Nodes             int     `json:"nodes"`
+	BootstrapNodes    int     `json:"bootstrap_nodes"`
+	DurationS         float64 `json:"duration_s"`
+	Seed              uint64  `json:"seed"`
+	LatencyMS         float64 `json:"latency_ms"`
+	JitterMS          float64 `json:"jitter_ms"`
+	BandwidthBps      float64 `json:"bandwidth_bytes_per_s"`
+	ChurnIntervalS    float64 `json:"churn_interval_s,omitempty"`
+	ChurnFraction     float64 `json:"churn_fraction,omitempty"`
+	PartitionAtS      float64 `json:"partition_at_s,omitempty"`
+	PartitionForS     float64 `json:"partition_for_s,omitempty"`
+	MassJoin          int     `json:"mass_join,omitempty"`
+	MassJoinAtS       float64 `json:"mass_join_at_s,omitempty"`
+	QueryRate         float64 `json:"query_rate_per_s"`
+	Skills            int     `json:"catalog_skills"`
+	Capabilities      int     `json:"catalog_capabilities"`
+	Zipf              float64 `json:"zipf"`
+	HeartbeatInterval float64 `json:"heartbeat_interval_s"`
+	LivenessTimeoutS  float64 `json:"liveness_timeout_s"`
+	StaleAfterS       float64 `json:"stale_after_s"`
+	GoVersion         string  `json:"go_version"`
+	CPUs              int     `json:"cpus"`
+}
+
+// SetupInfo describes the warm-up.
+type SetupInfo struct {
+	// StartS is the time from the first node start to the last
+	// registration; ConvergedS the time until every node saw every agent
+	// (Converged false: the warm-up timeout passed first).
+	StartS     float64 `json:"start_s"`
+	Converged  bool    `json:"converged"`
+	ConvergedS float64 `json:"converged_s"`
+}
+
+// QueryStats scores the lookups. See Outcome for the counts.
+type QueryStats struct {
+	Scheduled int `json:"scheduled"`
+	// Issued queries ran; Skipped found QueryConcurrency queries in
+	// flight; Aborted lost their querier (it left) before answering and
+	// are not scored.
+	Issued  int `json:"issued"`
+	Skipped int `json:"skipped"`
+	Aborted int `json:"aborted"`
+	// Scored had at least one live reachable provider (they make recall);
+	// NoProvider had none (they still count for the stale rate).
+	Scored     int `json:"scored"`
+	NoProvider int `json:"no_provider"`
+	// Errors counts failed lookups by code (DISC_001 timeout, DISC_002 no
+	// skills found, DISC_005 network, other).
+	Errors map[string]int `json:"errors,omitempty"`
+	Outcome
+	// Recall is Found ÷ Expected over all queries; RecallAllLive ignores
+	// reachability; RecallMean is the mean of per-query recall over scored
+	// queries; FullRecall the share of scored queries that found every
+	// provider.
+	Recall        float64 `json:"recall"`
+	RecallAllLive float64 `json:"recall_all_live"`
+	RecallMean    float64 `json:"recall_mean"`
+	FullRecall    float64 `json:"full_recall_share"`
+	// StaleRate is Stale ÷ Returned; StaleUnflaggedRate counts only stale
+	// results the resolver did not mark stale.
+	StaleRate          float64 `json:"stale_rate"`
+	StaleUnflaggedRate float64 `json:"stale_unflagged_rate"`
+}
+
+// LatencyInfo is the lookup latency, over all queries and by the source
+// of the first result (as the node's agentd_lookup_duration_seconds labels
+// it: gossip, local, dht, cache; "none" for failed lookups).
+type LatencyInfo struct {
+	All      Percentiles            `json:"all"`
+	BySource map[string]Percentiles `json:"by_source"`
+}
+
+// GossipStats is the publish-to-delivery latency of gossip messages.
+type GossipStats struct {
+	Propagation Percentiles            `json:"propagation"`
+	ByKind      map[string]Percentiles `json:"propagation_by_kind"`
+	// ProbeDropped deliveries were not measured (the collector lagged);
+	// RPCDrops and Undeliverable are pubsub's own overload signals.
+	ProbeDropped  int64 `json:"probe_dropped"`
+	RPCDrops      int64 `json:"rpc_drops"`
+	Undeliverable int64 `json:"undeliverable"`
+}
+
+// ChurnStats counts the churn and how fast views followed it.
+type ChurnStats struct {
+	Left      int `json:"left"`
+	Crashed   int `json:"crashed"`
+	Joined    int `json:"joined_fresh"`
+	Restarted int `json:"restarted"`
+	// CrashToGone: per crash, the time until no node that was up at the
+	// crash (and still is) has the agent in its live view. LeaveToGone the
+	// same for graceful leaves. JoinToVisible: per join or restart, the
+	// time until every node that was up then has the agent in its view.
+	CrashToGone   Percentiles `json:"crash_to_gone"`
+	LeaveToGone   Percentiles `json:"leave_to_gone"`
+	JoinToVisible Percentiles `json:"join_to_visible"`
+	// Unresolved ones had not completed when the run ended; Revived agents
+	// came back before every node dropped them; DiedBeforeVisible left
+	// before every node saw them.
+	CrashUnresolved   int `json:"crash_unresolved"`
+	LeaveUnresolved   int `json:"leave_unresolved"`
+	JoinUnresolved    int `json:"join_unresolved"`
+	Revived           int `json:"revived"`
+	DiedBeforeVisible int `json:"died_before_visible"`
+	// Reconverge lists, after a heal or a mass join, how long until every
+	// live node saw every live agent again (-1: not before the end).
+	Reconverge []Reconverge `json:"reconverge,omitempty"`
+}
+
+// Reconverge is the time from an event to a complete view everywhere.
+type Reconverge struct {
+	Event EventKind `json:"event"`
+	AtS   float64   `json:"at_s"`
+	S     float64   `json:"after_s"`
+}
+
+// TrafficInfo is the network cost, per node per second of node uptime
+// inside the measured window.
+type TrafficInfo struct {
+	NodeSeconds     float64                 `json:"node_seconds"`
+	MsgsPerNodeS    float64                 `json:"msgs_per_node_s"`
+	BytesOutPerNode float64                 `json:"bytes_out_per_node_s"`
+	BytesInPerNode  float64                 `json:"bytes_in_per_node_s"`
+	ByProtocol      map[string]ClassTraffic `json:"by_protocol"`
+	// Bootstrap is the same per bootstrap node.
+	BootstrapMsgsPerS  float64 `json:"bootstrap_msgs_per_node_s"`
+	BootstrapBytesOutS float64 `json:"bootstrap_bytes_out_per_node_s"`
+}
+
+// ClassTraffic is one protocol family's share, per node per second.
+type ClassTraffic struct {
+	MsgsPerS     float64 `json:"msgs_per_s"`
+	BytesOutPerS float64 `json:"bytes_out_per_s"`
+}
+
+// Resources is what the process used. Per-node figures divide the process
+// total by the nodes up at the sample (agent and bootstrap nodes); they
+// include the harness and the stores kept for restarts.
+type Resources struct {
+	Samples           int     `json:"samples"`
+	PeakNodes         int     `json:"peak_nodes"`
+	GoroutinesPerNode float64 `json:"goroutines_per_node"`
+	GoroutinesPeak    int     `json:"goroutines_peak"`
+	HeapPerNodeMB     float64 `json:"heap_per_node_mb"`
+	HeapPeakMB        float64 `json:"heap_peak_mb"`
+	RSSPeakMB         float64 `json:"rss_peak_mb"`
+	// CPUSeconds is the process's user+system CPU for the whole run
+	// (warm-up included); RunCPUSeconds for the measured window only.
+	CPUSeconds    float64 `json:"cpu_s"`
+	RunCPUSeconds float64 `json:"run_cpu_s"`
+	// ElapsedS is the scenario clock's elapsed time for the whole run
+	// (virtual inside a synctest bubble).
+	ElapsedS float64 `json:"elapsed_s"`
+}
+
+// Bucket is one interval of the time series.
+type Bucket struct {
+	StartS   float64  `json:"start_s"`
+	Live     int      `json:"live_nodes"`
+	Queries  int      `json:"queries"`
+	Recall   *float64 `json:"recall,omitempty"`
+	Stale    *float64 `json:"stale_rate,omitempty"`
+	P50MS    float64  `json:"p50_ms"`
+	P95MS    float64  `json:"p95_ms"`
+	MsgsPerS float64  `json:"msgs_per_node_s"`
+	BytesOut float64  `json:"bytes_out_per_node_s"`
+	HeapMB   float64  `json:"heap_per_node_mb"`
+}
+
+// Mark is a network event on the timeline.
+type Mark struct {
+	AtS    float64   `json:"at_s"`
+	Kind   EventKind `json:"kind"`
+	Detail string    `json:"detail,omitempty"`
+}
+
+// Thresholds are the pass criteria of a run.
+type Thresholds struct {
+	MinRecall float64 `json:"min_recall"`
+	MaxStale  float64 `json:"max_stale_rate"`
+}
+
+// Check compares the report with t, records t and the failures in the
+// report, and returns the failures (empty when the run passed). A run that
+// scored no query fails: there is nothing to vouch for.
+func (r *Report) Check(t Thresholds) []string {
+	r.Thresholds = &t
+	r.Failures = nil
+	q := r.Queries
+	if q.Scored == 0 {
+		r.Failures = append(r.Failures, "no query had a live provider to find: recall is unmeasured")
+	} else if q.Recall < t.MinRecall {
+		r.Failures = append(r.Failures, fmt.Sprintf("recall %.4f is below the minimum %.4f (%d of %d live providers found)", q.Recall, t.MinRecall, q.Found, q.Expected))
+	}
+	if q.StaleRate > t.MaxStale {
+		r.Failures = append(r.Failures, fmt.Sprintf("stale rate %.4f is above the maximum %.4f (%d of %d returned providers dead for more than %gs)", q.StaleRate, t.MaxStale, q.Stale, q.Returned, r.Scenario.StaleAfterS))
+	}
+	if r.Interrupted {
+		r.Failures = append(r.Failures, "the run was interrupted before its end")
+	}
+	return r.Failures
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteText writes the human summary.
+func (r *Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	s := r.Scenario
+	fmt.Fprintf(&b, "simnet: %s, %d nodes (+%d bootstrap), %s, seed %d\n", s.Kind, s.Nodes, s.BootstrapNodes, secs(s.DurationS), s.Seed)
+	bw := "unlimited"
+	if s.BandwidthBps > 0 {
+		bw = fmt.Sprintf("%.0f B/s", s.BandwidthBps)
+	}
+	fmt.Fprintf(&b, "links: %gms ± %gms, bandwidth %s; queries %g/s; heartbeat %gs, liveness timeout %gs\n", s.LatencyMS, s.JitterMS, bw, s.QueryRate, s.HeartbeatInterval, s.LivenessTimeoutS)
+	if r.Command != "" {
+		fmt.Fprintf(&b, "command: %s\n", r.Command)
+	}
+	conv := "not converged"
+	if r.Setup.Converged {
+		conv = fmt.Sprintf("every node saw every agent after %s", secs(r.Setup.ConvergedS))
+	}
+	fmt.Fprintf(&b, "warm-up: nodes registered in %s, %s\n\n", secs(r.Setup.StartS), conv)
+
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	q := r.Queries
+	row := func(k, v string) { fmt.Fprintf(tw, "  %s\t%s\n", k, v) }
+	fmt.Fprintln(tw, "DISCOVERY\t")
+	row("queries", fmt.Sprintf("%d issued, %d scored, %d without a live provider, %d skipped, %d aborted", q.Issued, q.Scored, q.NoProvider, q.Skipped, q.Aborted))
+	row("recall", fmt.Sprintf("%s (%d/%d live providers; mean per query %s, %s of queries complete)", pct(q.Recall), q.Found, q.Expected, pct(q.RecallMean), pct(q.FullRecall)))
+	if q.ExpectedAll != q.Expected {
+		row("recall incl. unreachable", fmt.Sprintf("%s (%d/%d; the rest were across the partition)", pct(q.RecallAllLive), q.FoundAll, q.ExpectedAll))
+	}
+	row("stale rate", fmt.Sprintf("%s (%d of %d returned dead > %gs; %d of them marked stale by the resolver)", pct(q.StaleRate), q.Stale, q.Returned, s.StaleAfterS, q.StaleFlagged))
+	row("dead within timeout", fmt.Sprintf("%d returned (dead ≤ %gs, still in views by design)", q.DeadRecent, s.StaleAfterS))
+	if q.Unreachable > 0 || q.Unknown > 0 {
+		row("other", fmt.Sprintf("%d unreachable, %d unknown", q.Unreachable, q.Unknown))
+	}
+	if len(q.Errors) > 0 {
+		var es []string
+		for _, k := range sortedKeys(q.Errors) {
+			es = append(es, fmt.Sprintf("%s %d", k, q.Errors[k]))
+		}
+		row("errors", strings.Join(es, ", "))
+	}
+	fmt.Fprintln(tw, "\t")
+	fmt.Fprintln(tw, "LATENCY (ms)\tcount\tp50\tp95\tp99\tmax")
+	prow := func(name string, p Percentiles) {
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\n", name, p.Count, ms(p.P50), ms(p.P95), ms(p.P99), ms(p.Max))
+	}
+	prow("lookup, all", r.Latency.All)
+	for _, k := range sortedKeys(r.Latency.BySource) {
+		prow("lookup, "+k, r.Latency.BySource[k])
+	}
+	prow("gossip propagation", r.Gossip.Propagation)
+	for _, k := range sortedKeys(r.Gossip.ByKind) {
+		if r.Gossip.ByKind[k].Count > 0 {
+			prow("  "+k, r.Gossip.ByKind[k])
+		}
+	}
+	c := r.Churn
+	prow("crash → gone everywhere", c.CrashToGone)
+	prow("leave → gone everywhere", c.LeaveToGone)
+	prow("join → seen everywhere", c.JoinToVisible)
+	fmt.Fprintln(tw, "\t")
+	fmt.Fprintln(tw, "CHURN\t")
+	row("nodes", fmt.Sprintf("%d left, %d crashed, %d joined fresh, %d restarted", c.Left, c.Crashed, c.Joined, c.Restarted))
+	row("unresolved at end", fmt.Sprintf("%d crashes, %d leaves, %d joins; %d revived before dropped, %d died before seen", c.CrashUnresolved, c.LeaveUnresolved, c.JoinUnresolved, c.Revived, c.DiedBeforeVisible))
+	for _, rc := range c.Reconverge {
+		v := "not before the end"
+		if rc.S >= 0 {
+			v = secs(rc.S)
+		}
+		row(fmt.Sprintf("complete views after %s at %s", rc.Event, secs(rc.AtS)), v)
+	}
+	fmt.Fprintln(tw, "\t")
+	t := r.Traffic
+	fmt.Fprintln(tw, "COST (per node)\t")
+	row("traffic", fmt.Sprintf("%.1f msg/s, %s/s out, %s/s in (%.0f node-seconds)", t.MsgsPerNodeS, bytesStr(t.BytesOutPerNode), bytesStr(t.BytesInPerNode), t.NodeSeconds))
+	for _, k := range sortedKeys(t.ByProtocol) {
+		ct := t.ByProtocol[k]
+		row("  "+k, fmt.Sprintf("%.2f msg/s, %s/s out", ct.MsgsPerS, bytesStr(ct.BytesOutPerS)))
+	}
+	row("bootstrap node", fmt.Sprintf("%.1f msg/s, %s/s out", t.BootstrapMsgsPerS, bytesStr(t.BootstrapBytesOutS)))
+	res := r.Resources
+	row("goroutines", fmt.Sprintf("%.0f per node (peak %d in the process)", res.GoroutinesPerNode, res.GoroutinesPeak))
+	row("heap", fmt.Sprintf("%.2f MB per node (peak %.0f MB); RSS peak %.0f MB", res.HeapPerNodeMB, res.HeapPeakMB, res.RSSPeakMB))
+	row("CPU", fmt.Sprintf("%.1f s total, %.1f s in the measured window (%.3f s per node per second)", res.CPUSeconds, res.RunCPUSeconds, perNodeSecond(res.RunCPUSeconds, t.NodeSeconds)))
+	if g := r.Gossip; g.ProbeDropped+g.RPCDrops+g.Undeliverable > 0 {
+		row("overload", fmt.Sprintf("%d probe drops, %d pubsub RPC drops, %d undeliverable", g.ProbeDropped, g.RPCDrops, g.Undeliverable))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if r.Thresholds != nil {
+		if len(r.Failures) == 0 {
+			fmt.Fprintf(&b, "\nPASS: recall ≥ %g and stale rate ≤ %g\n", r.Thresholds.MinRecall, r.Thresholds.MaxStale)
+		} else {
+			fmt.Fprintf(&b, "\nFAIL:\n")
+			for _, f := range r.Failures {
+				fmt.Fprintf(&b, "  - %s\n", f)
+			}
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func perNodeSecond(v, nodeSeconds float64) float64 {
+	if nodeSeconds <= 0 {
+		return 0
+	}
+	return v / nodeSeconds
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+func pct(f float64) string { return fmt.Sprintf("%.2f%%", 100*f) }
+
+func ms(f float64) string {
+	switch {
+	case f == 0:
+		return "0"
+	case f < 1:
+		return fmt.Sprintf("%.3f", f)
+	case f < 100:
+		return fmt.Sprintf("%.1f", f)
+	}
+	return fmt.Sprintf("%.0f", f)
+}
+
+func secs(f float64) string {
+	return (time.Duration(f * float64(time.Second))).Round(10 * time.Millisecond).String()
+}
+
+func bytesStr(f float64) string {
+	switch {
+	case f >= 1<<20:
+		return fmt.Sprintf("%.2f MiB", f/(1<<20))
+	case f >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", f/(1<<10))
+	}
+	return fmt.Sprintf("%.0f B", f)
+}

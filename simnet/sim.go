@@ -1,0 +1,1172 @@
+package simnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/agentd/agentd/bootstrap"
+	"github.com/agentd/agentd/gossip"
+	"github.com/agentd/agentd/metrics"
+	"github.com/agentd/agentd/node"
+	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/store"
+	"github.com/agentd/agentd/trust"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
+)
+
+// ErrNodeOp is wrapped by the error Run returns when a node could not be
+// started, restarted or stopped (the report lists each failure).
+var ErrNodeOp = errors.New("simnet: node operation failed")
+
+type nodeState int
+
+const (
+	stateDown     nodeState = iota // not running: new, or departed and restartable
+	stateStarting                  // being started
+	stateUp                        // running; its agent is live
+	stateStopping                  // leaving or crashing
+	stateRetired                   // store and host closed; never restarts
+)
+
+// vnode is one virtual node. The fields under "guarded" belong to sim.mu.
+type vnode struct {
+	idx    int
+	boot   bool
+	id     *trust.Identity
+	raw    host.Host // the mocknet host, reused across restarts
+	tr     *traffic
+	skills []CatalogSkill
+
+	// guarded by sim.mu
+	st      store.Store
+	sh      *simHost // the current instance's view of the host
+	state   nodeState
+	n       *node.Node
+	bn      *bootstrap.Node
+	epoch   int // incremented when the node stops
+	upSince time.Time
+}
+
+// pending is a departure or join whose effect on the views is awaited.
+type pending struct {
+	kind    string // "crash", "leave", "join"
+	agent   string
+	at      time.Time
+	waiting []watchNode
+}
+
+type watchNode struct {
+	vn    *vnode
+	epoch int
+}
+
+// reconvergeWatch waits for complete views after a heal or a mass join.
+type reconvergeWatch struct {
+	event EventKind
+	at    time.Time
+}
+
+type bucketAcc struct {
+	out     Outcome
+	queries int
+	lat     *samples
+	sampled bool
+	live    int
+	msgs    float64
+	bytes   float64
+	heapMB  float64
+}
+
+// sim is one run of a scenario.
+type sim struct {
+	s     Scenario
+	cat   *Catalog
+	sched *Schedule
+	log   *slog.Logger
+	net   *simNet
+	truth *truth
+	probe *probe
+	ctx   context.Context
+	ops   sync.WaitGroup // node operations and queries
+	qsem  chan struct{}
+
+	mu        sync.Mutex
+	nodes     []*vnode
+	boots     []peer.AddrInfo
+	departed  []int
+	measuring bool
+	t0, tEnd  time.Time
+	traffic0  trafficTotals // agent nodes' totals at t0
+	boot0     trafficTotals
+	nodeSecs  float64
+	opErrs    []string
+
+	q          QueryStats
+	recallSum  float64
+	fullRecall int
+	lat        *samples
+	latBy      map[string]*samples
+	buckets    []*bucketAcc
+	marks      []Mark
+	pend       []*pending
+	watches    []reconvergeWatch
+	crashGone  *samples
+	leaveGone  *samples
+	joinSeen   *samples
+	churn      ChurnStats
+	res        Resources
+	goroSum    float64
+	heapSum    float64
+	lastSample trafficTotals
+}
+
+// Run runs the scenario and returns its report. The run is complete and
+// every node, store and goroutine it started is gone when Run returns. It
+// returns an error wrapping ErrConfig for an invalid scenario, ErrNodeOp
+// (with the report) when a node operation failed, and ctx's error (with
+// the partial report, Interrupted set) when ctx ends first.
+func (s Scenario) Run(ctx context.Context) (*Report, error) {
+	s, cat, sched, err := s.Plan()
+	if err != nil {
+		return nil, err
+	}
+	sm := &sim{
+		s: s, cat: cat, sched: sched, log: s.Logger,
+		net:   newSimNet(s),
+		truth: newTruth(s.StaleAfter),
+		probe: newProbe(1 << 18),
+		ctx:   ctx,
+		qsem:  make(chan struct{}, s.QueryConcurrency),
+		lat:   newSamples(1 << 16), latBy: map[string]*samples{},
+		crashGone: newSamples(1 << 14), leaveGone: newSamples(1 << 14), joinSeen: newSamples(1 << 14),
+		q: QueryStats{Errors: map[string]int{}},
+	}
+	nb := int((s.Duration + s.SampleInterval - 1) / s.SampleInterval)
+	for range nb {
+		sm.buckets = append(sm.buckets, &bucketAcc{lat: newSamples(1 << 12)})
+	}
+	return sm.run(ctx)
+}
+
+func (sm *sim) run(ctx context.Context) (rep *Report, err error) {
+	began := time.Now()
+	cpu0 := cpuSeconds()
+	sm.probe.start()
+	defer func() {
+		if terr := sm.teardown(); terr != nil && err == nil {
+			err = terr
+		}
+	}()
+	if err := sm.startBootstraps(); err != nil {
+		return nil, err
+	}
+	setup, err := sm.warmup(ctx)
+	if err != nil {
+		return nil, err
+	}
+	interrupted, runCPU := sm.runSchedule(ctx)
+	rep = sm.report(setup)
+	rep.Interrupted = interrupted
+	rep.Resources.CPUSeconds = cpuSeconds() - cpu0
+	rep.Resources.RunCPUSeconds = runCPU
+	rep.Resources.ElapsedS = time.Since(began).Seconds()
+	switch {
+	case interrupted:
+		return rep, ctx.Err()
+	case len(sm.opErrs) > 0:
+		return rep, fmt.Errorf("%w: %d failures, first: %s", ErrNodeOp, len(sm.opErrs), sm.opErrs[0])
+	}
+	return rep, nil
+}
+
+// ---- nodes ----
+
+// newVnode creates node idx = len(nodes): identity, host, skills. Only the
+// goroutine driving the run calls it, so indices follow the schedule.
+func (sm *sim) newVnode(boot bool) (*vnode, error) {
+	sm.mu.Lock()
+	idx := len(sm.nodes)
+	sm.mu.Unlock()
+	id, err := identityFor(sm.s.Seed, idx)
+	if err != nil {
+		return nil, fmt.Errorf("identity of node %d: %w", idx, err)
+	}
+	h, err := sm.net.host(idx, id)
+	if err != nil {
+		return nil, err
+	}
+	vn := &vnode{idx: idx, boot: boot, id: id, raw: h, tr: &traffic{}}
+	if !boot {
+		vn.skills = sm.cat.pickSkills(newRand(sm.s.Seed, streamSpec, uint64(idx)))
+	}
+	sm.mu.Lock()
+	sm.nodes = append(sm.nodes, vn)
+	sm.mu.Unlock()
+	return vn, nil
+}
+
+func (sm *sim) startBootstraps() error {
+	for range sm.s.BootstrapNodes {
+		vn, err := sm.newVnode(true)
+		if err != nil {
+			return err
+		}
+		sh, err := sm.attachHost(vn)
+		if err != nil {
+			return err
+		}
+		sm.mu.Lock()
+		peers := slices.Clone(sm.boots)
+		sm.mu.Unlock()
+		bn, err := bootstrap.StartNode(sm.ctx, sh, bootstrap.NodeConfig{DHT: sm.s.Node.DHT, Peers: peers, Metrics: metrics.New(false)}, sm.s.NodeLogger.With("node", vn.idx))
+		if err != nil {
+			return fmt.Errorf("bootstrap node %d: %w", vn.idx, err)
+		}
+		sm.mu.Lock()
+		vn.bn, vn.state, vn.upSince = bn, stateUp, time.Now()
+		sm.boots = append(sm.boots, peer.AddrInfo{ID: vn.raw.ID(), Addrs: vn.raw.Addrs()})
+		sm.mu.Unlock()
+	}
+	return nil
+}
+
+// start starts an agent node (a fresh one, or a restart with its identity
+// and store) and, once its agent is registered, records it live.
+func (sm *sim) start(vn *vnode, restart bool) error {
+	sm.mu.Lock()
+	st := vn.st
+	boots := slices.Clone(sm.boots)
+	sm.mu.Unlock()
+	if st == nil {
+		var err error
+		st, err = store.Open(store.Options{CacheTTL: sm.s.Node.CacheTTL, Logger: sm.s.NodeLogger})
+		if err != nil {
+			return fmt.Errorf("open store of node %d: %w", vn.idx, err)
+		}
+		sm.mu.Lock()
+		vn.st = st
+		sm.mu.Unlock()
+	}
+	sh, err := sm.attachHost(vn)
+	if err != nil {
+		return err
+	}
+	cfg := sm.s.Node
+	cfg.Bootstrap = boots
+	gc := gossip.DefaultConfig()
+	if sm.s.Node.Gossip != nil {
+		gc = *sm.s.Node.Gossip
+	}
+	gc.Tracers = append(slices.Clip(gc.Tracers), sm.probe.tracer())
+	cfg.Gossip = &gc
+	n, err := node.New(cfg, node.Options{
+		Identity: vn.id, Host: sh, Store: st, Metrics: metrics.New(false),
+		Logger: sm.s.NodeLogger.With("node", vn.idx),
+	})
+	if err != nil {
+		return errors.Join(fmt.Errorf("node %d: %w", vn.idx, err), sm.detachHost(vn))
+	}
+	fail := func(err error) error {
+		return errors.Join(err, n.Close(), sm.detachHost(vn))
+	}
+	if err := n.Start(sm.ctx); err != nil {
+		return fail(fmt.Errorf("start node %d: %w", vn.idx, err))
+	}
+	if restart {
+		if !slices.ContainsFunc(n.Locals(), func(sa *record.SignedAgent) bool { return sa.Agent.AgentID == vn.id.AgentID }) {
+			return fail(fmt.Errorf("node %d restarted without its registration", vn.idx))
+		}
+	} else if _, err := n.Register(sm.ctx, agentSpec(vn.idx, vn.skills)); err != nil {
+		return fail(fmt.Errorf("register the agent of node %d: %w", vn.idx, err))
+	}
+	now := time.Now()
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	vn.n, vn.state, vn.upSince = n, stateUp, now
+	// The truth changes before the poller can see the pending join.
+	sm.truth.up(vn.id.AgentID, vn.idx, vn.skills, now)
+	if sm.measuring && sm.tEnd.IsZero() {
+		sm.pend = append(sm.pend, &pending{kind: "join", agent: vn.id.AgentID, at: now, waiting: sm.upAgentsLocked(vn.idx)})
+	}
+	return nil
+}
+
+// stop takes an agent node down: a graceful Shutdown (unregister, then
+// close) followed by unlinking, or a crash (unlink first, then close, so
+// nothing leaves the node).
+func (sm *sim) stop(vn *vnode, n *node.Node, crash bool) error {
+	var err error
+	if crash {
+		sm.net.detach(vn.idx)
+		err = errors.Join(n.Close(), sm.detachHost(vn))
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = n.Shutdown(ctx)
+		cancel()
+		err = errors.Join(err, sm.detachHost(vn))
+	}
+	now := time.Now()
+	var retire []*vnode
+	sm.mu.Lock()
+	sm.addUptimeLocked(vn, now)
+	vn.n, vn.state = nil, stateDown
+	sm.departed = append(sm.departed, vn.idx)
+	// Keep at most Nodes departed nodes restartable; older ones retire.
+	for len(sm.departed) > sm.s.Nodes {
+		old := sm.nodes[sm.departed[0]]
+		sm.departed = sm.departed[1:]
+		old.state = stateRetired
+		retire = append(retire, old)
+	}
+	sm.mu.Unlock()
+	for _, old := range retire {
+		err = errors.Join(err, sm.retire(old))
+	}
+	if err != nil {
+		return fmt.Errorf("stop node %d: %w", vn.idx, err)
+	}
+	return nil
+}
+
+func (sm *sim) retire(vn *vnode) error {
+	sm.mu.Lock()
+	st := vn.st
+	vn.st = nil
+	sm.mu.Unlock()
+	var err error
+	if st != nil {
+		err = st.Close()
+	}
+	return errors.Join(err, sm.net.closeHost(vn.idx))
+}
+
+// attachHost links vn's host into the network and gives the new node
+// instance its view of the host, with a fresh connection manager.
+func (sm *sim) attachHost(vn *vnode) (*simHost, error) {
+	cm, err := connmgr.NewConnManager(connLowWater, connHighWater)
+	if err != nil {
+		return nil, fmt.Errorf("connection manager of node %d: %w", vn.idx, err)
+	}
+	vn.raw.Network().Notify(cm.Notifee())
+	sh := &simHost{Host: vn.raw, idx: vn.idx, t: vn.tr, net: sm.net, cm: cm}
+	sm.mu.Lock()
+	vn.sh = sh
+	sm.mu.Unlock()
+	if err := sm.net.attach(vn.idx); err != nil {
+		return nil, errors.Join(err, sm.detachHost(vn))
+	}
+	return sh, nil
+}
+
+// detachHost unlinks vn's host and closes the instance's connection
+// manager.
+func (sm *sim) detachHost(vn *vnode) error {
+	sm.net.detach(vn.idx)
+	sm.mu.Lock()
+	sh := vn.sh
+	vn.sh = nil
+	sm.mu.Unlock()
+	if sh == nil {
+		return nil
+	}
+	vn.raw.Network().StopNotify(sh.cm.Notifee())
+	return sh.cm.Close()
+}
+
+// Production connection manager watermarks (package p2p's defaults).
+const (
+	connLowWater  = 160
+	connHighWater = 192
+)
+
+// addUptimeLocked adds vn's uptime inside the measured window.
+func (sm *sim) addUptimeLocked(vn *vnode, now time.Time) {
+	if !sm.measuring || vn.upSince.IsZero() {
+		return
+	}
+	from := vn.upSince
+	if from.Before(sm.t0) {
+		from = sm.t0
+	}
+	to := now
+	if !sm.tEnd.IsZero() && to.After(sm.tEnd) {
+		to = sm.tEnd
+	}
+	if to.After(from) {
+		sm.nodeSecs += to.Sub(from).Seconds()
+	}
+}
+
+// upAgentsLocked returns the up agent nodes other than except, in index
+// order, with their epochs.
+func (sm *sim) upAgentsLocked(except int) []watchNode {
+	var out []watchNode
+	for _, vn := range sm.nodes {
+		if !vn.boot && vn.state == stateUp && vn.idx != except {
+			out = append(out, watchNode{vn, vn.epoch})
+		}
+	}
+	return out
+}
+
+func (sm *sim) opFailed(err error) {
+	sm.log.Error("node operation failed", "err", err)
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	if len(sm.opErrs) < 20 {
+		sm.opErrs = append(sm.opErrs, err.Error())
+	}
+}
+
+// go runs f as a tracked operation.
+func (sm *sim) goOp(f func() error) {
+	sm.ops.Add(1)
+	go func() {
+		defer sm.ops.Done()
+		if err := f(); err != nil {
+			sm.opFailed(err)
+		}
+	}()
+}
+
+// ---- warm-up ----
+
+func (sm *sim) warmup(ctx context.Context) (SetupInfo, error) {
+	begin := time.Now()
+	sm.progress("warmup", 0)
+	sem := make(chan struct{}, sm.s.StartConcurrency)
+	var (
+		wg    sync.WaitGroup
+		errMu sync.Mutex
+		errs  []error
+	)
+	for range sm.s.Nodes {
+		vn, err := sm.newVnode(false)
+		if err != nil {
+			wg.Wait()
+			return SetupInfo{}, err
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return SetupInfo{}, ctx.Err()
+		}
+		sm.mu.Lock()
+		vn.state = stateStarting
+		sm.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := sm.start(vn, false); err != nil {
+				sm.mu.Lock()
+				vn.state = stateDown
+				sm.mu.Unlock()
+				errMu.Lock()
+				errs = append(errs, err)
+				errMu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return SetupInfo{}, fmt.Errorf("%w: %d of %d nodes failed to start: %w", ErrNodeOp, len(errs), sm.s.Nodes, errs[0])
+	}
+	info := SetupInfo{StartS: time.Since(begin).Seconds()}
+	sm.log.Info("nodes started", "nodes", sm.s.Nodes, "seconds", info.StartS)
+	deadline := begin.Add(sm.s.WarmupTimeout)
+	for {
+		if sm.converged() {
+			info.Converged, info.ConvergedS = true, time.Since(begin).Seconds()
+			break
+		}
+		if !time.Now().Before(deadline) {
+			sm.log.Warn("warm-up timed out before every node saw every agent", "timeout", sm.s.WarmupTimeout)
+			break
+		}
+		if !sleepCtx(ctx, 250*time.Millisecond) {
+			return info, ctx.Err()
+		}
+	}
+	return info, nil
+}
+
+// converged reports whether every up agent node sees every live agent.
+func (sm *sim) converged() bool {
+	sm.mu.Lock()
+	ups := sm.upAgentsLocked(-1)
+	sm.mu.Unlock()
+	ids := make([]string, len(ups))
+	for i, w := range ups {
+		ids[i] = w.vn.id.AgentID
+	}
+	for _, w := range ups {
+		n := sm.nodeOf(w)
+		if n == nil {
+			continue
+		}
+		v := n.View()
+		if v.Len() < len(ids) {
+			return false
+		}
+		for _, id := range ids {
+			if _, ok := v.Get(id); !ok {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// nodeOf returns w's node if it is still up in the same epoch.
+func (sm *sim) nodeOf(w watchNode) *node.Node {
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	if w.vn.state != stateUp || w.vn.epoch != w.epoch {
+		return nil
+	}
+	return w.vn.n
+}
+
+// ---- the measured run ----
+
+func (sm *sim) runSchedule(ctx context.Context) (interrupted bool, cpu float64) {
+	t0 := time.Now()
+	sm.mu.Lock()
+	sm.t0, sm.measuring = t0, true
+	sm.traffic0, sm.boot0 = sm.trafficLocked()
+	sm.lastSample = sm.traffic0
+	sm.mu.Unlock()
+	sm.probe.measureFrom(t0)
+	cpu0 := cpuSeconds()
+
+	bgCtx, stopBG := context.WithCancel(context.Background())
+	var bg sync.WaitGroup
+	bg.Add(3)
+	go func() { defer bg.Done(); sm.sampler(bgCtx) }()
+	go func() { defer bg.Done(); sm.poller(bgCtx) }()
+	go func() { defer bg.Done(); sm.progressLoop(bgCtx) }()
+
+	for i, ev := range sm.sched.Events {
+		if !sleepUntil(ctx, t0.Add(ev.At)) {
+			interrupted = true
+			break
+		}
+		sm.dispatch(i, ev)
+	}
+	if !interrupted && !sleepUntil(ctx, t0.Add(sm.s.Duration)) {
+		interrupted = true
+	}
+	end := time.Now()
+	sm.mu.Lock()
+	sm.tEnd = end
+	for _, vn := range sm.nodes {
+		if !vn.boot && vn.state == stateUp {
+			sm.addUptimeLocked(vn, end)
+		}
+	}
+	// Uptime is now counted to tEnd; nodes stopping later add nothing.
+	sm.mu.Unlock()
+	cpu = cpuSeconds() - cpu0
+	sm.sampleAt(end)
+	agents, boots := sm.trafficAt()
+	// Let queries and node operations in flight finish (lookups are
+	// bounded by the node's LookupTimeout); the poller keeps resolving
+	// departures meanwhile.
+	sm.ops.Wait()
+	sm.pollOnce(time.Now())
+	stopBG()
+	bg.Wait()
+	sm.mu.Lock()
+	sm.traffic0 = agents.sub(sm.traffic0)
+	sm.boot0 = boots.sub(sm.boot0)
+	sm.mu.Unlock()
+	sm.progress("done", sm.s.Duration)
+	return interrupted, cpu
+}
+
+func (sm *sim) trafficAt() (agents, boots trafficTotals) {
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	return sm.trafficLocked()
+}
+
+func (sm *sim) trafficLocked() (agents, boots trafficTotals) {
+	for _, vn := range sm.nodes {
+		if vn.boot {
+			boots.add(vn.tr.snapshot())
+		} else {
+			agents.add(vn.tr.snapshot())
+		}
+	}
+	return agents, boots
+}
+
+func (sm *sim) dispatch(i int, ev Event) {
+	switch ev.Kind {
+	case EventQuery:
+		sm.query(ev)
+	case EventChurn:
+		sm.doChurn(ev)
+	case EventPartition:
+		sm.doPartition(ev)
+	case EventHeal:
+		sm.doHeal(ev)
+	case EventMassJoin:
+		sm.doMassJoin(ev)
+	default:
+		sm.opFailed(fmt.Errorf("event %d: unknown kind %q", i, ev.Kind))
+	}
+}
+
+func (sm *sim) mark(kind EventKind, at time.Time, detail string) {
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	sm.marks = append(sm.marks, Mark{AtS: at.Sub(sm.t0).Seconds(), Kind: kind, Detail: detail})
+}
+
+func (sm *sim) doChurn(ev Event) {
+	r := rand.New(rand.NewPCG(ev.Rand, 0))
+	now := time.Now()
+	type leaver struct {
+		vn    *vnode
+		n     *node.Node
+		crash bool
+	}
+	var leavers []leaver
+	var restarts []*vnode
+	sm.mu.Lock()
+	var ups []*vnode
+	for _, vn := range sm.nodes {
+		if !vn.boot && vn.state == stateUp {
+			ups = append(ups, vn)
+		}
+	}
+	r.Shuffle(len(ups), func(i, j int) { ups[i], ups[j] = ups[j], ups[i] })
+	k := min(ev.Leave+ev.Crash, len(ups))
+	for i, vn := range ups[:k] {
+		// The first Crash of the drawn nodes crash, the rest leave.
+		leavers = append(leavers, leaver{vn, vn.n, i < ev.Crash})
+		vn.state = stateStopping
+		vn.epoch++
+		sm.addUptimeLocked(vn, now)
+		vn.upSince = time.Time{}
+	}
+	pool := slices.Clone(sm.departed)
+	slices.Sort(pool)
+	r.Shuffle(len(pool), func(i, j int) { pool[i], pool[j] = pool[j], pool[i] })
+	for _, idx := range pool[:min(ev.Restart, len(pool))] {
+		vn := sm.nodes[idx]
+		vn.state = stateStarting
+		restarts = append(restarts, vn)
+		sm.departed = slices.DeleteFunc(sm.departed, func(x int) bool { return x == idx })
+	}
+	fresh := ev.Fresh + ev.Restart - len(restarts)
+	for _, l := range leavers {
+		kind := "leave"
+		if l.crash {
+			kind = "crash"
+			sm.churn.Crashed++
+		} else {
+			sm.churn.Left++
+		}
+		// The truth changes before the poller can see the pending departure.
+		sm.truth.down(l.vn.id.AgentID, now)
+		sm.pend = append(sm.pend, &pending{kind: kind, agent: l.vn.id.AgentID, at: now, waiting: sm.upAgentsLocked(l.vn.idx)})
+	}
+	sm.churn.Restarted += len(restarts)
+	sm.churn.Joined += fresh
+	sm.mu.Unlock()
+
+	for _, l := range leavers {
+		sm.goOp(func() error { return sm.stop(l.vn, l.n, l.crash) })
+	}
+	for _, vn := range restarts {
+		sm.goOp(func() error { return sm.startOrRelease(vn, true) })
+	}
+	sm.startFresh(fresh)
+	var crashed int
+	for _, l := range leavers {
+		if l.crash {
+			crashed++
+		}
+	}
+	sm.mark(EventChurn, now, fmt.Sprintf("%d left, %d crashed, %d restarted, %d joined", len(leavers)-crashed, crashed, len(restarts), fresh))
+}
+
+// startOrRelease starts vn and, when that fails, returns it to the pool.
+func (sm *sim) startOrRelease(vn *vnode, restart bool) error {
+	err := sm.start(vn, restart)
+	if err != nil {
+		sm.mu.Lock()
+		vn.state = stateDown
+		if restart {
+			sm.departed = append(sm.departed, vn.idx)
+		}
+		sm.mu.Unlock()
+	}
+	return err
+}
+
+// startFresh creates k fresh nodes and starts them concurrently.
+func (sm *sim) startFresh(k int) {
+	for range k {
+		vn, err := sm.newVnode(false)
+		if err != nil {
+			sm.opFailed(err)
+			continue
+		}
+		sm.mu.Lock()
+		vn.state = stateStarting
+		sm.mu.Unlock()
+		sm.goOp(func() error { return sm.startOrRelease(vn, false) })
+	}
+}
+
+func (sm *sim) doPartition(ev Event) {
+	r := rand.New(rand.NewPCG(ev.Rand, 1))
+	side := map[int]int{}
+	sm.mu.Lock()
+	var boots, agents []int
+	for _, vn := range sm.nodes {
+		if vn.boot {
+			boots = append(boots, vn.idx)
+		} else {
+			agents = append(agents, vn.idx)
+		}
+	}
+	sm.mu.Unlock()
+	r.Shuffle(len(boots), func(i, j int) { boots[i], boots[j] = boots[j], boots[i] })
+	r.Shuffle(len(agents), func(i, j int) { agents[i], agents[j] = agents[j], agents[i] })
+	for i, idx := range boots {
+		side[idx] = i % 2
+	}
+	for i, idx := range agents {
+		if i >= len(agents)/2 {
+			side[idx] = 1
+		}
+	}
+	now := time.Now()
+	sm.truth.partition(now, side)
+	sm.net.split(side)
+	sm.mark(EventPartition, now, fmt.Sprintf("%d | %d agent nodes", len(agents)/2, len(agents)-len(agents)/2))
+}
+
+func (sm *sim) doHeal(Event) {
+	now := time.Now()
+	if err := sm.net.heal(); err != nil {
+		sm.opFailed(err)
+	}
+	sm.truth.heal(now)
+	sm.mark(EventHeal, now, "")
+	sm.mu.Lock()
+	sm.watches = append(sm.watches, reconvergeWatch{event: EventHeal, at: now})
+	sm.mu.Unlock()
+}
+
+func (sm *sim) doMassJoin(ev Event) {
+	now := time.Now()
+	sm.mu.Lock()
+	sm.churn.Joined += ev.Fresh
+	sm.mu.Unlock()
+	sm.startFresh(ev.Fresh)
+	sm.mark(EventMassJoin, now, fmt.Sprintf("%d nodes", ev.Fresh))
+	sm.mu.Lock()
+	sm.watches = append(sm.watches, reconvergeWatch{event: EventMassJoin, at: now})
+	sm.mu.Unlock()
+}
+
+// ---- queries ----
+
+func (sm *sim) query(ev Event) {
+	sm.mu.Lock()
+	sm.q.Scheduled++
+	var ups []*vnode
+	for _, vn := range sm.nodes {
+		if !vn.boot && vn.state == stateUp {
+			ups = append(ups, vn)
+		}
+	}
+	if len(ups) == 0 {
+		sm.q.Skipped++
+		sm.mu.Unlock()
+		return
+	}
+	select {
+	case sm.qsem <- struct{}{}:
+	default:
+		sm.q.Skipped++
+		sm.mu.Unlock()
+		return
+	}
+	vn := ups[ev.Rand%uint64(len(ups))]
+	w := watchNode{vn, vn.epoch}
+	n := vn.n
+	sm.q.Issued++
+	sm.mu.Unlock()
+	q := *ev.Query
+	sm.ops.Add(1)
+	go func() {
+		defer sm.ops.Done()
+		defer func() { <-sm.qsem }()
+		start := time.Now()
+		res, err := n.Discover(sm.ctx, node.Query{Filter: store.Filter{Skill: q.Skill, Capability: q.Capability}})
+		lat := time.Since(start)
+		if sm.nodeOf(w) == nil {
+			sm.mu.Lock()
+			sm.q.Aborted++
+			sm.mu.Unlock()
+			return
+		}
+		src := "none"
+		var ret []Returned
+		for _, r := range res {
+			ret = append(ret, Returned{AgentID: r.Agent.AgentID, Stale: r.Stale})
+		}
+		if len(res) > 0 {
+			src = string(res[0].Source)
+		}
+		o := sm.truth.score(q, vn.idx, start, ret)
+		sm.recordQuery(start, lat, src, o, err)
+	}()
+}
+
+func (sm *sim) recordQuery(start time.Time, lat time.Duration, src string, o Outcome, err error) {
+	sm.lat.add(lat)
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	s := sm.latBy[src]
+	if s == nil {
+		s = newSamples(1 << 14)
+		sm.latBy[src] = s
+	}
+	s.add(lat)
+	if err != nil {
+		code := "other"
+		var de *node.DiscoveryError
+		if errors.As(err, &de) {
+			code = de.Code
+		}
+		sm.q.Errors[code]++
+	}
+	sm.q.Outcome.add(o)
+	if o.Expected > 0 {
+		sm.q.Scored++
+		sm.recallSum += o.Recall()
+		if o.Found == o.Expected {
+			sm.fullRecall++
+		}
+	} else {
+		sm.q.NoProvider++
+	}
+	if b := sm.bucketLocked(start); b != nil {
+		b.out.add(o)
+		b.queries++
+		b.lat.add(lat)
+	}
+}
+
+func (sm *sim) bucketLocked(t time.Time) *bucketAcc {
+	i := int(t.Sub(sm.t0) / sm.s.SampleInterval)
+	if i < 0 || i >= len(sm.buckets) {
+		return nil
+	}
+	return sm.buckets[i]
+}
+
+// ---- background loops ----
+
+func (sm *sim) sampler(ctx context.Context) {
+	t := time.NewTicker(sm.s.SampleInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			sm.sampleAt(now)
+		}
+	}
+}
+
+// sampleAt records resources and traffic for the bucket ending at now.
+func (sm *sim) sampleAt(now time.Time) {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	g := runtime.NumGoroutine()
+	rss := rssBytes()
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	up, live := 0, 0
+	for _, vn := range sm.nodes {
+		if vn.state == stateUp {
+			up++
+			if !vn.boot {
+				live++
+			}
+		}
+	}
+	if up == 0 {
+		return
+	}
+	agents, _ := sm.trafficLocked()
+	d := agents.sub(sm.lastSample)
+	sm.lastSample = agents
+	msgs, out, _ := d.sum()
+	r := &sm.res
+	r.Samples++
+	r.PeakNodes = max(r.PeakNodes, up)
+	r.GoroutinesPeak = max(r.GoroutinesPeak, g)
+	heapMB := float64(m.HeapInuse) / (1 << 20)
+	r.HeapPeakMB = max(r.HeapPeakMB, heapMB)
+	r.RSSPeakMB = max(r.RSSPeakMB, float64(rss)/(1<<20))
+	sm.goroSum += float64(g) / float64(up)
+	sm.heapSum += heapMB / float64(up)
+	// The bucket that ends at now (the last one may be shorter).
+	i := int((now.Sub(sm.t0) - 1) / sm.s.SampleInterval)
+	if i < 0 || i >= len(sm.buckets) || sm.buckets[i].sampled {
+		return
+	}
+	b := sm.buckets[i]
+	width := min(now.Sub(sm.t0)-time.Duration(i)*sm.s.SampleInterval, sm.s.SampleInterval).Seconds()
+	b.sampled, b.live, b.heapMB = true, live, heapMB/float64(up)
+	if live > 0 && width > 0 {
+		b.msgs = float64(msgs) / float64(live) / width
+		b.bytes = float64(out) / float64(live) / width
+	}
+}
+
+func (sm *sim) poller(ctx context.Context) {
+	t := time.NewTicker(sm.s.PollInterval)
+	defer t.Stop()
+	lastWatch := time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			sm.pollOnce(now)
+			// Complete-view checks are O(nodes²): at most once a second.
+			if now.Sub(lastWatch) >= time.Second {
+				lastWatch = now
+				sm.checkWatches(now)
+			}
+		}
+	}
+}
+
+// pollOnce resolves the departures and joins whose effect every node now
+// shows.
+func (sm *sim) pollOnce(now time.Time) {
+	sm.mu.Lock()
+	pend := slices.Clone(sm.pend)
+	sm.mu.Unlock()
+	var done []*pending
+	for _, p := range pend {
+		live := sm.truth.isLive(p.agent, now)
+		switch p.kind {
+		case "join":
+			if !live {
+				sm.mu.Lock()
+				sm.churn.DiedBeforeVisible++
+				sm.mu.Unlock()
+				done = append(done, p)
+				continue
+			}
+			if sm.allSee(p, true) {
+				sm.joinSeen.add(now.Sub(p.at))
+				done = append(done, p)
+			}
+		default:
+			if live {
+				sm.mu.Lock()
+				sm.churn.Revived++
+				sm.mu.Unlock()
+				done = append(done, p)
+				continue
+			}
+			if sm.allSee(p, false) {
+				if p.kind == "crash" {
+					sm.crashGone.add(now.Sub(p.at))
+				} else {
+					sm.leaveGone.add(now.Sub(p.at))
+				}
+				done = append(done, p)
+			}
+		}
+	}
+	if len(done) == 0 {
+		return
+	}
+	sm.mu.Lock()
+	sm.pend = slices.DeleteFunc(sm.pend, func(p *pending) bool { return slices.Contains(done, p) })
+	sm.mu.Unlock()
+}
+
+// allSee reports whether every node p waits on (still up) has the agent in
+// its view (want) or none has (!want).
+func (sm *sim) allSee(p *pending, want bool) bool {
+	for _, w := range p.waiting {
+		n := sm.nodeOf(w)
+		if n == nil {
+			continue
+		}
+		if _, ok := n.View().Get(p.agent); ok != want {
+			return false
+		}
+	}
+	return true
+}
+
+func (sm *sim) checkWatches(now time.Time) {
+	sm.mu.Lock()
+	n := len(sm.watches)
+	sm.mu.Unlock()
+	if n == 0 || !sm.converged() {
+		return
+	}
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	for _, w := range sm.watches {
+		sm.churn.Reconverge = append(sm.churn.Reconverge, Reconverge{Event: w.event, AtS: w.at.Sub(sm.t0).Seconds(), S: now.Sub(w.at).Seconds()})
+	}
+	sm.watches = nil
+}
+
+func (sm *sim) progressLoop(ctx context.Context) {
+	if sm.s.Progress == nil {
+		return
+	}
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			sm.mu.Lock()
+			el := min(now.Sub(sm.t0), sm.s.Duration)
+			sm.mu.Unlock()
+			sm.progress("run", el)
+		}
+	}
+}
+
+func (sm *sim) progress(phase string, elapsed time.Duration) {
+	if sm.s.Progress == nil {
+		return
+	}
+	sm.mu.Lock()
+	p := Progress{Phase: phase, Elapsed: elapsed, Duration: sm.s.Duration, Queries: sm.q.Scored + sm.q.NoProvider,
+		Recall: sm.q.Outcome.Recall(), Stale: sm.q.Outcome.StaleRate()}
+	for _, vn := range sm.nodes {
+		if !vn.boot && vn.state == stateUp {
+			p.Live++
+		}
+	}
+	sm.mu.Unlock()
+	sm.s.Progress(p)
+}
+
+// ---- teardown ----
+
+// teardown closes every node, bootstrap node, store and host. It waits for
+// operations in flight first.
+func (sm *sim) teardown() error {
+	sm.ops.Wait()
+	sm.mu.Lock()
+	var nodes []*node.Node
+	var boots []*bootstrap.Node
+	var stores []store.Store
+	for _, vn := range sm.nodes {
+		if vn.n != nil {
+			nodes = append(nodes, vn.n)
+			vn.n = nil
+		}
+		if vn.bn != nil {
+			boots = append(boots, vn.bn)
+			vn.bn = nil
+		}
+		if vn.st != nil {
+			stores = append(stores, vn.st)
+			vn.st = nil
+		}
+		vn.state = stateRetired
+	}
+	sm.mu.Unlock()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	closeAll := func(fs []func() error) {
+		for _, f := range fs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := f(); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	var fs []func() error
+	for _, n := range nodes {
+		fs = append(fs, n.Close)
+	}
+	for _, b := range boots {
+		fs = append(fs, b.Close)
+	}
+	closeAll(fs)
+	fs = fs[:0]
+	for _, vn := range sm.nodes {
+		fs = append(fs, func() error { return sm.detachHost(vn) })
+	}
+	closeAll(fs)
+	sm.probe.close()
+	fs = fs[:0]
+	for _, st := range stores {
+		fs = append(fs, st.Close)
+	}
+	closeAll(fs)
+	if err := sm.net.close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("simnet teardown: %w", err)
+	}
+	return nil
+}
+
+// ---- clock helpers (real or virtual: whatever time.Now says) ----
+
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	return sleepCtx(ctx, time.Until(t))
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,315 @@
+package simnet
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/connmgr"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	bconnmgr "github.com/libp2p/go-libp2p/p2p/net/connmgr"
+)
+
+// protoClass groups libp2p protocols for the traffic report.
+type protoClass int32
+
+const (
+	classDHT protoClass = iota
+	classGossip
+	classSync
+	classRecord
+	classOther
+	nClasses
+)
+
+var classNames = [nClasses]string{"dht", "gossip", "sync", "record", "other"}
+
+func classify(p protocol.ID) protoClass {
+	s := string(p)
+	switch {
+	case strings.Contains(s, "/kad/"):
+		return classDHT
+	case strings.HasPrefix(s, "/meshsub/"), strings.HasPrefix(s, "/floodsub/"):
+		return classGossip
+	case strings.HasPrefix(s, "/agentd/sync/"):
+		return classSync
+	case strings.HasPrefix(s, "/agentd/record/"):
+		return classRecord
+	}
+	return classOther
+}
+
+// traffic counts what one virtual node writes to and reads from its
+// libp2p streams. A message is one Write call on a stream: GossipSub,
+// Kademlia and agentd's own protocols write each framed message with one
+// call. Bytes are application bytes; multistream-select negotiation,
+// identify, and the transport's own framing and encryption (which mocknet
+// does not have) are not counted.
+type traffic struct {
+	msgs, out, in [nClasses]atomic.Int64
+}
+
+type trafficTotals struct {
+	Msgs, Out, In [nClasses]int64
+}
+
+func (t *traffic) snapshot() trafficTotals {
+	var s trafficTotals
+	for i := range nClasses {
+		s.Msgs[i], s.Out[i], s.In[i] = t.msgs[i].Load(), t.out[i].Load(), t.in[i].Load()
+	}
+	return s
+}
+
+func (s *trafficTotals) add(o trafficTotals) {
+	for i := range nClasses {
+		s.Msgs[i] += o.Msgs[i]
+		s.Out[i] += o.Out[i]
+		s.In[i] += o.In[i]
+	}
+}
+
+func (s trafficTotals) sub(o trafficTotals) trafficTotals {
+	for i := range nClasses {
+		s.Msgs[i] -= o.Msgs[i]
+		s.Out[i] -= o.Out[i]
+		s.In[i] -= o.In[i]
+	}
+	return s
+}
+
+func (s trafficTotals) sum() (msgs, out, in int64) {
+	for i := range nClasses {
+		msgs += s.Msgs[i]
+		out += s.Out[i]
+		in += s.In[i]
+	}
+	return msgs, out, in
+}
+
+// simHost is what one node instance sees of its mocknet host: every stream
+// opened through it or handed to a handler registered on it is counted
+// and delayed by the link's latency, and ConnManager is a real connection
+// manager with agentd's production watermarks (mocknet hosts have none),
+// so pubsub's and the DHT's tags and protections work as in production.
+type simHost struct {
+	host.Host
+	idx int
+	t   *traffic
+	net *simNet
+	cm  *bconnmgr.BasicConnMgr
+}
+
+var _ host.Host = (*simHost)(nil)
+
+// ConnManager returns the node's connection manager.
+func (h *simHost) ConnManager() connmgr.ConnManager { return h.cm }
+
+// NewStream opens a counted, delayed stream.
+func (h *simHost) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (network.Stream, error) {
+	s, err := h.Host.NewStream(ctx, p, pids...)
+	if err != nil {
+		return nil, err
+	}
+	return h.wrap(s), nil
+}
+
+// SetStreamHandler registers a handler that receives counted, delayed
+// streams.
+func (h *simHost) SetStreamHandler(pid protocol.ID, handler network.StreamHandler) {
+	h.Host.SetStreamHandler(pid, func(s network.Stream) { handler(h.wrap(s)) })
+}
+
+// SetStreamHandlerMatch is SetStreamHandler with a protocol matcher.
+func (h *simHost) SetStreamHandlerMatch(pid protocol.ID, m func(protocol.ID) bool, handler network.StreamHandler) {
+	h.Host.SetStreamHandlerMatch(pid, m, func(s network.Stream) { handler(h.wrap(s)) })
+}
+
+func (h *simHost) wrap(s network.Stream) network.Stream {
+	cs := &simStream{Stream: s, t: h.t, latency: h.net.latencyTo(h.idx, s.Conn().RemotePeer()), flushers: &h.net.flushers}
+	cs.class.Store(-1)
+	cs.cond = sync.NewCond(&cs.mu)
+	return cs
+}
+
+// maxInFlight bounds the bytes one stream direction holds in flight (a
+// socket send buffer); a writer beyond it blocks.
+const maxInFlight = 1 << 20
+
+var errStreamClosed = errors.New("simnet: stream closed for writing")
+
+// simStream counts a stream's traffic and delays what is written on it by
+// the link latency while keeping any number of writes in flight, as a
+// network does: each write is queued with its due time and a flusher
+// goroutine, started on demand and gone when the queue is empty, writes
+// what is due to the underlying mocknet stream (which has no latency of
+// its own).
+type simStream struct {
+	network.Stream
+	t        *traffic
+	class    atomic.Int32
+	latency  time.Duration
+	flushers *sync.WaitGroup // the network's: teardown waits for every flusher
+
+	mu         sync.Mutex
+	cond       *sync.Cond
+	q          []chunk
+	queued     int
+	flushing   bool
+	err        error
+	closeAfter bool // CloseWrite once the queue drains
+}
+
+type chunk struct {
+	data []byte
+	due  time.Time
+}
+
+func (s *simStream) classOf() protoClass {
+	if c := s.class.Load(); c >= 0 {
+		return protoClass(c)
+	}
+	p := s.Stream.Protocol()
+	c := classify(p)
+	if p != "" {
+		s.class.Store(int32(c))
+	}
+	return c
+}
+
+func (s *simStream) Read(p []byte) (int, error) {
+	n, err := s.Stream.Read(p)
+	if n > 0 {
+		s.t.in[s.classOf()].Add(int64(n))
+	}
+	return n, err
+}
+
+func (s *simStream) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	c := s.classOf()
+	s.t.msgs[c].Add(1)
+	s.t.out[c].Add(int64(len(p)))
+	if s.latency <= 0 {
+		return s.Stream.Write(p)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.err == nil && !s.closeAfter && s.queued >= maxInFlight {
+		s.cond.Wait()
+	}
+	switch {
+	case s.err != nil:
+		return 0, s.err
+	case s.closeAfter:
+		return 0, errStreamClosed
+	}
+	s.q = append(s.q, chunk{data: append([]byte(nil), p...), due: time.Now().Add(s.latency)})
+	s.queued += len(p)
+	if !s.flushing {
+		s.flushing = true
+		s.flushers.Add(1)
+		go func() {
+			defer s.flushers.Done()
+			s.flush()
+		}()
+	}
+	return len(p), nil
+}
+
+// flush writes queued chunks when they are due, coalescing those due
+// together into one write, until the queue is empty.
+func (s *simStream) flush() {
+	var buf []byte
+	for {
+		s.mu.Lock()
+		if len(s.q) == 0 || s.err != nil {
+			s.flushing = false
+			s.q, s.queued = nil, 0
+			closeAfter := s.closeAfter && s.err == nil
+			s.cond.Broadcast()
+			s.mu.Unlock()
+			if closeAfter {
+				_ = s.Stream.CloseWrite()
+			}
+			return
+		}
+		wait := time.Until(s.q[0].due)
+		s.mu.Unlock()
+		if wait > 0 {
+			time.Sleep(wait)
+		}
+		s.mu.Lock()
+		now := time.Now()
+		buf = buf[:0]
+		n := 0
+		for n < len(s.q) && !s.q[n].due.After(now) {
+			buf = append(buf, s.q[n].data...)
+			n++
+		}
+		s.q = s.q[n:]
+		s.queued -= len(buf)
+		s.cond.Broadcast()
+		s.mu.Unlock()
+		if len(buf) == 0 {
+			continue
+		}
+		if _, err := s.Stream.Write(buf); err != nil {
+			s.mu.Lock()
+			s.err = err
+			s.mu.Unlock()
+		}
+	}
+}
+
+// CloseWrite closes the write side once everything written has been
+// delivered (without waiting for that).
+func (s *simStream) CloseWrite() error {
+	s.mu.Lock()
+	if s.flushing {
+		s.closeAfter = true
+		s.cond.Broadcast()
+		s.mu.Unlock()
+		return nil
+	}
+	s.closeAfter = true
+	s.mu.Unlock()
+	return s.Stream.CloseWrite()
+}
+
+// Close closes the read side at once and the write side once the queue
+// has drained.
+func (s *simStream) Close() error {
+	err := s.Stream.CloseRead()
+	return errors.Join(err, s.CloseWrite())
+}
+
+// Reset drops what is in flight and resets the stream.
+func (s *simStream) Reset() error {
+	s.drop(network.ErrReset)
+	return s.Stream.Reset()
+}
+
+// ResetWithError drops what is in flight and resets the stream.
+func (s *simStream) ResetWithError(code network.StreamErrorCode) error {
+	s.drop(network.ErrReset)
+	return s.Stream.ResetWithError(code)
+}
+
+func (s *simStream) drop(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.q, s.queued = nil, 0
+	s.cond.Broadcast()
+}
