@@ -65,6 +65,7 @@ func (n *Node) Discover(ctx context.Context, q Query) ([]Result, error) {
 	defer cancel()
 	var tried []string
 	var netErr error
+	var catStale []Result
 	done := func(src store.Source, res []Result) ([]Result, error) {
 		n.m.Lookups.WithLabelValues(string(src), "hit").Inc()
 		n.m.LookupLatency.WithLabelValues(string(src)).Observe(time.Since(start).Seconds())
@@ -109,24 +110,25 @@ func (n *Node) Discover(ctx context.Context, q Query) ([]Result, error) {
 				return done(store.SourceDHT, res)
 			}
 		}
-		// 4. The SkillCenter catalog.
-		if n.cat != nil && ctx.Err() == nil {
+		// 4. The SkillCenter catalog. Asked even when the deadline has
+		// passed: its cache then answers at once, and what it serves
+		// expired (the catalog could not be asked) joins step 5.
+		if n.cat != nil {
 			tried = append(tried, "skillcenter")
-			res, err := n.cat.Search(ctx, q)
+			fresh, stale, err := n.fromCatalog(ctx, q.Filter)
 			if err != nil {
 				netErr = err
 			}
-			if len(res) > 0 {
-				if q.Limit > 0 && len(res) > q.Limit {
-					res = res[:q.Limit]
-				}
-				return done(res[0].Source, res)
+			if len(fresh) > 0 {
+				return done(store.SourceSkillCenter, limitResults(fresh, q.Limit))
 			}
+			catStale = stale
 		}
 	}
-	// 5. The cache, including expired entries inside the grace window.
+	// 5. The cache, including expired entries inside the grace window,
+	// then the expired catalog answers.
 	tried = append(tried, "cache")
-	if res := n.fromCache(ctx, q.Filter); len(res) > 0 {
+	if res := limitResults(append(n.fromCache(ctx, q.Filter), catStale...), q.Limit); len(res) > 0 {
 		return done(store.SourceCache, res)
 	}
 	n.m.Lookups.WithLabelValues("none", "miss").Inc()
@@ -185,6 +187,29 @@ func (n *Node) fromDHT(ctx context.Context, q Query, m *store.Matcher) ([]Result
 		recs = append(recs, f.Record)
 	}
 	return n.learnAll(recs, store.SourceDHT, m, q.Limit), err
+}
+
+// fromCatalog asks the SkillCenter step and splits its fresh matches from
+// the expired ones its cache served because the catalog could not be
+// asked.
+func (n *Node) fromCatalog(ctx context.Context, f store.Filter) (fresh, stale []Result, err error) {
+	ms, err := n.cat.Resolve(ctx, f)
+	for _, m := range ms {
+		r := Result{Agent: m.Agent, Source: store.SourceSkillCenter, Age: m.Age, Stale: m.Stale}
+		if m.Stale {
+			stale = append(stale, r)
+		} else {
+			fresh = append(fresh, r)
+		}
+	}
+	return fresh, stale, err
+}
+
+func limitResults(res []Result, limit int) []Result {
+	if limit > 0 && len(res) > limit {
+		return res[:limit]
+	}
+	return res
 }
 
 func (n *Node) fromCache(ctx context.Context, f store.Filter) []Result {

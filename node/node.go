@@ -22,6 +22,7 @@ import (
 	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/p2p"
 	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/skillcenter"
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/trust"
 	"github.com/agentd/agentd/view"
@@ -52,10 +53,16 @@ type LAN interface {
 	SetStatus(agentID string, st record.Status)
 }
 
-// Catalog is the SkillCenter fallback step (package skillcenter).
+// Catalog is the SkillCenter fallback step; *skillcenter.Client
+// implements it. Resolve answers f from the catalog: fresh matches, or,
+// when the catalog cannot be asked, the matching entries of its cache
+// marked Stale; an error only when it has neither. Catalog entries carry
+// no signature (Result.Record stays nil).
 type Catalog interface {
-	Search(ctx context.Context, q Query) ([]Result, error)
+	Resolve(ctx context.Context, f store.Filter) ([]skillcenter.Match, error)
 }
+
+var _ Catalog = (*skillcenter.Client)(nil)
 
 // Options carry the parts a caller may inject.
 type Options struct {
