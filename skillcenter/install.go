@@ -84,7 +84,7 @@ type Installed struct {
 // download must match it and every other digest given. The version
 // directory appears atomically (written beside it, then renamed), so a
 // corrupt or interrupted download leaves nothing behind.
-func Install(ctx context.Context, c *Client, id string, o InstallOptions) (*Installed, error) {
+func Install(ctx context.Context, c *Client, id string, o InstallOptions) (_ *Installed, err error) {
 	if !ValidID(id) {
 		return nil, fieldErr("id", "%q is not a catalog skill id", trunc(id))
 	}
@@ -122,6 +122,7 @@ func Install(ctx context.Context, c *Client, id string, o InstallOptions) (*Inst
 	} else if done {
 		return plan.installed(final, true), nil
 	}
+	_, statErr := os.Stat(root)
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, err
 	}
@@ -129,7 +130,12 @@ func Install(ctx context.Context, c *Client, id string, o InstallOptions) (*Inst
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = os.RemoveAll(tmp) }() // a no-op after the rename
+	defer func() {
+		_ = os.RemoveAll(tmp) // a no-op after the rename
+		if err != nil && statErr != nil {
+			_ = os.Remove(root) // made by this install; only if empty
+		}
+	}()
 
 	d, err := c.Download(ctx, id)
 	if err != nil {
