@@ -386,6 +386,11 @@ func DecodeSearchRequest(b []byte) (SearchRequest, error) {
 			return SearchRequest{}, fieldErr(f.name, "has the wrong type: %v", jsonErr(err).(*record.FieldError).Reason)
 		}
 	}
+	for _, l := range []*[]string{&req.Capabilities, &req.Scenes, &req.Types, &req.Keywords} {
+		if len(*l) == 0 {
+			*l = nil
+		}
+	}
 	return req, req.Validate()
 }
 
