@@ -303,6 +303,9 @@ func Fingerprint(dir string) (string, error) {
 			return "", err
 		}
 		for _, f := range files {
+			if strings.HasPrefix(f.Name(), ".") {
+				continue // editors' and atomic writers' temporary files
+			}
 			fi, err := f.Info()
 			if err != nil {
 				continue
