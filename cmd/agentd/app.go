@@ -92,6 +92,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			bootstrapCommand(),
 			simnetCommand(),
 			certCommand(), keyCommand(), caCommand(), trustCommand(),
+			skillcenterCommand(), skillCommand(),
 		},
 	}
 	app.Commands = append(app.Commands, clientCommands()...)
