@@ -40,6 +40,8 @@ type Entry struct {
 	// Signer is the manifest's signer (nil when unsigned). The signature
 	// verified when the catalog was loaded; it is not anchored.
 	Signer *Signer
+
+	skill Skill // Manifest.Skill(), made once
 }
 
 // Catalog is a directory of skill manifests and packages, loaded and
@@ -136,7 +138,7 @@ func loadEntry(sdir, name string) (*Entry, error) {
 	if m.ID != name {
 		return nil, locate("id", "%q is not the directory's name %q", m.ID, name)
 	}
-	e := &Entry{Manifest: m, Path: path}
+	e := &Entry{Manifest: m, Path: path, skill: m.Skill()}
 	if m.Signature != nil {
 		s, err := m.Verify(Anchors{})
 		if err != nil {
@@ -216,7 +218,7 @@ func (c *Catalog) Search(req SearchRequest) ([]*Entry, error) {
 	}
 	var out []*Entry
 	for _, e := range c.entries {
-		if q.matches(e.Manifest.Skill()) {
+		if q.matches(e.skill) {
 			out = append(out, e)
 		}
 	}

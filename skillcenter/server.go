@@ -243,20 +243,27 @@ func (s *Server) baseURL(r *http.Request) string {
 
 // skillOf is a catalog entry in the §7.3 shape.
 func (s *Server) skillOf(r *http.Request, e *Entry) Skill {
-	sk := e.Manifest.Skill()
-	if e.PackagePath != "" {
-		sk.DownloadURL = s.baseURL(r) + "/api/skills/" + url.PathEscape(sk.ID) + "/download"
-	}
+	sk := e.skill
+	s.withDownloadURL(r, &sk)
 	return sk
 }
 
+// withDownloadURL sets the downloadUrl of a catalog skill with a package.
+func (s *Server) withDownloadURL(r *http.Request, sk *Skill) {
+	if sk.Package != nil && sk.Source == "" {
+		sk.DownloadURL = s.baseURL(r) + "/api/skills/" + url.PathEscape(sk.ID) + "/download"
+	}
+}
+
 // allSkills is every skill the server answers with, by id: the catalog's,
-// then for the other ids those of live registrations.
-func (s *Server) allSkills(r *http.Request) []Skill {
+// then for the other ids those of live registrations. The catalog's
+// entries share their slices with the catalog (read only) and have no
+// downloadUrl yet (withPage sets it on the page answered).
+func (s *Server) allSkills() []Skill {
 	cat := s.Catalog()
 	out := make([]Skill, 0, cat.Len())
 	for _, e := range cat.entries {
-		out = append(out, s.skillOf(r, e))
+		out = append(out, e.skill)
 	}
 	if s.reg != nil {
 		for id, sk := range registeredSkills(s.reg.live()) {
@@ -269,6 +276,15 @@ func (s *Server) allSkills(r *http.Request) []Skill {
 	return out
 }
 
+// withPage cuts a page and sets its download URLs.
+func (s *Server) withPage(r *http.Request, all []Skill, offset, limit int) []Skill {
+	p := page(all, offset, limit)
+	for i := range p {
+		s.withDownloadURL(r, &p[i])
+	}
+	return p
+}
+
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	limit, err := intParam(q, "limit", DefaultPageSize, 1, MaxPageSize)
@@ -279,8 +295,8 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	all := s.allSkills(r)
-	writeCachedJSON(w, r, SkillList{Total: len(all), Skills: page(all, offset, limit)})
+	all := s.allSkills()
+	writeCachedJSON(w, r, SkillList{Total: len(all), Skills: s.withPage(r, all, offset, limit)})
 	return nil
 }
 
@@ -345,12 +361,12 @@ func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request) error {
 		limit = min(max(limit, DefaultPageSize), MaxPageSize)
 	}
 	var hits []Skill
-	for _, sk := range s.allSkills(r) {
+	for _, sk := range s.allSkills() {
 		if q.matches(sk) {
 			hits = append(hits, sk)
 		}
 	}
-	writeJSON(w, http.StatusOK, SkillList{Total: len(hits), Skills: page(hits, req.Offset, limit)})
+	writeJSON(w, http.StatusOK, SkillList{Total: len(hits), Skills: s.withPage(r, hits, req.Offset, limit)})
 	return nil
 }
 
