@@ -67,7 +67,7 @@ func BenchmarkResolveCached(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	f := store.Filter{Capability: "hot"}
 	if ms, err := c.Resolve(context.Background(), f); err != nil || len(ms) != 100 {
 		b.Fatalf("%d matches, %v", len(ms), err)

@@ -152,7 +152,7 @@ func loadEntry(sdir, name string) (*Entry, error) {
 		if err != nil {
 			return nil, locate("package.file", "%v", err)
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }()
 		fi, err := f.Stat()
 		if err != nil {
 			return nil, locate("package.file", "%v", err)
@@ -180,7 +180,7 @@ func readBounded(path string, limit int64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	b, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -312,7 +312,7 @@ func Fingerprint(dir string) (string, error) {
 			if err != nil {
 				continue
 			}
-			fmt.Fprintf(h, "%s/%s\x00%d\x00%d\x00", de.Name(), f.Name(), fi.Size(), fi.ModTime().UnixNano())
+			_, _ = fmt.Fprintf(h, "%s/%s\x00%d\x00%d\x00", de.Name(), f.Name(), fi.Size(), fi.ModTime().UnixNano())
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil

@@ -75,7 +75,7 @@ func TestFallbackAgainstMirror(t *testing.T) {
 	if err := f.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 
 	// No P2P: registered, and kept fresh.
 	waitFor(t, 5*time.Second, "the registration", func() bool { return m.s.Registered() == 1 })
@@ -138,7 +138,7 @@ func TestFallbackReportsAuthFailures(t *testing.T) {
 	if err := f.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	waitFor(t, 5*time.Second, "the refusal", func() bool { return strings.Contains(f.Status().LastError, "ErrForbidden") })
 	if m.s.Registered() != 0 {
 		t.Fatal("registered with a read-only token")

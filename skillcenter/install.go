@@ -306,7 +306,7 @@ func alreadyInstalled(final string, p *installPlan) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("%w: %s exists without %s", ErrAlreadyInstalled, final, p.file)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	h := sha256.New()
 	n, err := io.Copy(h, f)
 	if err != nil {
@@ -348,6 +348,6 @@ func syncDir(dir string) error {
 	if err != nil {
 		return err
 	}
-	defer d.Close()
+	defer func() { _ = d.Close() }()
 	return d.Sync()
 }

@@ -105,7 +105,7 @@ func apiGet(t *testing.T, url string) (int, api.AgentList, api.Error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, _ := io.ReadAll(resp.Body)
 	var l api.AgentList
 	var e api.Error

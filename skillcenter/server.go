@@ -427,7 +427,7 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("open package of %s: %w", id, err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	fi, err := f.Stat()
 	if err != nil {
 		return fmt.Errorf("stat package of %s: %w", id, err)

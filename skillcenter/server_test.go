@@ -107,7 +107,7 @@ func do(t testing.TB, req *http.Request) (*http.Response, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +183,7 @@ func TestMirrorCatalogEndpoints(t *testing.T) {
 	if err != nil || man.ID != "skill-org-feishu" || s.Package == nil || s.Package.SHA256 != man.Package.SHA256 {
 		t.Fatalf("manifest %s: %v", s.Manifest, err)
 	}
-	resp, b = get(t, m.url+"/api/skills/skill-org-feishu", "If-None-Match", resp.Header.Get("ETag"))
+	resp, _ = get(t, m.url+"/api/skills/skill-org-feishu", "If-None-Match", resp.Header.Get("ETag"))
 	if resp.StatusCode != http.StatusNotModified {
 		t.Fatalf("conditional GET of a skill: %d", resp.StatusCode)
 	}

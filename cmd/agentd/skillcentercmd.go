@@ -179,7 +179,9 @@ func skillcenterServe(c *cli.Context) error {
 		}
 		if err != nil {
 			_ = hs.Close()
-			<-serveErr
+			if serr := <-serveErr; !errors.Is(serr, http.ErrServerClosed) {
+				log.Warn("skillcenter server ended", "err", serr)
+			}
 			return fmt.Errorf("--%s: %w", scFlagAddrFile, err)
 		}
 		defer func() { _ = os.Remove(addrFile) }()
@@ -420,7 +422,7 @@ func fileDigest(path string) (string, int64, error) {
 	if err != nil {
 		return "", 0, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	h := sha256.New()
 	n, err := io.Copy(h, f)
 	if err != nil {

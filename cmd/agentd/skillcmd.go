@@ -133,7 +133,7 @@ func skillInstall(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
+	defer func() { _ = cl.Close() }()
 	in, err := skillcenter.Install(c.Context, cl, id, o)
 	if err != nil {
 		return fmt.Errorf("install %s from %s: %w", id, cl.URL(), err)
@@ -188,7 +188,7 @@ func skillSearch(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
+	defer func() { _ = cl.Close() }()
 	var ans skillcenter.Answer[skillcenter.SkillList]
 	if len(req.Capabilities)+len(req.Scenes)+len(req.Types)+len(req.Keywords) == 0 && req.Version == "" {
 		ans, err = cl.List(c.Context)
@@ -203,9 +203,9 @@ func skillSearch(c *cli.Context) error {
 	}
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tVERSION\tTYPE\tCAPABILITIES\tSCENES\tENDPOINT")
+	_, _ = fmt.Fprintln(tw, "ID\tVERSION\tTYPE\tCAPABILITIES\tSCENES\tENDPOINT")
 	for _, s := range ans.Value.Skills {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Version, s.Type, strings.Join(s.Capabilities, ","), dashIfEmpty(strings.Join(s.Scenes, ",")), dashIfEmpty(s.Endpoint))
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Version, s.Type, strings.Join(s.Capabilities, ","), dashIfEmpty(strings.Join(s.Scenes, ",")), dashIfEmpty(s.Endpoint))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
