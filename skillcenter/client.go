@@ -409,18 +409,16 @@ func (c *Client) call(ctx context.Context, method, path string, q url.Values, bo
 }
 
 func (c *Client) newRequest(ctx context.Context, method, path string, q url.Values, body []byte) (*http.Request, error) {
-	u := *c.base
-	u.Path = c.base.Path + path
-	u.RawPath = ""
-	if c.base.RawPath != "" || strings.Contains(path, "%") {
-		u.RawPath = c.base.EscapedPath() + path
+	// path is already escaped; the base URL has no query or fragment.
+	u := c.base.String() + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
 	}
-	u.RawQuery = q.Encode()
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
 		return nil, err
 	}

@@ -336,3 +336,22 @@ func TestNewClientRefuses(t *testing.T) {
 		t.Fatalf("after Close: %v", err)
 	}
 }
+
+func TestClientEscapesPaths(t *testing.T) {
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.URL.EscapedPath())
+		http.Error(w, `{"error":"DISC_002","message":"no"}`, http.StatusNotFound)
+	}))
+	defer srv.Close()
+	c := newTestClient(t, srv.URL+"/pre%20fix", Options{})
+	for _, id := range []string{"a b", "a/b", "ü"} {
+		if _, err := c.Get(context.Background(), id); !IsNotFound(err) {
+			t.Fatalf("%q: %v", id, err)
+		}
+	}
+	want := []string{"/pre%20fix/api/skills/a%20b", "/pre%20fix/api/skills/a%2Fb", "/pre%20fix/api/skills/%C3%BC"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("paths %v, want %v", got, want)
+	}
+}
