@@ -34,6 +34,13 @@ const (
 // maxListPages bounds the pages List follows.
 const maxListPages = 100
 
+// CatalogHeader is sent ("1") with every catalog request of the client, so
+// that an agentd answering the SkillCenter endpoints can tell a request
+// from another resolver and answer it from its own view only: two agentd
+// that name each other (or themselves) as catalog would otherwise ask each
+// other in a loop until the timeout.
+const CatalogHeader = "X-Agentd-Catalog"
+
 // Options configure a Client. Zero values take the defaults above.
 type Options struct {
 	// Timeout bounds one HTTP attempt: the whole exchange for JSON
@@ -426,6 +433,7 @@ func (c *Client) newRequest(ctx context.Context, method, path string, q url.Valu
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("User-Agent", c.o.UserAgent)
+	req.Header.Set(CatalogHeader, "1")
 	if c.o.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.o.Token)
 	}

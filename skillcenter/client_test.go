@@ -340,6 +340,9 @@ func TestNewClientRefuses(t *testing.T) {
 func TestClientEscapesPaths(t *testing.T) {
 	var got []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(CatalogHeader) != "1" {
+			t.Errorf("no %s header", CatalogHeader)
+		}
 		got = append(got, r.URL.EscapedPath())
 		http.Error(w, `{"error":"DISC_002","message":"no"}`, http.StatusNotFound)
 	}))
