@@ -12,6 +12,7 @@ import (
 	"github.com/Masterminds/semver/v3"
 	"github.com/agentd/agentd/node"
 	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/skillcenter"
 	"github.com/agentd/agentd/store"
 )
 
@@ -169,7 +170,7 @@ func (s *Server) handleSkill(w http.ResponseWriter, r *http.Request) error {
 	if _, err := parseQuery(r.URL.RawQuery); err != nil {
 		return err
 	}
-	res, err := s.skillResults(r.Context(), node.Query{Filter: store.Filter{Skill: id}})
+	res, err := s.skillResults(r.Context(), node.Query{Filter: store.Filter{Skill: id}, LocalOnly: fromCatalogClient(r)})
 	if err != nil {
 		return err
 	}
@@ -224,7 +225,7 @@ func (s *Server) handleSkillSearch(w http.ResponseWriter, r *http.Request) error
 	}
 	// The resolver looks up the first capability (a DHT key when the view
 	// has nothing); the rest of the criteria are checked per skill.
-	q := node.Query{LocalOnly: len(req.Capabilities) == 0}
+	q := node.Query{LocalOnly: len(req.Capabilities) == 0 || fromCatalogClient(r)}
 	if len(req.Capabilities) > 0 {
 		q.Capability = req.Capabilities[0]
 	}
@@ -319,4 +320,12 @@ func checkIdents(field string, ids []string, maxN int) error {
 
 func fieldIndex(field string, i int) string {
 	return field + "[" + strconv.Itoa(i) + "]"
+}
+
+// fromCatalogClient reports whether the request comes from an agentd's
+// SkillCenter client: such requests are answered from the live view only,
+// never through this node's own resolver, so agentds that name each other
+// (or themselves) as their catalog cannot loop.
+func fromCatalogClient(r *http.Request) bool {
+	return r.Header.Get(skillcenter.CatalogHeader) != ""
 }
