@@ -22,6 +22,7 @@ import (
 	"github.com/agentd/agentd/node"
 	"github.com/agentd/agentd/p2p"
 	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/skillcenter"
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/trust"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -81,7 +82,7 @@ func nodeConfig(cfg config.Config, log *slog.Logger) (node.Config, error) {
 
 // startNetwork starts the peer-to-peer side of the daemon: the node (host,
 // DHT, gossip) on the store.
-func startNetwork(ctx context.Context, cfg config.Config, id *trust.Identity, st store.Store, m *metrics.Metrics, ver string, log *slog.Logger) (*node.Node, error) {
+func startNetwork(ctx context.Context, cfg config.Config, id *trust.Identity, st store.Store, m *metrics.Metrics, cat *skillcenter.Client, ver string, log *slog.Logger) (*node.Node, error) {
 	nc, err := nodeConfig(cfg, log)
 	if err != nil {
 		return nil, err
@@ -105,6 +106,9 @@ func startNetwork(ctx context.Context, cfg config.Config, id *trust.Identity, st
 	opts := node.Options{Identity: id, Host: h, Store: st, Metrics: m, Logger: log}
 	if chain != nil {
 		opts.Chain = chain
+	}
+	if cat != nil {
+		opts.Catalog = cat
 	}
 	n, err := node.New(nc, opts)
 	if err != nil {
@@ -183,12 +187,36 @@ func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger, opts da
 	log.Info("store opened", "dir", dbDir)
 
 	m := metrics.New(true)
-	nd, err := startNetwork(ctx, cfg, id, st, m, opts.Version, log)
+	cat, err := newCatalog(cfg, opts.Version, log)
+	if err != nil {
+		return err
+	}
+	if cat != nil {
+		closers = append(closers, closer{"SkillCenter client", func(context.Context) error { return cat.Close() }})
+	}
+	nd, err := startNetwork(ctx, cfg, id, st, m, cat, opts.Version, log)
 	if err != nil {
 		return fmt.Errorf("start node: %w", err)
 	}
 	closers = append(closers, closer{"libp2p host", func(context.Context) error { return nd.Host().Close() }})
 	closers = append(closers, closer{"node", func(ctx context.Context) error { return nd.Shutdown(ctx) }})
+	if cfg.Registry.URL != "" {
+		fb, err := skillcenter.NewFallback(skillcenter.FallbackConfig{
+			URL: cfg.Registry.URL, Token: cfg.Registry.Token,
+			Interval: cfg.Discovery.HealthCheck.HeartbeatInterval.D(), Timeout: cfg.Discovery.SkillCenter.Timeout.D(), Logger: log,
+		}, skillcenter.FallbackDeps{
+			Locals:   nd.Locals,
+			P2PWorks: func() bool { return len(nd.Host().Network().Peers()) > 0 },
+		})
+		if err != nil {
+			return fmt.Errorf("registry fallback: %w", err)
+		}
+		if err := fb.Start(ctx); err != nil {
+			return fmt.Errorf("registry fallback: %w", err)
+		}
+		closers = append(closers, closer{"registry fallback", func(context.Context) error { return fb.Close() }})
+		log.Info("registry fallback configured", "registry", cfg.Registry.URL)
+	}
 	net_ := daemonNode{Node: nd, ctx: context.WithoutCancel(ctx)}
 	addrs := p2pAddrs(net_.Addrs(), id.PeerID)
 	log.Info("libp2p host listening", "peer_id", id.PeerID.String(), "addrs", addrs)
@@ -406,4 +434,27 @@ func loadTrustStore(ctx context.Context, cfg config.Config, log *slog.Logger) (*
 		}
 	}()
 	return ts, nil
+}
+
+// newCatalog builds the SkillCenter client when discovery.skillCenter is
+// enabled: the resolver's catalog step, asked only when the live view,
+// the LAN and the DHT found nothing (seed 001 §12.2).
+func newCatalog(cfg config.Config, ver string, log *slog.Logger) (*skillcenter.Client, error) {
+	sc := cfg.Discovery.SkillCenter
+	if !sc.Enabled {
+		return nil, nil
+	}
+	ttl := sc.Cache.TTL.D()
+	if !sc.Cache.Enabled {
+		ttl = -1
+	}
+	cat, err := skillcenter.NewClient(sc.URL, skillcenter.Options{
+		Timeout: sc.Timeout.D(), CacheTTL: ttl, CacheEntries: cfg.Cache.MaxSize,
+		UserAgent: "agentd/" + ver, Logger: log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("skillcenter: %w", err)
+	}
+	log.Info("SkillCenter catalog configured", "url", sc.URL)
+	return cat, nil
 }

@@ -23,6 +23,7 @@ const (
 	flagNoLAN        = "no-lan"
 	flagLANInterface = "lan-interface"
 	flagClientMode   = "client-mode"
+	flagServeReg     = "serve-registry"
 	flagJSON         = "json"
 )
 
@@ -48,6 +49,7 @@ func nodeFlags() []cli.Flag {
 		&cli.StringFlag{Name: flagTrustPolicy, EnvVars: []string{config.EnvTrustPolicy}, Usage: "trust `POLICY`: open (valid signatures, first key seen keeps an agent id), allowlist (only trust.allowList agent ids) or ca (a certificate chain to trust.roots for agents not allow-listed); default open"},
 		&cli.BoolFlag{Name: flagNoLAN, EnvVars: []string{config.EnvNoLAN}, Usage: "turn LAN discovery off: the seed-001 UDP multicast protocol and mDNS/DNS-SD (sets discovery.udp.enabled and discovery.mdns.enabled to false)"},
 		&cli.StringFlag{Name: flagLANInterface, EnvVars: []string{config.EnvLANInterface}, Usage: "network `INTERFACE` for LAN discovery (default: every multicast-capable interface)"},
+		&cli.BoolFlag{Name: flagServeReg, EnvVars: []string{config.EnvServeRegistry}, Usage: "act as a seed-000 registry (POST /agents) for agents that cannot run P2P; needs api.jwtSecret or api.jwtPublicKey (auth is required)"},
 		&cli.BoolFlag{Name: flagClientMode, EnvVars: []string{config.EnvClientMode}, Usage: "DHT client mode, for hosts that cannot accept connections: the node queries the DHT but does not serve it"},
 	}
 }
@@ -101,6 +103,7 @@ var flagHint = []struct{ field, hint string }{
 	{"discovery.interface", "--lan-interface / " + config.EnvLANInterface},
 	{"log.level", "--log-level / " + config.EnvLogLevel},
 	{"log.format", "--log-format / " + config.EnvLogFormat},
+	{"api.serveRegistry", "--serve-registry / " + config.EnvServeRegistry},
 }
 
 // effectiveConfig builds the configuration of this invocation: defaults,
@@ -140,6 +143,7 @@ func effectiveConfig(c *cli.Context) (config.Config, error) {
 	set("trust.policy", func(x *cli.Context, n string) { cfg.Trust.Policy = x.String(n) })(flagTrustPolicy)
 	set("discovery.interface", func(x *cli.Context, n string) { cfg.Discovery.Interface = x.String(n) })(flagLANInterface)
 	set("discovery.dht.clientMode", func(x *cli.Context, n string) { cfg.Discovery.DHT.ClientMode = x.Bool(n) })(flagClientMode)
+	set("api.serveRegistry", func(x *cli.Context, n string) { cfg.API.ServeRegistry = x.Bool(n) })(flagServeReg)
 	set("discovery.udp.enabled", func(x *cli.Context, n string) {
 		if x.Bool(n) {
 			cfg.Discovery.UDP.Enabled = false
