@@ -476,9 +476,16 @@ func (n *Node) Health() Health {
 	} else {
 		h.Transports["lan"] = "unavailable: " + why
 	}
-	if n.cat == nil {
+	switch c := n.cat.(type) {
+	case nil:
 		h.Transports["skillcenter"] = "off"
-	} else {
+	case interface{ State() skillcenter.State }:
+		if st := c.State(); st.Circuit == "closed" {
+			h.Transports["skillcenter"] = "ok"
+		} else {
+			h.Transports["skillcenter"] = fmt.Sprintf("unavailable: circuit %s after %d failures", st.Circuit, st.Failures)
+		}
+	default:
 		h.Transports["skillcenter"] = "ok"
 	}
 	return h
