@@ -33,6 +33,9 @@ type Config struct {
 	RecordTTL time.Duration
 	// CacheTTL bounds how long a remote record stays fresh (default 300 s).
 	CacheTTL time.Duration
+	// NoStaleCache turns off the resolver's last step: expired cache
+	// entries are never answered (cache.enabled: false).
+	NoStaleCache bool
 	// LookupTimeout bounds one Discover call (default 10 s).
 	LookupTimeout time.Duration
 	// LANTimeout bounds the LAN step of a lookup (default 1 s).

@@ -128,7 +128,11 @@ func (n *Node) Discover(ctx context.Context, q Query) ([]Result, error) {
 	// 5. The cache, including expired entries inside the grace window,
 	// then the expired catalog answers.
 	tried = append(tried, "cache")
-	if res := limitResults(append(n.fromCache(ctx, q.Filter), catStale...), q.Limit); len(res) > 0 {
+	var cached []Result
+	if !n.cfg.NoStaleCache {
+		cached = n.fromCache(ctx, q.Filter)
+	}
+	if res := limitResults(append(cached, catStale...), q.Limit); len(res) > 0 {
 		return done(store.SourceCache, res)
 	}
 	n.m.Lookups.WithLabelValues("none", "miss").Inc()

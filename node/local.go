@@ -468,3 +468,52 @@ func (n *Node) fetchUnknown(agentID string, from peer.ID) {
 		}
 	}()
 }
+
+// refreshEntry is the store's refresh-before-expiry hook (seed 001 §11.1,
+// cache.refreshBeforeExpiry): a cached record about to expire whose agent
+// is not kept fresh by heartbeats is fetched again from its host, so a
+// record found through the DHT or the LAN stays answerable while its host
+// serves it. It never blocks the store (bounded, dropped when busy).
+func (n *Node) refreshEntry(e store.Entry) {
+	if n.dht == nil || e.Record == nil {
+		return
+	}
+	a := &e.Record.Agent
+	if v, ok := n.view.Get(a.AgentID); ok && (v.Local || time.Since(v.LastHeard) < n.cfg.HeartbeatInterval*2) {
+		return // hosted here, or heartbeats keep it fresh
+	}
+	if e.Source != store.SourceDHT && e.Source != store.SourceLAN && e.Source != store.SourceGossip {
+		return
+	}
+	p, err := peer.Decode(a.PeerID)
+	if err != nil {
+		return
+	}
+	n.mu.Lock()
+	if !n.started || n.closed {
+		n.mu.Unlock()
+		return
+	}
+	select {
+	case n.fetchSem <- struct{}{}:
+	default:
+		n.mu.Unlock()
+		return
+	}
+	n.wg.Add(1)
+	n.mu.Unlock()
+	go func() {
+		defer n.wg.Done()
+		defer func() { <-n.fetchSem }()
+		ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
+		defer cancel()
+		recs, err := n.dht.Fetch(ctx, peer.AddrInfo{ID: p}, dht.FetchQuery{AgentID: a.AgentID})
+		if err != nil {
+			n.log.Debug("refresh before expiry failed", "agent", a.AgentID, "err", err)
+			return
+		}
+		for _, sa := range recs {
+			_ = n.view.Learn(sa, e.Source, true)
+		}
+	}()
+}

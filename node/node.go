@@ -170,6 +170,7 @@ func New(cfg Config, opts Options) (n *Node, err error) {
 		Timeout: cfg.Timeout, CacheTTL: cfg.CacheTTL,
 	}, n.st, n.ver, m, log)
 	n.view.OnUnknownAgent(n.fetchUnknown)
+	n.st.OnRefresh(n.refreshEntry)
 	if !cfg.DisableDHT {
 		dc := cfg.DHT
 		dc.BootstrapPeers = append(dc.BootstrapPeers, cfg.Bootstrap...)

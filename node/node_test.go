@@ -251,3 +251,40 @@ func TestClientSignedRecordStaysAlive(t *testing.T) {
 		}
 	})
 }
+
+// A record found through the DHT is fetched again before its cache entry
+// expires while its agent is not heard (cache.refreshBeforeExpiry).
+func TestRefreshBeforeExpiry(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn := newNet(t, 4, Config{DisableGossip: true, Timeout: 10 * time.Minute, CacheTTL: 90 * time.Second})
+		waitFor(t, 20*time.Second, "routing tables", func() bool { return tn.nodes[3].DHT().RoutingTableSize() >= 2 })
+		sa, err := tn.nodes[1].Register(context.Background(), spec("skill-refresh", "cap.refresh"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := tn.nodes[3]
+		waitFor(t, 20*time.Second, "dht discovery", func() bool {
+			ids, _ := discoverIDs(t, q.Node, Query{Filter: store.Filter{Capability: "cap.refresh"}})
+			return len(ids) == 1
+		})
+		first, err := q.Store().Get(context.Background(), sa.Agent.AgentID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Past the first expiry: the entry was refreshed (60 s before it).
+		time.Sleep(100 * time.Second)
+		e, err := q.Store().Get(context.Background(), sa.Agent.AgentID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Stale || !e.ExpiresAt.After(first.ExpiresAt) {
+			t.Fatalf("entry not refreshed: stale=%v expires %s (first %s)", e.Stale, e.ExpiresAt, first.ExpiresAt)
+		}
+		// A host that is gone is not refreshed: the entry goes stale.
+		tn.nodes[1].Close()
+		time.Sleep(100 * time.Second)
+		if e, err := q.Store().Get(context.Background(), sa.Agent.AgentID); err == nil && !e.Stale {
+			t.Fatalf("entry of a dead host still fresh: %+v", e.ExpiresAt)
+		}
+	})
+}

@@ -72,6 +72,7 @@ func nodeConfig(cfg config.Config, log *slog.Logger) (node.Config, error) {
 		Timeout:           hc.Timeout.D(),
 		UnhealthyAfter:    hc.UnhealthyThreshold,
 		CacheTTL:          cfg.Cache.TTL.D(),
+		NoStaleCache:      !cfg.Cache.Enabled,
 		DisableDHT:        !cfg.Discovery.DHT.Enabled,
 		Trust: trust.Config{Policy: trust.Policy(cfg.Trust.Policy), AllowList: allow,
 			RotationGrace: cfg.Trust.RotationGrace.D()},
