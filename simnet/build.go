@@ -50,6 +50,11 @@ func (sm *sim) report(setup SetupInfo) *Report {
 	q.FullRecall = ratio(sm.fullRecall, q.Scored, 1)
 	q.StaleRate = o.StaleRate()
 	q.StaleUnflaggedRate = ratio(o.Stale-o.StaleFlagged, o.Returned, 0)
+	q.StaleDeadFor = sm.staleDead.summary()
+	q.StaleBySource = map[string]int{}
+	for k, v := range sm.staleBy {
+		q.StaleBySource[k] = v
+	}
 	r.Queries = q
 
 	r.Latency = LatencyInfo{All: sm.lat.summary(), BySource: map[string]Percentiles{}}
@@ -57,7 +62,7 @@ func (sm *sim) report(setup SetupInfo) *Report {
 		r.Latency.BySource[k] = v.summary()
 	}
 	r.Gossip = GossipStats{
-		Propagation: sm.probe.all.summary(), ByKind: map[string]Percentiles{},
+		SampledOneIn: int(sm.probe.every), Propagation: sm.probe.all.summary(), ByKind: map[string]Percentiles{},
 		ProbeDropped: sm.probe.dropped.Load(), RPCDrops: sm.probe.rpcDrops.Load(), Undeliverable: sm.probe.undeliverable.Load(),
 	}
 	for k, v := range sm.probe.byKind {
@@ -79,7 +84,9 @@ func (sm *sim) report(setup SetupInfo) *Report {
 	for _, w := range sm.watches {
 		c.Reconverge = append(c.Reconverge, Reconverge{Event: w.event, AtS: w.at.Sub(sm.t0).Seconds(), S: -1})
 	}
+	c.CloseErrors, c.CloseErrorSamples = sm.closeErrN, append([]string(nil), sm.closeErrs...)
 	r.Churn = c
+	r.NodeErrors = append([]string(nil), sm.opErrs...)
 
 	// sm.traffic0 and sm.boot0 hold the window's deltas by now.
 	t := TrafficInfo{NodeSeconds: sm.nodeSecs, ByProtocol: map[string]ClassTraffic{}}

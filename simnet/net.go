@@ -26,8 +26,13 @@ type simNet struct {
 	jitter    time.Duration
 	bandwidth float64
 
-	byPeer   sync.Map       // peer.ID → node index
-	flushers sync.WaitGroup // simStream flushers in flight
+	byPeer sync.Map // peer.ID → node index
+
+	// Stream flushers in flight, owned by the network: close resets their
+	// streams and waits for them.
+	flushers sync.WaitGroup
+	flushMu  sync.Mutex
+	flushing map[*simStream]struct{}
 
 	mu      sync.Mutex
 	hosts   map[int]host.Host
@@ -47,6 +52,7 @@ func newSimNet(s Scenario) *simNet {
 	return &simNet{
 		mn: mn, seed: s.Seed, latency: s.Latency, jitter: s.Jitter, bandwidth: s.Bandwidth,
 		hosts: map[int]host.Host{}, up: map[int]bool{}, linked: map[[2]int]bool{},
+		flushing: map[*simStream]struct{}{},
 	}
 }
 
@@ -257,10 +263,35 @@ func (n *simNet) closeHost(idx int) error {
 	return h.Close()
 }
 
-// close closes every host (resetting every stream) and waits for the
-// stream flushers, which exit once their stream fails.
+func (n *simNet) flushStart(s *simStream) {
+	n.flushMu.Lock()
+	defer n.flushMu.Unlock()
+	n.flushers.Add(1)
+	n.flushing[s] = struct{}{}
+}
+
+func (n *simNet) flushDone(s *simStream) {
+	n.flushMu.Lock()
+	defer n.flushMu.Unlock()
+	delete(n.flushing, s)
+	n.flushers.Done()
+}
+
+// close closes every host (resetting their streams), resets the streams
+// whose flushers are still running (mocknet can leave a stream off its
+// connection's list when the connection closes while the stream opens;
+// nothing would ever unblock a write on it), and waits for the flushers.
 func (n *simNet) close() error {
 	err := n.mn.Close()
+	n.flushMu.Lock()
+	stuck := make([]*simStream, 0, len(n.flushing))
+	for s := range n.flushing {
+		stuck = append(stuck, s)
+	}
+	n.flushMu.Unlock()
+	for _, s := range stuck {
+		s.abort()
+	}
 	n.flushers.Wait()
 	return err
 }

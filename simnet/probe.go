@@ -1,6 +1,7 @@
 package simnet
 
 import (
+	"hash/fnv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,8 +20,12 @@ import (
 // before publishing. Every node runs in this process on one clock, so the
 // difference is the publish-to-delivery latency, validation included.
 type probe struct {
-	ch   chan delivery
-	from atomic.Int64 // unix ns; deliveries before it are ignored (warm-up)
+	// every: only messages whose id hashes to 0 mod every are measured,
+	// at every node (the same messages everywhere), to bound the cost of
+	// decoding them.
+	every uint32
+	ch    chan delivery
+	from  atomic.Int64 // unix ns; deliveries before it are ignored (warm-up)
 
 	mu     sync.RWMutex
 	closed bool
@@ -40,8 +45,9 @@ type delivery struct {
 	data []byte
 }
 
-func newProbe(capacity int) *probe {
+func newProbe(capacity int, every uint32) *probe {
 	p := &probe{
+		every:  max(every, 1),
 		ch:     make(chan delivery, 1<<14),
 		byKind: map[string]*samples{},
 		all:    newSamples(capacity),
@@ -102,6 +108,13 @@ func (p *probe) close() {
 func (p *probe) deliver(msg *pubsub.Message) {
 	if msg.Local {
 		return
+	}
+	if p.every > 1 {
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(msg.ID))
+		if h.Sum32()%p.every != 0 {
+			return
+		}
 	}
 	now := time.Now()
 	if now.UnixNano() < p.from.Load() {

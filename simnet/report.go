@@ -28,6 +28,9 @@ type Report struct {
 	Resources   Resources   `json:"resources"`
 	Timeline    []Bucket    `json:"timeline"`
 	Marks       []Mark      `json:"events"`
+	// NodeErrors lists node operations that failed (a node that could not
+	// start or restart); Check fails the run when there is any.
+	NodeErrors []string `json:"node_errors,omitempty"`
 	// Thresholds and Failures are filled by Check.
 	Thresholds *Thresholds `json:"thresholds,omitempty"`
 	Failures   []string    `json:"failures,omitempty"`
@@ -99,6 +102,10 @@ type QueryStats struct {
 	// results the resolver did not mark stale.
 	StaleRate          float64 `json:"stale_rate"`
 	StaleUnflaggedRate float64 `json:"stale_unflagged_rate"`
+	// StaleDeadFor is how long the agents of stale results had been dead;
+	// StaleBySource counts stale results by the source the resolver gave.
+	StaleDeadFor  Percentiles    `json:"stale_dead_for"`
+	StaleBySource map[string]int `json:"stale_by_source,omitempty"`
 }
 
 // LatencyInfo is the lookup latency, over all queries and by the source
@@ -111,8 +118,11 @@ type LatencyInfo struct {
 
 // GossipStats is the publish-to-delivery latency of gossip messages.
 type GossipStats struct {
-	Propagation Percentiles            `json:"propagation"`
-	ByKind      map[string]Percentiles `json:"propagation_by_kind"`
+	// SampledOneIn: propagation is measured on the messages whose id
+	// hashes to 0 modulo this (at every node), to bound the probe's cost.
+	SampledOneIn int                    `json:"sampled_one_in"`
+	Propagation  Percentiles            `json:"propagation"`
+	ByKind       map[string]Percentiles `json:"propagation_by_kind"`
 	// ProbeDropped deliveries were not measured (the collector lagged);
 	// RPCDrops and Undeliverable are pubsub's own overload signals.
 	ProbeDropped  int64 `json:"probe_dropped"`
@@ -141,6 +151,11 @@ type ChurnStats struct {
 	JoinUnresolved    int `json:"join_unresolved"`
 	Revived           int `json:"revived"`
 	DiedBeforeVisible int `json:"died_before_visible"`
+	// CloseErrors counts nodes that returned an error while stopping (for
+	// example a flush of the address book that missed its deadline); the
+	// first few are kept.
+	CloseErrors       int      `json:"close_errors"`
+	CloseErrorSamples []string `json:"close_error_samples,omitempty"`
 	// Reconverge lists, after a heal or a mass join, how long until every
 	// live node saw every live agent again (-1: not before the end).
 	Reconverge []Reconverge `json:"reconverge,omitempty"`
@@ -180,9 +195,11 @@ type Resources struct {
 	PeakNodes         int     `json:"peak_nodes"`
 	GoroutinesPerNode float64 `json:"goroutines_per_node"`
 	GoroutinesPeak    int     `json:"goroutines_peak"`
-	HeapPerNodeMB     float64 `json:"heap_per_node_mb"`
-	HeapPeakMB        float64 `json:"heap_peak_mb"`
-	RSSPeakMB         float64 `json:"rss_peak_mb"`
+	// HeapPerNodeMB and HeapPeakMB are the live heap (what survived the
+	// last GC, independent of GOGC).
+	HeapPerNodeMB float64 `json:"heap_per_node_mb"`
+	HeapPeakMB    float64 `json:"heap_peak_mb"`
+	RSSPeakMB     float64 `json:"rss_peak_mb"`
 	// CPUSeconds is the process's user+system CPU for the whole run
 	// (warm-up included); RunCPUSeconds for the measured window only.
 	CPUSeconds    float64 `json:"cpu_s"`
@@ -237,6 +254,9 @@ func (r *Report) Check(t Thresholds) []string {
 	if r.Interrupted {
 		r.Failures = append(r.Failures, "the run was interrupted before its end")
 	}
+	if len(r.NodeErrors) > 0 {
+		r.Failures = append(r.Failures, fmt.Sprintf("%d node operations failed, first: %s", len(r.NodeErrors), r.NodeErrors[0]))
+	}
 	return r.Failures
 }
 
@@ -276,6 +296,13 @@ func (r *Report) WriteText(w io.Writer) error {
 		row("recall incl. unreachable", fmt.Sprintf("%s (%d/%d; the rest were across the partition)", pct(q.RecallAllLive), q.FoundAll, q.ExpectedAll))
 	}
 	row("stale rate", fmt.Sprintf("%s (%d of %d returned dead > %gs; %d of them marked stale by the resolver)", pct(q.StaleRate), q.Stale, q.Returned, s.StaleAfterS, q.StaleFlagged))
+	if q.Stale > 0 {
+		var bs []string
+		for _, k := range sortedKeys(q.StaleBySource) {
+			bs = append(bs, fmt.Sprintf("%s %d", k, q.StaleBySource[k]))
+		}
+		row("stale results", fmt.Sprintf("dead for %s (p50) to %s (max); by source: %s", secs(q.StaleDeadFor.P50/1000), secs(q.StaleDeadFor.Max/1000), strings.Join(bs, ", ")))
+	}
 	row("dead within timeout", fmt.Sprintf("%d returned (dead ≤ %gs, still in views by design)", q.DeadRecent, s.StaleAfterS))
 	if q.Unreachable > 0 || q.Unknown > 0 {
 		row("other", fmt.Sprintf("%d unreachable, %d unknown", q.Unreachable, q.Unknown))
@@ -310,6 +337,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintln(tw, "CHURN\t")
 	row("nodes", fmt.Sprintf("%d left, %d crashed, %d joined fresh, %d restarted", c.Left, c.Crashed, c.Joined, c.Restarted))
 	row("unresolved at end", fmt.Sprintf("%d crashes, %d leaves, %d joins; %d revived before dropped, %d died before seen", c.CrashUnresolved, c.LeaveUnresolved, c.JoinUnresolved, c.Revived, c.DiedBeforeVisible))
+	if c.CloseErrors > 0 {
+		row("stop errors", fmt.Sprintf("%d nodes returned an error while stopping, e.g. %s", c.CloseErrors, firstLine(c.CloseErrorSamples[0])))
+	}
 	for _, rc := range c.Reconverge {
 		v := "not before the end"
 		if rc.S >= 0 {
@@ -328,7 +358,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	row("bootstrap node", fmt.Sprintf("%.1f msg/s, %s/s out", t.BootstrapMsgsPerS, bytesStr(t.BootstrapBytesOutS)))
 	res := r.Resources
 	row("goroutines", fmt.Sprintf("%.0f per node (peak %d in the process)", res.GoroutinesPerNode, res.GoroutinesPeak))
-	row("heap", fmt.Sprintf("%.2f MB per node (peak %.0f MB); RSS peak %.0f MB", res.HeapPerNodeMB, res.HeapPeakMB, res.RSSPeakMB))
+	row("live heap", fmt.Sprintf("%.2f MB per node (peak %.0f MB); RSS peak %.0f MB", res.HeapPerNodeMB, res.HeapPeakMB, res.RSSPeakMB))
 	row("CPU", fmt.Sprintf("%.1f s total, %.1f s in the measured window (%.3f s per node per second)", res.CPUSeconds, res.RunCPUSeconds, perNodeSecond(res.RunCPUSeconds, t.NodeSeconds)))
 	if g := r.Gossip; g.ProbeDropped+g.RPCDrops+g.Undeliverable > 0 {
 		row("overload", fmt.Sprintf("%d probe drops, %d pubsub RPC drops, %d undeliverable", g.ProbeDropped, g.RPCDrops, g.Undeliverable))
@@ -348,6 +378,13 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i] + " …"
+	}
+	return s
 }
 
 func perNodeSecond(v, nodeSeconds float64) float64 {

@@ -7,13 +7,14 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/agentd/agentd/bootstrap"
 	"github.com/agentd/agentd/gossip"
-	"github.com/agentd/agentd/metrics"
+	agentdmetrics "github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/node"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/store"
@@ -73,6 +74,9 @@ type watchNode struct {
 type reconvergeWatch struct {
 	event EventKind
 	at    time.Time
+	// joiners must all have started (or failed) before views can count
+	// as complete.
+	joiners []*vnode
 }
 
 type bucketAcc struct {
@@ -109,6 +113,8 @@ type sim struct {
 	boot0     trafficTotals
 	nodeSecs  float64
 	opErrs    []string
+	closeErrs []string
+	closeErrN int
 
 	q          QueryStats
 	recallSum  float64
@@ -122,6 +128,8 @@ type sim struct {
 	crashGone  *samples
 	leaveGone  *samples
 	joinSeen   *samples
+	staleDead  *samples
+	staleBy    map[string]int
 	churn      ChurnStats
 	res        Resources
 	goroSum    float64
@@ -143,11 +151,12 @@ func (s Scenario) Run(ctx context.Context) (*Report, error) {
 		s: s, cat: cat, sched: sched, log: s.Logger,
 		net:   newSimNet(s),
 		truth: newTruth(s.StaleAfter),
-		probe: newProbe(1 << 18),
+		probe: newProbe(1<<18, uint32(s.Nodes/25)),
 		ctx:   ctx,
 		qsem:  make(chan struct{}, s.QueryConcurrency),
 		lat:   newSamples(1 << 16), latBy: map[string]*samples{},
 		crashGone: newSamples(1 << 14), leaveGone: newSamples(1 << 14), joinSeen: newSamples(1 << 14),
+		staleDead: newSamples(1 << 14), staleBy: map[string]int{},
 		q: QueryStats{Errors: map[string]int{}},
 	}
 	nb := int((s.Duration + s.SampleInterval - 1) / s.SampleInterval)
@@ -227,7 +236,7 @@ func (sm *sim) startBootstraps() error {
 		sm.mu.Lock()
 		peers := slices.Clone(sm.boots)
 		sm.mu.Unlock()
-		bn, err := bootstrap.StartNode(sm.ctx, sh, bootstrap.NodeConfig{DHT: sm.s.Node.DHT, Peers: peers, Metrics: metrics.New(false)}, sm.s.NodeLogger.With("node", vn.idx))
+		bn, err := bootstrap.StartNode(sm.ctx, sh, bootstrap.NodeConfig{DHT: sm.s.Node.DHT, Peers: peers, Metrics: agentdmetrics.New(false)}, sm.s.NodeLogger.With("node", vn.idx))
 		if err != nil {
 			return fmt.Errorf("bootstrap node %d: %w", vn.idx, err)
 		}
@@ -269,7 +278,7 @@ func (sm *sim) start(vn *vnode, restart bool) error {
 	gc.Tracers = append(slices.Clip(gc.Tracers), sm.probe.tracer())
 	cfg.Gossip = &gc
 	n, err := node.New(cfg, node.Options{
-		Identity: vn.id, Host: sh, Store: st, Metrics: metrics.New(false),
+		Identity: vn.id, Host: sh, Store: st, Metrics: agentdmetrics.New(false),
 		Logger: sm.s.NodeLogger.With("node", vn.idx),
 	})
 	if err != nil {
@@ -427,7 +436,19 @@ func (sm *sim) opFailed(err error) {
 	}
 }
 
-// go runs f as a tracked operation.
+// closeFailed records an error a node returned while it stopped. The node
+// is gone either way, so the run goes on; the report lists the errors.
+func (sm *sim) closeFailed(err error) {
+	sm.log.Warn("node stopped with an error", "err", err)
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	sm.closeErrN++
+	if len(sm.closeErrs) < 5 {
+		sm.closeErrs = append(sm.closeErrs, err.Error())
+	}
+}
+
+// goOp runs f as a tracked operation.
 func (sm *sim) goOp(f func() error) {
 	sm.ops.Add(1)
 	go func() {
@@ -689,7 +710,13 @@ func (sm *sim) doChurn(ev Event) {
 	sm.mu.Unlock()
 
 	for _, l := range leavers {
-		sm.goOp(func() error { return sm.stop(l.vn, l.n, l.crash) })
+		sm.ops.Add(1)
+		go func() {
+			defer sm.ops.Done()
+			if err := sm.stop(l.vn, l.n, l.crash); err != nil {
+				sm.closeFailed(err)
+			}
+		}()
 	}
 	for _, vn := range restarts {
 		sm.goOp(func() error { return sm.startOrRelease(vn, true) })
@@ -719,18 +746,21 @@ func (sm *sim) startOrRelease(vn *vnode, restart bool) error {
 }
 
 // startFresh creates k fresh nodes and starts them concurrently.
-func (sm *sim) startFresh(k int) {
+func (sm *sim) startFresh(k int) []*vnode {
+	var out []*vnode
 	for range k {
 		vn, err := sm.newVnode(false)
 		if err != nil {
 			sm.opFailed(err)
 			continue
 		}
+		out = append(out, vn)
 		sm.mu.Lock()
 		vn.state = stateStarting
 		sm.mu.Unlock()
 		sm.goOp(func() error { return sm.startOrRelease(vn, false) })
 	}
+	return out
 }
 
 func (sm *sim) doPartition(ev Event) {
@@ -779,10 +809,10 @@ func (sm *sim) doMassJoin(ev Event) {
 	sm.mu.Lock()
 	sm.churn.Joined += ev.Fresh
 	sm.mu.Unlock()
-	sm.startFresh(ev.Fresh)
+	joiners := sm.startFresh(ev.Fresh)
 	sm.mark(EventMassJoin, now, fmt.Sprintf("%d nodes", ev.Fresh))
 	sm.mu.Lock()
-	sm.watches = append(sm.watches, reconvergeWatch{event: EventMassJoin, at: now})
+	sm.watches = append(sm.watches, reconvergeWatch{event: EventMassJoin, at: now, joiners: joiners})
 	sm.mu.Unlock()
 }
 
@@ -831,20 +861,26 @@ func (sm *sim) query(ev Event) {
 		src := "none"
 		var ret []Returned
 		for _, r := range res {
-			ret = append(ret, Returned{AgentID: r.Agent.AgentID, Stale: r.Stale})
+			ret = append(ret, Returned{AgentID: r.Agent.AgentID, Source: string(r.Source), Stale: r.Stale})
 		}
 		if len(res) > 0 {
 			src = string(res[0].Source)
 		}
-		o := sm.truth.score(q, vn.idx, start, ret)
-		sm.recordQuery(start, lat, src, o, err)
+		o, hits := sm.truth.score(q, vn.idx, start, ret)
+		sm.recordQuery(start, lat, src, o, hits, err)
 	}()
 }
 
-func (sm *sim) recordQuery(start time.Time, lat time.Duration, src string, o Outcome, err error) {
+func (sm *sim) recordQuery(start time.Time, lat time.Duration, src string, o Outcome, hits []staleHit, err error) {
 	sm.lat.add(lat)
+	for _, h := range hits {
+		sm.staleDead.add(h.deadFor)
+	}
 	sm.mu.Lock()
 	defer sm.mu.Unlock()
+	for _, h := range hits {
+		sm.staleBy[h.source]++
+	}
 	s := sm.latBy[src]
 	if s == nil {
 		s = newSamples(1 << 14)
@@ -901,8 +937,7 @@ func (sm *sim) sampler(ctx context.Context) {
 
 // sampleAt records resources and traffic for the bucket ending at now.
 func (sm *sim) sampleAt(now time.Time) {
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
+	heap := liveHeapBytes()
 	g := runtime.NumGoroutine()
 	rss := rssBytes()
 	sm.mu.Lock()
@@ -927,7 +962,7 @@ func (sm *sim) sampleAt(now time.Time) {
 	r.Samples++
 	r.PeakNodes = max(r.PeakNodes, up)
 	r.GoroutinesPeak = max(r.GoroutinesPeak, g)
-	heapMB := float64(m.HeapInuse) / (1 << 20)
+	heapMB := float64(heap) / (1 << 20)
 	r.HeapPeakMB = max(r.HeapPeakMB, heapMB)
 	r.RSSPeakMB = max(r.RSSPeakMB, float64(rss)/(1<<20))
 	sm.goroSum += float64(g) / float64(up)
@@ -1030,17 +1065,24 @@ func (sm *sim) allSee(p *pending, want bool) bool {
 
 func (sm *sim) checkWatches(now time.Time) {
 	sm.mu.Lock()
-	n := len(sm.watches)
+	var ready []reconvergeWatch
+	for _, w := range sm.watches {
+		if !slices.ContainsFunc(w.joiners, func(vn *vnode) bool { return vn.state == stateStarting }) {
+			ready = append(ready, w)
+		}
+	}
 	sm.mu.Unlock()
-	if n == 0 || !sm.converged() {
+	if len(ready) == 0 || !sm.converged() {
 		return
 	}
 	sm.mu.Lock()
 	defer sm.mu.Unlock()
-	for _, w := range sm.watches {
+	for _, w := range ready {
 		sm.churn.Reconverge = append(sm.churn.Reconverge, Reconverge{Event: w.event, AtS: w.at.Sub(sm.t0).Seconds(), S: now.Sub(w.at).Seconds()})
 	}
-	sm.watches = nil
+	sm.watches = slices.DeleteFunc(sm.watches, func(w reconvergeWatch) bool {
+		return slices.ContainsFunc(ready, func(r reconvergeWatch) bool { return r.at.Equal(w.at) && r.event == w.event })
+	})
 }
 
 func (sm *sim) progressLoop(ctx context.Context) {
@@ -1076,6 +1118,19 @@ func (sm *sim) progress(phase string, elapsed time.Duration) {
 	}
 	sm.mu.Unlock()
 	sm.s.Progress(p)
+}
+
+// liveHeapBytes is the heap that survived the last GC: unlike the heap
+// in use it does not depend on GOGC.
+func liveHeapBytes() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapInuse
+	}
+	return s[0].Value.Uint64()
 }
 
 // ---- teardown ----
@@ -1123,12 +1178,25 @@ func (sm *sim) teardown() error {
 		}
 		wg.Wait()
 	}
+	// Nodes close concurrently; an error one returns (an address book
+	// flush that misses its deadline) is the node's, not the harness's:
+	// it is counted with the stop errors.
 	var fs []func() error
 	for _, n := range nodes {
-		fs = append(fs, n.Close)
+		fs = append(fs, func() error {
+			if err := n.Close(); err != nil {
+				sm.closeFailed(fmt.Errorf("close node at the end: %w", err))
+			}
+			return nil
+		})
 	}
 	for _, b := range boots {
-		fs = append(fs, b.Close)
+		fs = append(fs, func() error {
+			if err := b.Close(); err != nil {
+				sm.closeFailed(fmt.Errorf("close bootstrap node at the end: %w", err))
+			}
+			return nil
+		})
 	}
 	closeAll(fs)
 	fs = fs[:0]

@@ -3,31 +3,166 @@ package simnet
 import (
 	"context"
 	"log/slog"
-	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 )
 
-// TestSmoke runs 20 nodes for 20 s of virtual time with the default churn
-// (a node leaves or joins every second) and the production timers.
+// runScenario runs s in virtual time and returns its report, logging the
+// table. The harness's own log goes to t.Log.
+func runScenario(t *testing.T, s Scenario) *Report {
+	t.Helper()
+	s.Logger = slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	rep, err := s.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + b.String())
+	return rep
+}
+
+// skipUnderRace skips the longer scenarios under -race, where the bubble
+// runs on one P and they take minutes; TestSmokeRace covers the harness
+// there.
+func skipUnderRace(t *testing.T) {
+	t.Helper()
+	if raceEnabled {
+		t.Skip("minutes under -race; run without -race (make simnet-smoke)")
+	}
+}
+
+// TestSmoke is the 20-node, 20-second run of `make test`: the default
+// churn (two nodes leave and two join every 10 s), production timers,
+// looser thresholds than the 100-node target.
 func TestSmoke(t *testing.T) {
+	skipUnderRace(t)
 	bubble(t, func(t *testing.T) {
-		s := Scenario{Nodes: 20, Duration: 20 * time.Second, Seed: 1, QueryRate: 10,
-			Logger: slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))}
-		rep, err := s.Run(context.Background())
-		if err != nil {
-			t.Fatal(err)
+		rep := runScenario(t, Scenario{Nodes: 20, Duration: 20 * time.Second, Seed: 1, QueryRate: 10})
+		checkRun(t, rep, 0.97, 0.03)
+		c := rep.Churn
+		if c.Left+c.Crashed != 2 || c.Joined+c.Restarted != 2 {
+			t.Errorf("churn: %+v, want one event of 2 leaving and 2 joining", c)
 		}
-		var b strings.Builder
-		if err := rep.WriteText(&b); err != nil {
-			t.Fatal(err)
+		if c.JoinToVisible.Count == 0 {
+			t.Error("no join became visible everywhere")
 		}
-		t.Log("\n" + b.String())
-		if os.Getenv("SIMNET_JSON") != "" {
-			rep.WriteJSON(os.Stdout)
+		if lat := rep.Gossip.Propagation; lat.Count == 0 || lat.P50 < 15 || lat.P50 > 1000 {
+			t.Errorf("gossip propagation %+v: want a median of one or a few 20 ms hops", lat)
 		}
 	})
+}
+
+// TestSmokeRace is the race detector's view of the harness: a smaller run.
+func TestSmokeRace(t *testing.T) {
+	if !raceEnabled {
+		t.Skip("TestSmoke covers this without -race")
+	}
+	bubble(t, func(t *testing.T) {
+		rep := runScenario(t, Scenario{Nodes: 8, Duration: 12 * time.Second, Seed: 1, QueryRate: 5, ChurnInterval: 5 * time.Second, ChurnFraction: 0.25})
+		checkRun(t, rep, 0.9, 0.05)
+	})
+}
+
+// checkRun asserts what every healthy run shows.
+func checkRun(t *testing.T, rep *Report, minRecall, maxStale float64) {
+	t.Helper()
+	if f := rep.Check(Thresholds{MinRecall: minRecall, MaxStale: maxStale}); len(f) > 0 {
+		t.Errorf("thresholds: %v", f)
+	}
+	if !rep.Setup.Converged {
+		t.Error("the warm-up did not converge")
+	}
+	if rep.Queries.Scored < 20 {
+		t.Errorf("only %d scored queries", rep.Queries.Scored)
+	}
+	if rep.Queries.Unknown > 0 {
+		t.Errorf("%d results name agents that do not exist or do not match", rep.Queries.Unknown)
+	}
+	if rep.Traffic.MsgsPerNodeS <= 0 || rep.Traffic.ByProtocol["gossip"].MsgsPerS <= 0 || rep.Traffic.ByProtocol["dht"].MsgsPerS <= 0 {
+		t.Errorf("traffic not measured: %+v", rep.Traffic)
+	}
+	if rep.Resources.Samples == 0 || rep.Resources.GoroutinesPerNode <= 0 || rep.Resources.HeapPerNodeMB <= 0 {
+		t.Errorf("resources not sampled: %+v", rep.Resources)
+	}
+	if len(rep.Timeline) == 0 || rep.Timeline[0].Live == 0 {
+		t.Errorf("timeline: %+v", rep.Timeline)
+	}
+}
+
+// TestPartitionScenario splits 16 nodes for 30 s and heals.
+func TestPartitionScenario(t *testing.T) {
+	skipUnderRace(t)
+	bubble(t, func(t *testing.T) {
+		rep := runScenario(t, Scenario{Kind: KindPartition, Nodes: 16, Duration: 100 * time.Second, PartitionAt: 20 * time.Second, Seed: 3, QueryRate: 10})
+		q := rep.Queries
+		// During the split half the providers are out of reach: scored
+		// against every live provider, recall drops; against the reachable
+		// ones, it does not.
+		if q.ExpectedAll <= q.Expected || q.RecallAllLive >= q.Recall {
+			t.Errorf("partition invisible in the score: %+v", q)
+		}
+		if q.Recall < 0.9 {
+			t.Errorf("recall among reachable providers %.3f", q.Recall)
+		}
+		var kinds []EventKind
+		for _, m := range rep.Marks {
+			kinds = append(kinds, m.Kind)
+		}
+		if !reflect.DeepEqual(kinds, []EventKind{EventPartition, EventHeal}) {
+			t.Errorf("events %v", kinds)
+		}
+		if len(rep.Churn.Reconverge) != 1 || rep.Churn.Reconverge[0].Event != EventHeal {
+			t.Errorf("no reconvergence measure after the heal: %+v", rep.Churn.Reconverge)
+		}
+	})
+}
+
+// TestMassJoinScenario adds 20 nodes at once to 10.
+func TestMassJoinScenario(t *testing.T) {
+	skipUnderRace(t)
+	bubble(t, func(t *testing.T) {
+		rep := runScenario(t, Scenario{Kind: KindMassJoin, Nodes: 10, MassJoin: 20, MassJoinAt: 5 * time.Second, Duration: 35 * time.Second, Seed: 4, QueryRate: 10})
+		checkRun(t, rep, 0.95, 0.02)
+		if rep.Churn.Joined != 20 || rep.Churn.JoinToVisible.Count+int64(rep.Churn.JoinUnresolved) != 20 {
+			t.Errorf("mass join: %+v", rep.Churn)
+		}
+		if last := rep.Timeline[len(rep.Timeline)-1]; last.Live != 30 {
+			t.Errorf("%d live nodes at the end, want 30", last.Live)
+		}
+		if len(rep.Churn.Reconverge) != 1 || rep.Churn.Reconverge[0].S < 0 {
+			t.Errorf("views did not become complete after the mass join: %+v", rep.Churn.Reconverge)
+		}
+	})
+}
+
+// TestRunIsRepeatable: the same seed gives the same network history (who
+// leaves, crashes, restarts and joins when), even though goroutine
+// scheduling varies.
+func TestRunIsRepeatable(t *testing.T) {
+	skipUnderRace(t)
+	run := func() *Report {
+		var rep *Report
+		bubble(t, func(t *testing.T) {
+			rep = runScenario(t, Scenario{Nodes: 6, Duration: 25 * time.Second, ChurnInterval: 5 * time.Second, ChurnFraction: 0.34, Seed: 9, QueryRate: 4})
+		})
+		return rep
+	}
+	a, b := run(), run()
+	if !reflect.DeepEqual(a.Marks, b.Marks) {
+		t.Fatalf("event histories differ:\n%v\n%v", a.Marks, b.Marks)
+	}
+	ca, cb := a.Churn, b.Churn
+	if ca.Left != cb.Left || ca.Crashed != cb.Crashed || ca.Joined != cb.Joined || ca.Restarted != cb.Restarted || ca.Restarted == 0 {
+		t.Fatalf("churn differs or never restarted: %+v vs %+v", ca, cb)
+	}
+	if a.Queries.Scheduled != b.Queries.Scheduled || a.Queries.Issued != b.Queries.Issued {
+		t.Fatalf("queries differ: %d/%d vs %d/%d", a.Queries.Scheduled, a.Queries.Issued, b.Queries.Scheduled, b.Queries.Issued)
+	}
 }
 
 type testLog struct{ t *testing.T }

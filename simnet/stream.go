@@ -132,7 +132,7 @@ func (h *simHost) SetStreamHandlerMatch(pid protocol.ID, m func(protocol.ID) boo
 }
 
 func (h *simHost) wrap(s network.Stream) network.Stream {
-	cs := &simStream{Stream: s, t: h.t, latency: h.net.latencyTo(h.idx, s.Conn().RemotePeer()), flushers: &h.net.flushers}
+	cs := &simStream{Stream: s, t: h.t, latency: h.net.latencyTo(h.idx, s.Conn().RemotePeer()), net: h.net}
 	cs.class.Store(-1)
 	cs.cond = sync.NewCond(&cs.mu)
 	return cs
@@ -152,10 +152,10 @@ var errStreamClosed = errors.New("simnet: stream closed for writing")
 // its own).
 type simStream struct {
 	network.Stream
-	t        *traffic
-	class    atomic.Int32
-	latency  time.Duration
-	flushers *sync.WaitGroup // the network's: teardown waits for every flusher
+	t       *traffic
+	class   atomic.Int32
+	latency time.Duration
+	net     *simNet // owns the flushers: its close resets and waits for them
 
 	mu         sync.Mutex
 	cond       *sync.Cond
@@ -216,9 +216,9 @@ func (s *simStream) Write(p []byte) (int, error) {
 	s.queued += len(p)
 	if !s.flushing {
 		s.flushing = true
-		s.flushers.Add(1)
+		s.net.flushStart(s)
 		go func() {
-			defer s.flushers.Done()
+			defer s.net.flushDone(s)
 			s.flush()
 		}()
 	}
@@ -302,6 +302,13 @@ func (s *simStream) Reset() error {
 func (s *simStream) ResetWithError(code network.StreamErrorCode) error {
 	s.drop(network.ErrReset)
 	return s.Stream.ResetWithError(code)
+}
+
+// abort resets a stream whose flusher may be stuck (the far end stopped
+// reading and the connection was never closed).
+func (s *simStream) abort() {
+	s.drop(network.ErrReset)
+	_ = s.Stream.Reset()
 }
 
 func (s *simStream) drop(err error) {

@@ -148,6 +148,8 @@ func (t *truth) isLive(id string, at time.Time) bool {
 // Returned is one provider a lookup returned.
 type Returned struct {
 	AgentID string
+	// Source is where the resolver says the answer came from.
+	Source string
 	// Stale is set when the resolver itself marked the answer stale (an
 	// expired cache entry).
 	Stale bool
@@ -180,11 +182,19 @@ type Outcome struct {
 	Unreachable int `json:"returned_unreachable"`
 }
 
+// staleHit describes one stale result: where it came from and how long
+// its agent had been dead.
+type staleHit struct {
+	source  string
+	deadFor time.Duration
+}
+
 // score scores the providers returned to querier for q issued at at.
-func (t *truth) score(q Query, querier int, at time.Time, returned []Returned) Outcome {
+func (t *truth) score(q Query, querier int, at time.Time, returned []Returned) (Outcome, []staleHit) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var o Outcome
+	var hits []staleHit
 	expected := map[string]bool{} // id → reachable
 	for _, id := range t.order {
 		a := t.agents[id]
@@ -236,11 +246,12 @@ func (t *truth) score(q Query, querier int, at time.Time, returned []Returned) O
 			if r.Stale {
 				o.StaleFlagged++
 			}
+			hits = append(hits, staleHit{source: r.Source, deadFor: d})
 		default:
 			o.DeadRecent++
 		}
 	}
-	return o
+	return o, hits
 }
 
 // add accumulates o into the receiver.

@@ -1,0 +1,345 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentd/agentd/config"
+	"github.com/agentd/agentd/simnet"
+	"github.com/urfave/cli/v2"
+)
+
+const (
+	flagSimNodes         = "nodes"
+	flagSimBootstrap     = "bootstrap-nodes"
+	flagSimDuration      = "duration"
+	flagSimSeed          = "seed"
+	flagSimLatency       = "latency"
+	flagSimJitter        = "jitter"
+	flagSimBandwidth     = "bandwidth"
+	flagSimChurnInterval = "churn-interval"
+	flagSimChurnFraction = "churn-fraction"
+	flagSimScenario      = "scenario"
+	flagSimPartitionFor  = "partition-for"
+	flagSimMassJoin      = "mass-join"
+	flagSimQueryRate     = "query-rate"
+	flagSimMinRecall     = "min-recall"
+	flagSimMaxStale      = "max-stale"
+	flagSimJSON          = "json"
+	flagSimSVG           = "svg"
+	flagSimQuiet         = "quiet"
+	flagSimNodeLogs      = "node-logs"
+	flagSimCPUProfile    = "cpuprofile"
+	flagSimMemProfile    = "memprofile"
+)
+
+// simnetGOGC is the GC target percentage of a simnet run when GOGC is not
+// set in the environment.
+const simnetGOGC = 400
+
+func simnetCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "simnet",
+		Usage: "simulate many agentd nodes in one process under churn and report what discovery achieved",
+		Description: "Runs --nodes complete agentd nodes (DHT, gossip, live view, resolver; LAN off) and\n" +
+			"--bootstrap-nodes bootstrap nodes over an in-memory network with the given link\n" +
+			"latency, jitter and bandwidth, in real time. After a warm-up (every node starts,\n" +
+			"registers an agent with 1-3 skills and sees every other agent) the scenario runs\n" +
+			"for --duration: churn (every --churn-interval, --churn-fraction of the nodes leave,\n" +
+			"half gracefully and half by crash, and as many join, half restarting a departed\n" +
+			"node with its identity and store), partition (two halves for --partition-for, then\n" +
+			"heal), massjoin (--mass-join fresh nodes at once) or steady. Nodes issue discover\n" +
+			"queries at --query-rate per second; every answer is scored against ground truth.\n\n" +
+			"The report goes to stdout (a table), --json FILE and --svg FILE. Progress goes to\n" +
+			"stderr: a bar on a terminal, a log line every 10 s otherwise, nothing with --quiet.\n" +
+			"Exit code 1 when recall is below --min-recall or the stale rate above --max-stale\n" +
+			"(stderr says which), or when the run failed. See docs/simnet.md.",
+		Flags: withGlobal(
+			&cli.StringFlag{Name: flagSimScenario, Value: string(simnet.KindChurn), Usage: "`SCENARIO`: churn, partition, massjoin or steady"},
+			&cli.IntFlag{Name: flagSimNodes, Value: 100, Usage: "agent nodes at the start"},
+			&cli.IntFlag{Name: flagSimBootstrap, Value: 3, Usage: "bootstrap nodes (no agent, never churn)"},
+			&cli.DurationFlag{Name: flagSimDuration, Value: 2 * time.Minute, Usage: "length of the measured run, after the warm-up"},
+			&cli.Uint64Flag{Name: flagSimSeed, Value: 1, Usage: "seed of every random choice (catalog, workload, churn, jitter, identities)"},
+			&cli.DurationFlag{Name: flagSimLatency, Value: 20 * time.Millisecond, Usage: "one-way link latency"},
+			&cli.DurationFlag{Name: flagSimJitter, Value: 5 * time.Millisecond, Usage: "per-link latency spread: each link gets latency ± a uniform draw up to this"},
+			&cli.Float64Flag{Name: flagSimBandwidth, Value: 0, Usage: "per-link bandwidth in bytes per second (0 = unlimited)"},
+			&cli.DurationFlag{Name: flagSimChurnInterval, Value: 10 * time.Second, Usage: "churn: time between churn events"},
+			&cli.Float64Flag{Name: flagSimChurnFraction, Value: 0.1, Usage: "churn: fraction of the nodes that leave (and join) at each event"},
+			&cli.DurationFlag{Name: flagSimPartitionFor, Value: 30 * time.Second, Usage: "partition: how long the halves stay apart (it starts at a quarter of the run)"},
+			&cli.IntFlag{Name: flagSimMassJoin, Value: 50, Usage: "massjoin: fresh nodes that join at once (at a quarter of the run)"},
+			&cli.Float64Flag{Name: flagSimQueryRate, Value: 20, Usage: "discover queries per second over the whole network"},
+			&cli.Float64Flag{Name: flagSimMinRecall, Value: 0.99, Usage: "fail (exit 1) when recall is below this"},
+			&cli.Float64Flag{Name: flagSimMaxStale, Value: 0.01, Usage: "fail (exit 1) when the stale rate is above this"},
+			&cli.StringFlag{Name: flagSimJSON, Usage: "write the report as JSON to `FILE`"},
+			&cli.StringFlag{Name: flagSimSVG, Usage: "write the timeline plot (recall, stale rate, latency, events) to `FILE`"},
+			&cli.BoolFlag{Name: flagSimQuiet, Usage: "no progress on stderr"},
+			&cli.BoolFlag{Name: flagSimNodeLogs, Usage: "send the nodes' own logs to stderr at --log-level (very verbose)"},
+			&cli.StringFlag{Name: flagSimCPUProfile, Usage: "write a CPU profile of the run to `FILE`"},
+			&cli.StringFlag{Name: flagSimMemProfile, Usage: "write a heap profile taken at the end of the run to `FILE`"},
+		),
+		Action: runSimnet,
+	}
+}
+
+// simnetScenario maps the flags onto a scenario.
+func simnetScenario(c *cli.Context) (simnet.Scenario, simnet.Thresholds, error) {
+	var th simnet.Thresholds
+	kind, err := simnet.ParseKind(c.String(flagSimScenario))
+	if err != nil {
+		return simnet.Scenario{}, th, usagef("--%s: %q is not one of churn, partition, massjoin, steady", flagSimScenario, c.String(flagSimScenario))
+	}
+	s := simnet.Scenario{
+		Kind:           kind,
+		Nodes:          c.Int(flagSimNodes),
+		BootstrapNodes: c.Int(flagSimBootstrap),
+		Duration:       c.Duration(flagSimDuration),
+		Seed:           c.Uint64(flagSimSeed),
+		Latency:        c.Duration(flagSimLatency),
+		Jitter:         c.Duration(flagSimJitter),
+		Bandwidth:      c.Float64(flagSimBandwidth),
+		ChurnInterval:  c.Duration(flagSimChurnInterval),
+		ChurnFraction:  c.Float64(flagSimChurnFraction),
+		PartitionFor:   c.Duration(flagSimPartitionFor),
+		MassJoin:       c.Int(flagSimMassJoin),
+		QueryRate:      c.Float64(flagSimQueryRate),
+	}
+	// Zero means "default" in a Scenario; on the command line it means zero.
+	if s.Latency == 0 {
+		s.NoLatency = true
+	}
+	switch {
+	case !c.IsSet(flagSimJitter):
+		s.Jitter = 0 // the scenario's default: the smaller of 5 ms and the latency
+	case s.Jitter == 0:
+		s.Jitter = -1
+	}
+	if kind == simnet.KindChurn && s.ChurnFraction <= 0 {
+		return s, th, usagef("--%s must be positive for the churn scenario (use --%s steady for none)", flagSimChurnFraction, flagSimScenario)
+	}
+	if s.QueryRate <= 0 {
+		return s, th, usagef("--%s must be positive: a run without queries measures nothing", flagSimQueryRate)
+	}
+	th = simnet.Thresholds{MinRecall: c.Float64(flagSimMinRecall), MaxStale: c.Float64(flagSimMaxStale)}
+	if th.MinRecall < 0 || th.MinRecall > 1 {
+		return s, th, usagef("--%s must be between 0 and 1 (got %v)", flagSimMinRecall, th.MinRecall)
+	}
+	if th.MaxStale < 0 || th.MaxStale > 1 {
+		return s, th, usagef("--%s must be between 0 and 1 (got %v)", flagSimMaxStale, th.MaxStale)
+	}
+	return s, th, nil
+}
+
+func runSimnet(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return usagef("simnet takes no arguments (got %q)", c.Args().First())
+	}
+	s, th, err := simnetScenario(c)
+	if err != nil {
+		return err
+	}
+	// Validate before anything starts, so a bad flag is a usage error.
+	if _, _, _, err := s.Plan(); err != nil {
+		if errors.Is(err, simnet.ErrConfig) {
+			return usagef("%s", strings.TrimPrefix(err.Error(), "simnet: invalid scenario: "))
+		}
+		return err
+	}
+	cfg, err := effectiveConfig(c)
+	if err != nil {
+		return err
+	}
+	stderr := c.App.ErrWriter
+	quiet := c.Bool(flagSimQuiet)
+	tty := !quiet && isTerminal(stderr)
+	logCfg := cfg.Log
+	if tty || quiet {
+		// The bar owns the terminal line; only problems are logged.
+		logCfg.Level = "warn"
+	}
+	s.Logger = newLogger(stderr, logCfg)
+	if c.Bool(flagSimNodeLogs) {
+		s.NodeLogger = newLogger(stderr, cfg.Log)
+	}
+	var bar *progressBar
+	switch {
+	case tty:
+		bar = &progressBar{w: stderr}
+		s.Progress = bar.update
+	case !quiet:
+		s.Progress = progressLogger(newLogger(stderr, config.LogConfig{Level: "info", Format: cfg.Log.Format}))
+	}
+
+	if path := c.String(flagSimCPUProfile); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if os.Getenv("GOGC") == "" {
+		// The simulation holds every node's heap in one process and is
+		// CPU-bound: trade memory for fewer collections.
+		defer debug.SetGCPercent(debug.SetGCPercent(simnetGOGC))
+	}
+	began := time.Now()
+	rep, runErr := s.Run(c.Context)
+	if bar != nil {
+		bar.finish()
+	}
+	if rep == nil {
+		return runErr
+	}
+	if path := c.String(flagSimMemProfile); path != "" {
+		if err := writeHeapProfile(path); err != nil {
+			return err
+		}
+	}
+	rep.Command = simnetCommandLine(c)
+	failures := rep.Check(th)
+	if runErr != nil && !errors.Is(runErr, simnet.ErrNodeOp) {
+		// Node failures are in the report already (Check lists them).
+		rep.Failures = append(rep.Failures, "the run failed: "+runErr.Error())
+	}
+	if path := c.String(flagSimJSON); path != "" {
+		if err := writeFileWith(path, rep.WriteJSON); err != nil {
+			return fmt.Errorf("--%s: %w", flagSimJSON, err)
+		}
+	}
+	if path := c.String(flagSimSVG); path != "" {
+		if err := writeFileWith(path, rep.WriteSVG); err != nil {
+			return fmt.Errorf("--%s: %w", flagSimSVG, err)
+		}
+	}
+	if err := rep.WriteText(c.App.Writer); err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(c.App.Writer, "wall time: %s\n", time.Since(began).Round(time.Millisecond)); err != nil {
+		return err
+	}
+	if len(failures) > 0 || runErr != nil {
+		for _, f := range rep.Failures {
+			fmt.Fprintf(stderr, "agentd simnet: FAIL: %s\n", f)
+		}
+		return errReported
+	}
+	return nil
+}
+
+// simnetCommandLine reconstructs the command from the flags that were set.
+func simnetCommandLine(c *cli.Context) string {
+	parts := []string{programName, "simnet"}
+	for _, f := range c.Command.Flags {
+		name := f.Names()[0]
+		if !c.IsSet(name) {
+			continue
+		}
+		switch name {
+		case flagSimJSON, flagSimSVG, flagSimCPUProfile, flagSimMemProfile, flagSimQuiet, flagSimNodeLogs:
+			continue // where the output went does not change the run
+		}
+		parts = append(parts, fmt.Sprintf("--%s %v", name, c.Value(name)))
+	}
+	return strings.Join(parts, " ")
+}
+
+func writeFileWith(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	return f.Close()
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// progressBar draws one updating line on a terminal.
+type progressBar struct {
+	w    io.Writer
+	mu   sync.Mutex
+	used bool
+}
+
+func (b *progressBar) update(p simnet.Progress) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.used = true
+	if p.Phase == "warmup" {
+		_, _ = fmt.Fprintf(b.w, "\rwarm-up: starting the nodes and waiting until every node sees every agent…")
+		return
+	}
+	const width = 30
+	frac := 0.0
+	if p.Duration > 0 {
+		frac = min(float64(p.Elapsed)/float64(p.Duration), 1)
+	}
+	n := int(frac * width)
+	_, _ = fmt.Fprintf(b.w, "\r\033[K[%s%s] %s/%s  live %d  queries %d  recall %.2f%%  stale %.2f%%",
+		strings.Repeat("#", n), strings.Repeat(".", width-n), p.Elapsed.Round(time.Second), p.Duration,
+		p.Live, p.Queries, 100*p.Recall, 100*p.Stale)
+}
+
+func (b *progressBar) finish() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used {
+		_, _ = fmt.Fprintln(b.w)
+	}
+}
+
+// progressLogger logs progress every 10 s of scenario time.
+func progressLogger(log *slog.Logger) func(simnet.Progress) {
+	var mu sync.Mutex
+	last := time.Duration(-1)
+	return func(p simnet.Progress) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case p.Phase == "warmup":
+			log.Info("simnet warm-up: starting nodes")
+			return
+		case p.Phase == "run" && last >= 0 && p.Elapsed-last < 10*time.Second:
+			return
+		}
+		last = p.Elapsed
+		log.Info("simnet progress", "phase", p.Phase, "elapsed", p.Elapsed.Round(time.Second).String(), "live", p.Live,
+			"queries", p.Queries, "recall", fmt.Sprintf("%.4f", p.Recall), "stale", fmt.Sprintf("%.4f", p.Stale))
+	}
+}
