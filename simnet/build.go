@@ -51,6 +51,7 @@ func (sm *sim) report(setup SetupInfo) *Report {
 	q.StaleRate = o.StaleRate()
 	q.StaleUnflaggedRate = ratio(o.Stale-o.StaleFlagged, o.Returned, 0)
 	q.StaleDeadFor = sm.staleDead.summary()
+	q.StaleAtLaterJoiner = sm.staleLate
 	q.StaleBySource = map[string]int{}
 	for k, v := range sm.staleBy {
 		q.StaleBySource[k] = v

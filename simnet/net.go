@@ -33,6 +33,9 @@ type simNet struct {
 	flushers sync.WaitGroup
 	flushMu  sync.Mutex
 	flushing map[*simStream]struct{}
+	// open holds the streams handed out and not yet closed or reset by
+	// their users; close resets them (see close).
+	open map[*simStream]struct{}
 
 	mu      sync.Mutex
 	hosts   map[int]host.Host
@@ -52,7 +55,7 @@ func newSimNet(s Scenario) *simNet {
 	return &simNet{
 		mn: mn, seed: s.Seed, latency: s.Latency, jitter: s.Jitter, bandwidth: s.Bandwidth,
 		hosts: map[int]host.Host{}, up: map[int]bool{}, linked: map[[2]int]bool{},
-		flushing: map[*simStream]struct{}{},
+		flushing: map[*simStream]struct{}{}, open: map[*simStream]struct{}{},
 	}
 }
 
@@ -263,6 +266,18 @@ func (n *simNet) closeHost(idx int) error {
 	return h.Close()
 }
 
+func (n *simNet) track(s *simStream) {
+	n.flushMu.Lock()
+	defer n.flushMu.Unlock()
+	n.open[s] = struct{}{}
+}
+
+func (n *simNet) untrack(s *simStream) {
+	n.flushMu.Lock()
+	defer n.flushMu.Unlock()
+	delete(n.open, s)
+}
+
 func (n *simNet) flushStart(s *simStream) {
 	n.flushMu.Lock()
 	defer n.flushMu.Unlock()
@@ -277,16 +292,23 @@ func (n *simNet) flushDone(s *simStream) {
 	n.flushers.Done()
 }
 
-// close closes every host (resetting their streams), resets the streams
-// whose flushers are still running (mocknet can leave a stream off its
-// connection's list when the connection closes while the stream opens;
-// nothing would ever unblock a write on it), and waits for the flushers.
+// close closes every host, which resets the streams of their connections,
+// then resets every stream still open or flushing, and waits for the
+// flushers. The second step is needed because mocknet adds a new stream
+// to its connection after starting the far end: a connection that closes
+// in between leaves the stream off its list, where nothing resets it, and
+// its goroutine (and any write on it) would wait forever.
 func (n *simNet) close() error {
 	err := n.mn.Close()
 	n.flushMu.Lock()
-	stuck := make([]*simStream, 0, len(n.flushing))
+	stuck := make([]*simStream, 0, len(n.flushing)+len(n.open))
 	for s := range n.flushing {
 		stuck = append(stuck, s)
+	}
+	for s := range n.open {
+		if _, ok := n.flushing[s]; !ok {
+			stuck = append(stuck, s)
+		}
 	}
 	n.flushMu.Unlock()
 	for _, s := range stuck {

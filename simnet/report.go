@@ -106,6 +106,10 @@ type QueryStats struct {
 	// StaleBySource counts stale results by the source the resolver gave.
 	StaleDeadFor  Percentiles    `json:"stale_dead_for"`
 	StaleBySource map[string]int `json:"stale_by_source,omitempty"`
+	// StaleAtLaterJoiner counts stale results returned by a querier that
+	// started after the agent had died: it can only have learnt the dead
+	// agent from another node (sync, DHT), not from the agent.
+	StaleAtLaterJoiner int `json:"stale_at_later_joiner"`
 }
 
 // LatencyInfo is the lookup latency, over all queries and by the source
@@ -136,8 +140,8 @@ type ChurnStats struct {
 	Crashed   int `json:"crashed"`
 	Joined    int `json:"joined_fresh"`
 	Restarted int `json:"restarted"`
-	// CrashToGone: per crash, the time until no node that was up at the
-	// crash (and still is) has the agent in its live view. LeaveToGone the
+	// CrashToGone: per crash, the time until no live node has the agent in
+	// its live view (nodes that joined since included). LeaveToGone the
 	// same for graceful leaves. JoinToVisible: per join or restart, the
 	// time until every node that was up then has the agent in its view.
 	CrashToGone   Percentiles `json:"crash_to_gone"`
@@ -301,7 +305,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		for _, k := range sortedKeys(q.StaleBySource) {
 			bs = append(bs, fmt.Sprintf("%s %d", k, q.StaleBySource[k]))
 		}
-		row("stale results", fmt.Sprintf("dead for %s (p50) to %s (max); by source: %s", secs(q.StaleDeadFor.P50/1000), secs(q.StaleDeadFor.Max/1000), strings.Join(bs, ", ")))
+		row("stale results", fmt.Sprintf("dead for %s (p50) to %s (max); by source: %s; %d at nodes that started after the death", secs(q.StaleDeadFor.P50/1000), secs(q.StaleDeadFor.Max/1000), strings.Join(bs, ", "), q.StaleAtLaterJoiner))
 	}
 	row("dead within timeout", fmt.Sprintf("%d returned (dead ≤ %gs, still in views by design)", q.DeadRecent, s.StaleAfterS))
 	if q.Unreachable > 0 || q.Unknown > 0 {

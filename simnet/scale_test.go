@@ -16,7 +16,7 @@ import (
 func TestScenarioEnv(t *testing.T) {
 	spec := os.Getenv("SIMNET_RUN")
 	if spec == "" {
-		t.Skip("set SIMNET_RUN=nodes=N,duration=D[,kind=K][,seed=S][,rate=R] to run a scenario in virtual time")
+		t.Skip("set SIMNET_RUN=nodes=N,duration=D[,kind=K][,seed=S][,rate=R][,interval=I][,fraction=F] to run a scenario in virtual time")
 	}
 	s := Scenario{Seed: 1}
 	for _, kv := range strings.Split(spec, ",") {
@@ -33,6 +33,10 @@ func TestScenarioEnv(t *testing.T) {
 			s.Seed, err = strconv.ParseUint(v, 10, 64)
 		case "rate":
 			s.QueryRate, err = strconv.ParseFloat(v, 64)
+		case "interval":
+			s.ChurnInterval, err = time.ParseDuration(v)
+		case "fraction":
+			s.ChurnFraction, err = strconv.ParseFloat(v, 64)
 		default:
 			t.Fatalf("unknown key %q in SIMNET_RUN", k)
 		}

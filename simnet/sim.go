@@ -130,6 +130,7 @@ type sim struct {
 	joinSeen   *samples
 	staleDead  *samples
 	staleBy    map[string]int
+	staleLate  int
 	churn      ChurnStats
 	res        Resources
 	goroSum    float64
@@ -703,7 +704,9 @@ func (sm *sim) doChurn(ev Event) {
 		}
 		// The truth changes before the poller can see the pending departure.
 		sm.truth.down(l.vn.id.AgentID, now)
-		sm.pend = append(sm.pend, &pending{kind: kind, agent: l.vn.id.AgentID, at: now, waiting: sm.upAgentsLocked(l.vn.idx)})
+		// Departures wait on every node up at each check (nil waiting),
+		// including nodes that join later and may learn the dead agent.
+		sm.pend = append(sm.pend, &pending{kind: kind, agent: l.vn.id.AgentID, at: now})
 	}
 	sm.churn.Restarted += len(restarts)
 	sm.churn.Joined += fresh
@@ -841,7 +844,7 @@ func (sm *sim) query(ev Event) {
 	}
 	vn := ups[ev.Rand%uint64(len(ups))]
 	w := watchNode{vn, vn.epoch}
-	n := vn.n
+	n, upSince := vn.n, vn.upSince
 	sm.q.Issued++
 	sm.mu.Unlock()
 	q := *ev.Query
@@ -867,11 +870,11 @@ func (sm *sim) query(ev Event) {
 			src = string(res[0].Source)
 		}
 		o, hits := sm.truth.score(q, vn.idx, start, ret)
-		sm.recordQuery(start, lat, src, o, hits, err)
+		sm.recordQuery(start, upSince, lat, src, o, hits, err)
 	}()
 }
 
-func (sm *sim) recordQuery(start time.Time, lat time.Duration, src string, o Outcome, hits []staleHit, err error) {
+func (sm *sim) recordQuery(start, querierUp time.Time, lat time.Duration, src string, o Outcome, hits []staleHit, err error) {
 	sm.lat.add(lat)
 	for _, h := range hits {
 		sm.staleDead.add(h.deadFor)
@@ -880,6 +883,9 @@ func (sm *sim) recordQuery(start time.Time, lat time.Duration, src string, o Out
 	defer sm.mu.Unlock()
 	for _, h := range hits {
 		sm.staleBy[h.source]++
+		if querierUp.After(start.Add(-h.deadFor)) {
+			sm.staleLate++
+		}
 	}
 	s := sm.latBy[src]
 	if s == nil {
@@ -1049,9 +1055,16 @@ func (sm *sim) pollOnce(now time.Time) {
 }
 
 // allSee reports whether every node p waits on (still up) has the agent in
-// its view (want) or none has (!want).
+// its view (want) or none has (!want). A nil waiting list means every
+// agent node up now.
 func (sm *sim) allSee(p *pending, want bool) bool {
-	for _, w := range p.waiting {
+	waiting := p.waiting
+	if waiting == nil {
+		sm.mu.Lock()
+		waiting = sm.upAgentsLocked(-1)
+		sm.mu.Unlock()
+	}
+	for _, w := range waiting {
 		n := sm.nodeOf(w)
 		if n == nil {
 			continue

@@ -135,6 +135,7 @@ func (h *simHost) wrap(s network.Stream) network.Stream {
 	cs := &simStream{Stream: s, t: h.t, latency: h.net.latencyTo(h.idx, s.Conn().RemotePeer()), net: h.net}
 	cs.class.Store(-1)
 	cs.cond = sync.NewCond(&cs.mu)
+	h.net.track(cs)
 	return cs
 }
 
@@ -288,18 +289,21 @@ func (s *simStream) CloseWrite() error {
 // Close closes the read side at once and the write side once the queue
 // has drained.
 func (s *simStream) Close() error {
+	s.net.untrack(s)
 	err := s.Stream.CloseRead()
 	return errors.Join(err, s.CloseWrite())
 }
 
 // Reset drops what is in flight and resets the stream.
 func (s *simStream) Reset() error {
+	s.net.untrack(s)
 	s.drop(network.ErrReset)
 	return s.Stream.Reset()
 }
 
 // ResetWithError drops what is in flight and resets the stream.
 func (s *simStream) ResetWithError(code network.StreamErrorCode) error {
+	s.net.untrack(s)
 	s.drop(network.ErrReset)
 	return s.Stream.ResetWithError(code)
 }
