@@ -215,11 +215,9 @@ func (s *db) enter(ctx context.Context) error {
 		s.life.RUnlock()
 		return ErrClosed
 	}
-	if ctx != nil {
-		if err := ctx.Err(); err != nil {
-			s.life.RUnlock()
-			return err
-		}
+	if err := ctx.Err(); err != nil {
+		s.life.RUnlock()
+		return err
 	}
 	return nil
 }

@@ -389,7 +389,7 @@ func (s *db) Delete(ctx context.Context, agentID string) error {
 
 // Len returns the number of cached entries inside their grace window.
 func (s *db) Len() int {
-	if s.enter(nil) != nil {
+	if s.enter(context.Background()) != nil {
 		return 0
 	}
 	defer s.leave()

@@ -134,7 +134,7 @@ func (s *db) NextSeq(ctx context.Context, agentID string) (uint64, error) {
 
 // GetPin implements trust.PinStore.
 func (s *db) GetPin(agentID string) (trust.Pin, bool, error) {
-	if err := s.enter(nil); err != nil {
+	if err := s.enter(context.Background()); err != nil {
 		return trust.Pin{}, false, err
 	}
 	defer s.leave()
@@ -158,7 +158,7 @@ func (s *db) GetPin(agentID string) (trust.Pin, bool, error) {
 
 // PutPin implements trust.PinStore; the pin is synced before it returns.
 func (s *db) PutPin(agentID string, p trust.Pin) error {
-	if err := s.enter(nil); err != nil {
+	if err := s.enter(context.Background()); err != nil {
 		return err
 	}
 	defer s.leave()

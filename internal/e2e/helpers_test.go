@@ -162,16 +162,6 @@ func (d *daemon) metric(sample string) float64 {
 	return 0
 }
 
-// bootstrapAddr returns the daemon's first /p2p/ multiaddr.
-func (d *daemon) p2pAddr() string {
-	h := d.health()
-	l, _ := h["listen"].([]any)
-	if len(l) == 0 {
-		d.t.Fatalf("%s has no listen address: %v", d.name, h)
-	}
-	return l[0].(string)
-}
-
 type result struct {
 	code           int
 	stdout, stderr string
