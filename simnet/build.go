@@ -72,14 +72,19 @@ func (sm *sim) report(setup SetupInfo) *Report {
 
 	c := sm.churn
 	c.CrashToGone, c.LeaveToGone, c.JoinToVisible = sm.crashGone.summary(), sm.leaveGone.summary(), sm.joinSeen.summary()
+	c.CrashToGoneAll, c.LeaveToGoneAll = sm.crashGoneAll.summary(), sm.leaveGoneAll.summary()
 	for _, p := range sm.pend {
-		switch p.kind {
-		case "crash":
+		switch {
+		case p.kind == "join":
+			c.JoinUnresolved++
+		case p.kind == "crash" && !p.survivorsDone:
 			c.CrashUnresolved++
-		case "leave":
+		case p.kind == "crash":
+			c.CrashLingering++
+		case !p.survivorsDone:
 			c.LeaveUnresolved++
 		default:
-			c.JoinUnresolved++
+			c.LeaveLingering++
 		}
 	}
 	for _, w := range sm.watches {

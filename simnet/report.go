@@ -140,18 +140,26 @@ type ChurnStats struct {
 	Crashed   int `json:"crashed"`
 	Joined    int `json:"joined_fresh"`
 	Restarted int `json:"restarted"`
-	// CrashToGone: per crash, the time until no live node has the agent in
-	// its live view (nodes that joined since included). LeaveToGone the
-	// same for graceful leaves. JoinToVisible: per join or restart, the
-	// time until every node that was up then has the agent in its view.
-	CrashToGone   Percentiles `json:"crash_to_gone"`
-	LeaveToGone   Percentiles `json:"leave_to_gone"`
-	JoinToVisible Percentiles `json:"join_to_visible"`
-	// Unresolved ones had not completed when the run ended; Revived agents
-	// came back before every node dropped them; DiedBeforeVisible left
-	// before every node saw them.
+	// CrashToGone: per crash, the time until no node that was up at the
+	// crash (and still is) has the agent in its live view; CrashToGoneAll
+	// until no live node at all has it, nodes that joined since included
+	// (they may learn a dead agent from others). LeaveToGone and
+	// LeaveToGoneAll the same for graceful leaves. JoinToVisible: per join
+	// or restart, the time until every node that was up then has the agent
+	// in its view.
+	CrashToGone    Percentiles `json:"crash_to_gone"`
+	CrashToGoneAll Percentiles `json:"crash_to_gone_all"`
+	LeaveToGone    Percentiles `json:"leave_to_gone"`
+	LeaveToGoneAll Percentiles `json:"leave_to_gone_all"`
+	JoinToVisible  Percentiles `json:"join_to_visible"`
+	// Unresolved ones had not completed when the run ended (Lingering:
+	// gone from the survivors' views, still in a later joiner's); Revived
+	// agents came back before every node dropped them; DiedBeforeVisible
+	// left before every node saw them.
 	CrashUnresolved   int `json:"crash_unresolved"`
+	CrashLingering    int `json:"crash_lingering"`
 	LeaveUnresolved   int `json:"leave_unresolved"`
+	LeaveLingering    int `json:"leave_lingering"`
 	JoinUnresolved    int `json:"join_unresolved"`
 	Revived           int `json:"revived"`
 	DiedBeforeVisible int `json:"died_before_visible"`
@@ -334,13 +342,16 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 	}
 	c := r.Churn
-	prow("crash → gone everywhere", c.CrashToGone)
-	prow("leave → gone everywhere", c.LeaveToGone)
+	prow("crash → gone at survivors", c.CrashToGone)
+	prow("crash → gone at every node", c.CrashToGoneAll)
+	prow("leave → gone at survivors", c.LeaveToGone)
+	prow("leave → gone at every node", c.LeaveToGoneAll)
 	prow("join → seen everywhere", c.JoinToVisible)
 	fmt.Fprintln(tw, "\t")
 	fmt.Fprintln(tw, "CHURN\t")
 	row("nodes", fmt.Sprintf("%d left, %d crashed, %d joined fresh, %d restarted", c.Left, c.Crashed, c.Joined, c.Restarted))
-	row("unresolved at end", fmt.Sprintf("%d crashes, %d leaves, %d joins; %d revived before dropped, %d died before seen", c.CrashUnresolved, c.LeaveUnresolved, c.JoinUnresolved, c.Revived, c.DiedBeforeVisible))
+	row("unresolved at end", fmt.Sprintf("%d crashes and %d leaves still at survivors, %d and %d only at later joiners, %d joins unseen; %d revived before dropped, %d died before seen",
+		c.CrashUnresolved, c.LeaveUnresolved, c.CrashLingering, c.LeaveLingering, c.JoinUnresolved, c.Revived, c.DiedBeforeVisible))
 	if c.CloseErrors > 0 {
 		row("stop errors", fmt.Sprintf("%d nodes returned an error while stopping, e.g. %s", c.CloseErrors, firstLine(c.CloseErrorSamples[0])))
 	}

@@ -62,7 +62,10 @@ type pending struct {
 	kind    string // "crash", "leave", "join"
 	agent   string
 	at      time.Time
-	waiting []watchNode
+	waiting []watchNode // nil: every agent node up at the check
+	// survivorsDone: a departure has left the views of the nodes that were
+	// up when it happened; it is then awaited at every live node.
+	survivorsDone bool
 }
 
 type watchNode struct {
@@ -127,15 +130,18 @@ type sim struct {
 	watches    []reconvergeWatch
 	crashGone  *samples
 	leaveGone  *samples
-	joinSeen   *samples
-	staleDead  *samples
-	staleBy    map[string]int
-	staleLate  int
-	churn      ChurnStats
-	res        Resources
-	goroSum    float64
-	heapSum    float64
-	lastSample trafficTotals
+	// …All: gone from every live node, later joiners included.
+	crashGoneAll *samples
+	leaveGoneAll *samples
+	joinSeen     *samples
+	staleDead    *samples
+	staleBy      map[string]int
+	staleLate    int
+	churn        ChurnStats
+	res          Resources
+	goroSum      float64
+	heapSum      float64
+	lastSample   trafficTotals
 }
 
 // Run runs the scenario and returns its report. The run is complete and
@@ -157,6 +163,7 @@ func (s Scenario) Run(ctx context.Context) (*Report, error) {
 		qsem:  make(chan struct{}, s.QueryConcurrency),
 		lat:   newSamples(1 << 16), latBy: map[string]*samples{},
 		crashGone: newSamples(1 << 14), leaveGone: newSamples(1 << 14), joinSeen: newSamples(1 << 14),
+		crashGoneAll: newSamples(1 << 14), leaveGoneAll: newSamples(1 << 14),
 		staleDead: newSamples(1 << 14), staleBy: map[string]int{},
 		q: QueryStats{Errors: map[string]int{}},
 	}
@@ -704,9 +711,10 @@ func (sm *sim) doChurn(ev Event) {
 		}
 		// The truth changes before the poller can see the pending departure.
 		sm.truth.down(l.vn.id.AgentID, now)
-		// Departures wait on every node up at each check (nil waiting),
-		// including nodes that join later and may learn the dead agent.
-		sm.pend = append(sm.pend, &pending{kind: kind, agent: l.vn.id.AgentID, at: now})
+		// Departures wait first on the nodes up now, then on every node up
+		// at each check, including nodes that join later and may learn the
+		// dead agent from others.
+		sm.pend = append(sm.pend, &pending{kind: kind, agent: l.vn.id.AgentID, at: now, waiting: sm.upAgentsLocked(l.vn.idx)})
 	}
 	sm.churn.Restarted += len(restarts)
 	sm.churn.Joined += fresh
@@ -1036,11 +1044,21 @@ func (sm *sim) pollOnce(now time.Time) {
 				done = append(done, p)
 				continue
 			}
-			if sm.allSee(p, false) {
+			// First the nodes that were up at the departure, then every
+			// live node, later joiners included.
+			if !p.survivorsDone && sm.allSee(&pending{agent: p.agent, waiting: p.waiting}, false) {
+				p.survivorsDone = true
 				if p.kind == "crash" {
 					sm.crashGone.add(now.Sub(p.at))
 				} else {
 					sm.leaveGone.add(now.Sub(p.at))
+				}
+			}
+			if p.survivorsDone && sm.allSee(&pending{agent: p.agent}, false) {
+				if p.kind == "crash" {
+					sm.crashGoneAll.add(now.Sub(p.at))
+				} else {
+					sm.leaveGoneAll.add(now.Sub(p.at))
 				}
 				done = append(done, p)
 			}
