@@ -230,15 +230,6 @@ func (n *simNet) sideOf(idx int) int {
 	return n.side[idx]
 }
 
-// setSide places a node joining during a partition.
-func (n *simNet) setSide(idx, side int) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.side != nil {
-		n.side[idx] = side
-	}
-}
-
 func (n *simNet) partitioned() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -299,9 +299,11 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "warm-up: nodes registered in %s, %s\n\n", secs(r.Setup.StartS), conv)
 
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	// The tabwriter reports write errors at Flush.
+	tf := func(format string, args ...any) { _, _ = fmt.Fprintf(tw, format, args...) }
 	q := r.Queries
-	row := func(k, v string) { fmt.Fprintf(tw, "  %s\t%s\n", k, v) }
-	fmt.Fprintln(tw, "DISCOVERY\t")
+	row := func(k, v string) { tf("  %s\t%s\n", k, v) }
+	tf("DISCOVERY\t\n")
 	row("queries", fmt.Sprintf("%d issued, %d scored, %d without a live provider, %d skipped, %d aborted", q.Issued, q.Scored, q.NoProvider, q.Skipped, q.Aborted))
 	row("recall", fmt.Sprintf("%s (%d/%d live providers; mean per query %s, %s of queries complete)", pct(q.Recall), q.Found, q.Expected, pct(q.RecallMean), pct(q.FullRecall)))
 	if q.ExpectedAll != q.Expected {
@@ -326,10 +328,10 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 		row("errors", strings.Join(es, ", "))
 	}
-	fmt.Fprintln(tw, "\t")
-	fmt.Fprintln(tw, "LATENCY (ms)\tcount\tp50\tp95\tp99\tmax")
+	tf("\t\n")
+	tf("LATENCY (ms)\tcount\tp50\tp95\tp99\tmax\n")
 	prow := func(name string, p Percentiles) {
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\n", name, p.Count, ms(p.P50), ms(p.P95), ms(p.P99), ms(p.Max))
+		tf("  %s\t%d\t%s\t%s\t%s\t%s\n", name, p.Count, ms(p.P50), ms(p.P95), ms(p.P99), ms(p.Max))
 	}
 	prow("lookup, all", r.Latency.All)
 	for _, k := range sortedKeys(r.Latency.BySource) {
@@ -347,8 +349,8 @@ func (r *Report) WriteText(w io.Writer) error {
 	prow("leave → gone at survivors", c.LeaveToGone)
 	prow("leave → gone at every node", c.LeaveToGoneAll)
 	prow("join → seen everywhere", c.JoinToVisible)
-	fmt.Fprintln(tw, "\t")
-	fmt.Fprintln(tw, "CHURN\t")
+	tf("\t\n")
+	tf("CHURN\t\n")
 	row("nodes", fmt.Sprintf("%d left, %d crashed, %d joined fresh, %d restarted", c.Left, c.Crashed, c.Joined, c.Restarted))
 	row("unresolved at end", fmt.Sprintf("%d crashes and %d leaves still at survivors, %d and %d only at later joiners, %d joins unseen; %d revived before dropped, %d died before seen",
 		c.CrashUnresolved, c.LeaveUnresolved, c.CrashLingering, c.LeaveLingering, c.JoinUnresolved, c.Revived, c.DiedBeforeVisible))
@@ -362,9 +364,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 		row(fmt.Sprintf("complete views after %s at %s", rc.Event, secs(rc.AtS)), v)
 	}
-	fmt.Fprintln(tw, "\t")
+	tf("\t\n")
 	t := r.Traffic
-	fmt.Fprintln(tw, "COST (per node)\t")
+	tf("COST (per node)\t\n")
 	row("traffic", fmt.Sprintf("%.1f msg/s, %s/s out, %s/s in (%.0f node-seconds)", t.MsgsPerNodeS, bytesStr(t.BytesOutPerNode), bytesStr(t.BytesInPerNode), t.NodeSeconds))
 	for _, k := range sortedKeys(t.ByProtocol) {
 		ct := t.ByProtocol[k]

@@ -61,8 +61,12 @@ func TestScenarioEnv(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer f.Close()
-			_ = rep.WriteJSON(f)
+			if err := rep.WriteJSON(f); err != nil {
+				t.Error(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Error(err)
+			}
 		}
 	})
 	t.Logf("wall time %s", time.Since(wall))

@@ -909,7 +909,7 @@ func (sm *sim) recordQuery(start, querierUp time.Time, lat time.Duration, src st
 		}
 		sm.q.Errors[code]++
 	}
-	sm.q.Outcome.add(o)
+	sm.q.add(o)
 	if o.Expected > 0 {
 		sm.q.Scored++
 		sm.recallSum += o.Recall()

@@ -176,7 +176,7 @@ func (s *simStream) classOf() protoClass {
 	if c := s.class.Load(); c >= 0 {
 		return protoClass(c)
 	}
-	p := s.Stream.Protocol()
+	p := s.Protocol()
 	c := classify(p)
 	if p != "" {
 		s.class.Store(int32(c))
@@ -290,7 +290,7 @@ func (s *simStream) CloseWrite() error {
 // has drained.
 func (s *simStream) Close() error {
 	s.net.untrack(s)
-	err := s.Stream.CloseRead()
+	err := s.CloseRead()
 	return errors.Join(err, s.CloseWrite())
 }
 

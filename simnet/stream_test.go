@@ -38,7 +38,7 @@ func twoHosts(t *testing.T) (*simNet, *simHost, *simHost) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { cm.Close() })
+		t.Cleanup(func() { _ = cm.Close() })
 		hs = append(hs, &simHost{Host: h, idx: i, t: &traffic{}, net: n, cm: cm})
 	}
 	t.Cleanup(func() {
@@ -166,7 +166,11 @@ func TestStreamResetDropsWhatIsInFlight(t *testing.T) {
 func TestLinksFollowUpDownAndPartitions(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		n := newSimNet(Scenario{Seed: 2, Latency: 20 * time.Millisecond, Jitter: 5 * time.Millisecond})
-		defer n.close()
+		defer func() {
+			if err := n.close(); err != nil {
+				t.Error(err)
+			}
+		}()
 		var ids []peer.ID
 		for i := range 4 {
 			id, err := identityFor(2, i)

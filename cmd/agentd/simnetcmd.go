@@ -183,11 +183,16 @@ func runSimnet(c *cli.Context) error {
 		if err != nil {
 			return fmt.Errorf("cpu profile: %w", err)
 		}
-		defer f.Close()
 		if err := pprof.StartCPUProfile(f); err != nil {
+			_ = f.Close()
 			return fmt.Errorf("cpu profile: %w", err)
 		}
-		defer pprof.StopCPUProfile()
+		defer func() {
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				_, _ = fmt.Fprintf(stderr, "agentd simnet: cpu profile: %v\n", err)
+			}
+		}()
 	}
 	if os.Getenv("GOGC") == "" {
 		// The simulation holds every node's heap in one process and is
@@ -231,7 +236,7 @@ func runSimnet(c *cli.Context) error {
 	}
 	if len(failures) > 0 || runErr != nil {
 		for _, f := range rep.Failures {
-			fmt.Fprintf(stderr, "agentd simnet: FAIL: %s\n", f)
+			_, _ = fmt.Fprintf(stderr, "agentd simnet: FAIL: %s\n", f)
 		}
 		return errReported
 	}

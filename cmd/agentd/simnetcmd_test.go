@@ -75,7 +75,7 @@ func TestSimnetRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	dec := xml.NewDecoder(f)
 	for {
 		if _, err := dec.Token(); err != nil {
