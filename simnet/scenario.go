@@ -133,6 +133,10 @@ type Scenario struct {
 	// receives the nodes' logs (default discard).
 	Logger     *slog.Logger
 	NodeLogger *slog.Logger
+	// AtEnd, when set, is called once the measured run is over and before
+	// anything is torn down (every node is still running): a heap profile
+	// taken there shows what the nodes hold.
+	AtEnd func()
 	// Progress, when set, is called about once a second of scenario time
 	// (and once at the end) from a harness goroutine; it must not block.
 	Progress func(Progress)

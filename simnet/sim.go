@@ -191,6 +191,9 @@ func (sm *sim) run(ctx context.Context) (rep *Report, err error) {
 		return nil, err
 	}
 	interrupted, runCPU := sm.runSchedule(ctx)
+	if sm.s.AtEnd != nil {
+		sm.s.AtEnd()
+	}
 	rep = sm.report(setup)
 	rep.Interrupted = interrupted
 	rep.Resources.CPUSeconds = cpuSeconds() - cpu0

@@ -84,7 +84,7 @@ func simnetCommand() *cli.Command {
 			&cli.BoolFlag{Name: flagSimQuiet, Usage: "no progress on stderr"},
 			&cli.BoolFlag{Name: flagSimNodeLogs, Usage: "send the nodes' own logs to stderr at --log-level (very verbose)"},
 			&cli.StringFlag{Name: flagSimCPUProfile, Usage: "write a CPU profile of the run to `FILE`"},
-			&cli.StringFlag{Name: flagSimMemProfile, Usage: "write a heap profile taken at the end of the run to `FILE`"},
+			&cli.StringFlag{Name: flagSimMemProfile, Usage: "write a heap profile taken at the end of the measured run, every node still up, to `FILE`"},
 		),
 		Action: runSimnet,
 	}
@@ -194,6 +194,10 @@ func runSimnet(c *cli.Context) error {
 			}
 		}()
 	}
+	var heapErr error
+	if path := c.String(flagSimMemProfile); path != "" {
+		s.AtEnd = func() { heapErr = writeHeapProfile(path) }
+	}
 	if os.Getenv("GOGC") == "" {
 		// The simulation holds every node's heap in one process and is
 		// CPU-bound: trade memory for fewer collections.
@@ -207,10 +211,8 @@ func runSimnet(c *cli.Context) error {
 	if rep == nil {
 		return runErr
 	}
-	if path := c.String(flagSimMemProfile); path != "" {
-		if err := writeHeapProfile(path); err != nil {
-			return err
-		}
+	if heapErr != nil {
+		return heapErr
 	}
 	rep.Command = simnetCommandLine(c)
 	failures := rep.Check(th)
