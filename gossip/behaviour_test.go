@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/trust"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
@@ -428,6 +430,7 @@ func TestSync(t *testing.T) {
 			}
 			sa := signAgent(t, id, uint64(i+1))
 			a.sink.setLive(sa)
+			a.sink.heard[sa.Agent.AgentID] = Heard{Age: time.Duration(i) * 1500 * time.Millisecond, Interval: 5 * time.Second}
 			want = append(want, sa)
 		}
 		// A tampered record and B's own record are in A's view too.
@@ -446,10 +449,13 @@ func TestSync(t *testing.T) {
 		if n != len(want) {
 			t.Fatalf("Sync learnt %d records, want %d", n, len(want))
 		}
-		for _, sa := range want {
+		for i, sa := range want {
 			ds := b.sink.announcesOf(sa.Agent.AgentID, sa.Agent.Seq)
 			if len(ds) != 1 || ds[0].topic != SyncProtocol || ds[0].from.String() != sa.Agent.PeerID {
 				t.Fatalf("record %s delivered as %+v", sa.Agent.AgentID, ds)
+			}
+			if want := (Heard{Age: time.Duration(i) * 1500 * time.Millisecond, Interval: 5 * time.Second}); ds[0].heard != want {
+				t.Errorf("record %d delivered with heard %+v, want what A reported, %+v", i, ds[0].heard, want)
 			}
 		}
 		if got := rejects(t, b.m, "sync", "bad_peer_signature"); got != 1 {
@@ -472,6 +478,35 @@ func TestSync(t *testing.T) {
 		time.Sleep(DefaultConfig().SyncServeInterval)
 		if _, err := b.g.Sync(tn.ctx); err != nil {
 			t.Fatalf("Sync after the interval: %v", err)
+		}
+	})
+}
+
+// TestSyncKeepsTheFreshestAge: two neighbours hold the same record, one
+// heard from the agent 20 s ago, the other 2 s ago; the joiner gets the
+// record once, with the fresher age (an agent alive for one honest
+// neighbour is alive).
+func TestSyncKeepsTheFreshestAge(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn := newTestNet(t, 3, testConfig())
+		a, b, c := tn.nodes[0], tn.nodes[1], tn.nodes[2]
+		id, err := trust.Generate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sa := signAgent(t, id, 1)
+		a.sink.setLive(sa)
+		a.sink.heard[sa.Agent.AgentID] = Heard{Age: 20 * time.Second, Interval: 5 * time.Second}
+		b.sink.setLive(sa)
+		b.sink.heard[sa.Agent.AgentID] = Heard{Age: 2 * time.Second, Interval: 5 * time.Second}
+		tn.connect(c, a)
+		tn.connect(c, b)
+		if n, err := c.g.Sync(tn.ctx); err != nil || n != 1 {
+			t.Fatalf("Sync = %d, %v; want 1 record", n, err)
+		}
+		ds := c.sink.announcesOf(sa.Agent.AgentID, 1)
+		if len(ds) != 1 || ds[0].heard.Age != 2*time.Second {
+			t.Fatalf("delivered %+v, want one delivery heard 2s ago", ds)
 		}
 	})
 }
@@ -601,3 +636,44 @@ func TestStarTopologyPeerExchange(t *testing.T) {
 
 var _ = pubsub.ValidationAccept
 var _ peer.ID
+
+// TestOnTopicPeers: the hook fires when the announce topic goes from no
+// subscriber to one, not for every further subscriber, and again after
+// the node lost them all.
+func TestOnTopicPeers(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn := newTestNet(t, 2, testConfig())
+		nd := tn.addHost(2)
+		nd.m = metrics.New(false)
+		g, err := New(tn.ctx, nd.h, testConfig(), nd.v, nd.sink, nd.m, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var calls atomic.Int32
+		g.OnTopicPeers(func() { calls.Add(1) })
+		if err := g.Start(tn.ctx); err != nil {
+			t.Fatal(err)
+		}
+		nd.g = g
+		if err := tn.mn.LinkAll(); err != nil {
+			t.Fatal(err)
+		}
+		a, b := tn.nodes[0], tn.nodes[1]
+		tn.connect(nd, a)
+		waitFor(t, 5*time.Second, "the first topic peer", func() bool { return calls.Load() == 1 })
+		tn.connect(nd, b)
+		waitFor(t, 5*time.Second, "the second topic peer", func() bool { return len(g.TopicPeers()) == 2 })
+		time.Sleep(time.Second)
+		if n := calls.Load(); n != 1 {
+			t.Fatalf("hook called %d times for two peers, want once", n)
+		}
+		for _, p := range []*tnode{a, b} {
+			if err := tn.mn.DisconnectPeers(nd.h.ID(), p.h.ID()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor(t, 5*time.Second, "no topic peer", func() bool { return len(g.TopicPeers()) == 0 })
+		tn.connect(nd, b)
+		waitFor(t, 5*time.Second, "a topic peer again", func() bool { return calls.Load() == 2 })
+	})
+}

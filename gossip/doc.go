@@ -71,12 +71,19 @@
 // followed by that many bytes of JSON:
 //
 //	request: {"protocol_version":"v1.0","limit":N}           (≤ 1 KiB; 0 ≤ N ≤ 10000)
-//	answer:  {"protocol_version":"v1.0","records":[<record.Announce>...]}
-//	     or  {"protocol_version":"v1.0","records":[],"error":{"code":"ErrRateLimited","message":"..."}}
+//	answer:  {"protocol_version":"v1.0","records":[<record.Announce>...],
+//	          "heard":[{"age_ms":A,"interval_ms":I}...]}
+//	     or  {"protocol_version":"v1.0","records":[],"heard":[],"error":{"code":"ErrRateLimited","message":"..."}}
 //
 // The responder sends at most min(N, its SyncLimit) records (N = 0 means
-// its SyncLimit) of its live view; the requester reads at most
-// N × (32 KiB + 1 KiB) + 4 KiB and verifies every record.
+// its SyncLimit) of its live view; heard[i] says how long ago it last
+// heard from the agent of records[i] (0 for agents it hosts) and the
+// heartbeat interval that agent announced (0 if none), each 0..86400000.
+// The requester reads at most N × (32 KiB + 1 KiB) + 4 KiB, verifies
+// every record, and starts the agent's liveness clock at the freshest age
+// any neighbour reported, not at the moment of the sync: an agent that
+// died before the sync times out at the joiner when it does everywhere
+// else.
 //
 // # Lifecycle
 //

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/trust"
@@ -70,8 +71,9 @@ func FuzzSyncRequest(f *testing.F) {
 // FuzzSyncResponse: an answer either fails or yields at most limit
 // records, which re-encode into an answer that decodes to the same records.
 func FuzzSyncResponse(f *testing.F) {
-	f.Add([]byte(`{"protocol_version":"v1.0","records":[]}`))
-	f.Add([]byte(`{"protocol_version":"v1.0","records":[],"error":{"code":"ErrRateLimited","message":"slow down"}}`))
+	f.Add([]byte(`{"protocol_version":"v1.0","records":[],"heard":[]}`))
+	f.Add([]byte(`{"protocol_version":"v1.0","records":[],"heard":[],"error":{"code":"ErrRateLimited","message":"slow down"}}`))
+	f.Add([]byte(`{"protocol_version":"v1.0","records":[{}],"heard":[{"age_ms":1500,"interval_ms":5000}]}`))
 	const limit = 4
 	f.Fuzz(func(t *testing.T, data []byte) {
 		recs, bad, err := decodeSyncResponse(data, limit)
@@ -81,9 +83,13 @@ func FuzzSyncResponse(f *testing.F) {
 		if len(recs)+bad > limit || bad < 0 {
 			t.Fatalf("%d records and %d bad for limit %d", len(recs), bad, limit)
 		}
-		resp := syncResponse{ProtocolVersion: record.ProtocolVersion, Records: []record.Announce{}}
-		for _, sa := range recs {
-			resp.Records = append(resp.Records, sa.Announce())
+		resp := syncResponse{ProtocolVersion: record.ProtocolVersion, Records: []record.Announce{}, Heard: []syncHeard{}}
+		for _, lr := range recs {
+			if lr.Heard.Age < 0 || lr.Heard.Interval < 0 || lr.Heard.Age > maxHeardMS*time.Millisecond || lr.Heard.Interval > maxHeardMS*time.Millisecond {
+				t.Fatalf("heard %+v out of range", lr.Heard)
+			}
+			resp.Records = append(resp.Records, lr.Record.Announce())
+			resp.Heard = append(resp.Heard, syncHeard{AgeMS: lr.Heard.Age.Milliseconds(), IntervalMS: lr.Heard.Interval.Milliseconds()})
 		}
 		b, err := json.Marshal(resp)
 		if err != nil {
@@ -94,8 +100,9 @@ func FuzzSyncResponse(f *testing.F) {
 			t.Fatalf("round trip: %d records, %d bad, %v (was %d)", len(recs2), bad2, err, len(recs))
 		}
 		for i := range recs {
-			if !bytes.Equal(recs[i].Canonical, recs2[i].Canonical) || !bytes.Equal(recs[i].Signature, recs2[i].Signature) ||
-				!bytes.Equal(recs[i].PeerSignature, recs2[i].PeerSignature) {
+			a, b := recs[i].Record, recs2[i].Record
+			if !bytes.Equal(a.Canonical, b.Canonical) || !bytes.Equal(a.Signature, b.Signature) ||
+				!bytes.Equal(a.PeerSignature, b.PeerSignature) || recs[i].Heard != recs2[i].Heard {
 				t.Fatalf("record %d changed", i)
 			}
 		}

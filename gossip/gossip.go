@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/record"
@@ -108,15 +109,37 @@ type Sink interface {
 	// it arrived on. Messages this node published are not delivered.
 	Announce(sa *record.SignedAgent, from peer.ID, topic string)
 	Beat(kind Kind, sb *record.SignedBeat, from peer.ID, topic string)
+	// Synced delivers a verified record learnt by Sync that is news
+	// (CheckAnnounce passed). heard says how long ago the neighbours last
+	// heard from the agent (the freshest answer) and at what heartbeat
+	// interval: a synced record is evidence of life that old, not proof
+	// of life now, or a joiner would restart the liveness clock of every
+	// agent that died shortly before it joined.
+	Synced(sa *record.SignedAgent, from peer.ID, heard Heard)
 	// UnknownAgent is called when a beat names an agent whose key is not
 	// known (trust reason unknown_key), so the node can fetch that agent's
 	// record from from over /agentd/record/1.0.0. Gossip calls it at most
 	// once per agent per Config.UnknownAgentBackoff, from a small worker
 	// pool, never from the validator; it may block.
 	UnknownAgent(agentID string, from peer.ID)
-	// LiveRecords returns up to limit records the view holds as alive; it
-	// answers sync requests.
-	LiveRecords(limit int) []*record.SignedAgent
+	// LiveRecords returns up to limit records the view holds as alive,
+	// each with when it last heard from the agent; it answers sync
+	// requests.
+	LiveRecords(limit int) []LiveRecord
+}
+
+// LiveRecord is one record of a live view, as a sync answer carries it.
+type LiveRecord struct {
+	Record *record.SignedAgent
+	Heard  Heard
+}
+
+// Heard is what a live view knows of an agent's liveness: how long ago it
+// last heard from the agent (zero for an agent it hosts) and the
+// heartbeat interval the agent announced (zero if none).
+type Heard struct {
+	Age      time.Duration
+	Interval time.Duration
 }
 
 // Gossip is agentd's GossipSub transport: the announce topic, scene
@@ -153,6 +176,10 @@ type Gossip struct {
 	serveSem chan struct{}
 	limitMu  sync.Mutex
 	limiters map[peer.ID]*rate.Limiter
+
+	onPeers   func()             // OnTopicPeers
+	watchStop context.CancelFunc // stops the announce-topic peer watcher
+	watchDone chan struct{}
 }
 
 type topicState struct {
@@ -275,12 +302,60 @@ func (g *Gossip) Start(ctx context.Context) error {
 	}
 	g.announce = ts
 	g.started = true
+	if g.onPeers != nil {
+		eh, err := ts.t.EventHandler()
+		if err != nil {
+			return fmt.Errorf("gossip: watch %s: %w", AnnounceTopic, err)
+		}
+		wctx, stop := context.WithCancel(g.ctx)
+		g.watchStop, g.watchDone = stop, make(chan struct{})
+		go func() {
+			defer close(g.watchDone)
+			defer eh.Cancel()
+			g.watchTopicPeers(wctx, eh)
+		}()
+	}
 	for range g.cfg.UnknownAgentWorkers {
 		g.wg.Go(func() { g.unknown.work(g.ctx, g.sink) })
 	}
 	g.h.SetStreamHandler(SyncProtocol, g.handleSync)
 	g.log.Info("gossip started", "topic", AnnounceTopic, "peer_exchange", g.cfg.PeerExchange, "flood_publish", g.cfg.FloodPublish)
 	return nil
+}
+
+// OnTopicPeers sets f, called whenever the announce topic goes from no
+// known subscriber to at least one: the first peer after Start, or the
+// first after the node lost every topic peer (a partition, a network
+// change). A message published while no peer was subscribed reached
+// nobody; the node republishes its hosted records from f, so a new agent
+// is known at once rather than at its first heartbeat. f runs on a
+// goroutine of this package, one call at a time. Set it before Start.
+func (g *Gossip) OnTopicPeers(f func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.onPeers = f
+}
+
+// watchTopicPeers follows the announce topic's subscribers and calls
+// onPeers on each transition from none to some.
+func (g *Gossip) watchTopicPeers(ctx context.Context, eh *pubsub.TopicEventHandler) {
+	peers := map[peer.ID]bool{}
+	for {
+		ev, err := eh.NextPeerEvent(ctx)
+		if err != nil {
+			return
+		}
+		switch ev.Type {
+		case pubsub.PeerJoin:
+			was := len(peers)
+			peers[ev.Peer] = true
+			if was == 0 {
+				g.onPeers()
+			}
+		case pubsub.PeerLeave:
+			delete(peers, ev.Peer)
+		}
+	}
 }
 
 // joinLocked registers the validator, joins and subscribes to topic and
@@ -578,9 +653,15 @@ func (g *Gossip) Close() error {
 		topics = append(topics, ts)
 	}
 	g.scenes = map[string]*topicState{}
+	watchStop, watchDone := g.watchStop, g.watchDone
 	g.mu.Unlock()
 	if started {
 		g.h.RemoveStreamHandler(SyncProtocol)
+	}
+	if watchStop != nil {
+		// The topic cannot close while its event handler is registered.
+		watchStop()
+		<-watchDone
 	}
 	for _, ts := range topics {
 		g.leave(ts)

@@ -83,6 +83,7 @@ type delivery struct {
 	beat  *record.SignedBeat
 	from  peer.ID
 	topic string
+	heard Heard // deliveries by Synced
 	at    time.Time
 }
 
@@ -93,12 +94,13 @@ type fakeSink struct {
 	seq      map[string]uint64
 	tomb     map[string]uint64
 	live     map[string]*record.SignedAgent
+	heard    map[string]Heard // what LiveRecords reports per agent (zero by default)
 	got      []delivery
 	unknowns []unknownReq
 }
 
 func newFakeSink() *fakeSink {
-	return &fakeSink{seq: map[string]uint64{}, tomb: map[string]uint64{}, live: map[string]*record.SignedAgent{}}
+	return &fakeSink{seq: map[string]uint64{}, tomb: map[string]uint64{}, live: map[string]*record.SignedAgent{}, heard: map[string]Heard{}}
 }
 
 func (s *fakeSink) check(id string, seq uint64) error {
@@ -132,6 +134,18 @@ func (s *fakeSink) Announce(sa *record.SignedAgent, from peer.ID, topic string) 
 	}
 }
 
+func (s *fakeSink) Synced(sa *record.SignedAgent, from peer.ID, heard Heard) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := sa.Agent.AgentID
+	s.got = append(s.got, delivery{kind: KindAnnounce, agent: sa, from: from, topic: SyncProtocol, heard: heard, at: time.Now()})
+	if sa.Agent.Seq > s.seq[id] {
+		s.seq[id] = sa.Agent.Seq
+		s.live[id] = sa
+		s.heard[id] = heard
+	}
+}
+
 func (s *fakeSink) Beat(kind Kind, sb *record.SignedBeat, from peer.ID, topic string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -152,15 +166,15 @@ func (s *fakeSink) UnknownAgent(agentID string, from peer.ID) {
 	s.unknowns = append(s.unknowns, unknownReq{agentID: agentID, from: from})
 }
 
-func (s *fakeSink) LiveRecords(limit int) []*record.SignedAgent {
+func (s *fakeSink) LiveRecords(limit int) []LiveRecord {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []*record.SignedAgent
-	for _, sa := range s.live {
+	var out []LiveRecord
+	for id, sa := range s.live {
 		if len(out) >= limit {
 			break
 		}
-		out = append(out, sa)
+		out = append(out, LiveRecord{Record: sa, Heard: s.heard[id]})
 	}
 	return out
 }

@@ -52,12 +52,24 @@ type syncRequest struct {
 	Limit           int    `json:"limit"`
 }
 
-// syncResponse is the answer: records, or an error.
+// syncResponse is the answer: records, each with what the responder
+// knows of its liveness (heard[i] belongs to records[i]), or an error.
 type syncResponse struct {
 	ProtocolVersion string            `json:"protocol_version"`
 	Records         []record.Announce `json:"records"`
+	Heard           []syncHeard       `json:"heard"`
 	Error           *syncError        `json:"error,omitempty"`
 }
+
+// syncHeard is the wire form of Heard.
+type syncHeard struct {
+	AgeMS      int64 `json:"age_ms"`
+	IntervalMS int64 `json:"interval_ms"`
+}
+
+// maxHeardMS bounds age_ms and interval_ms (one day): a live view never
+// holds an agent silent for longer.
+const maxHeardMS = 24 * 60 * 60 * 1000
 
 type syncError struct {
 	Code    string `json:"code"`
@@ -144,9 +156,10 @@ func decodeSyncRequest(b []byte) (*syncRequest, error) {
 
 // decodeSyncResponse parses an answer frame to a request for limit
 // records. The records are decoded (versions negotiated, fields
-// validated) but not verified. A record that fails to decode is dropped
-// and counted in bad; an error answer yields ErrSyncRefused.
-func decodeSyncResponse(b []byte, limit int) (recs []*record.SignedAgent, bad int, err error) {
+// validated) but not verified; heard must hold one entry per record. A
+// record that fails to decode is dropped and counted in bad; an error
+// answer yields ErrSyncRefused.
+func decodeSyncResponse(b []byte, limit int) (recs []LiveRecord, bad int, err error) {
 	if len(b) > syncAnswerBound(limit) {
 		return nil, 0, fmt.Errorf("%w: sync answer is %d bytes, limit %d", record.ErrTooLarge, len(b), syncAnswerBound(limit))
 	}
@@ -155,6 +168,7 @@ func decodeSyncResponse(b []byte, limit int) (recs []*record.SignedAgent, bad in
 	}
 	var r struct {
 		Records []json.RawMessage `json:"records"`
+		Heard   []json.RawMessage `json:"heard"`
 		Error   *syncError        `json:"error"`
 	}
 	if err := exactMembers(b, "", syncRespMembers); err != nil {
@@ -169,15 +183,45 @@ func decodeSyncResponse(b []byte, limit int) (recs []*record.SignedAgent, bad in
 	if len(r.Records) > limit {
 		return nil, 0, &record.FieldError{Field: "records", Reason: fmt.Sprintf("has %d records, %d were asked for", len(r.Records), limit)}
 	}
-	for _, raw := range r.Records {
+	if len(r.Heard) != len(r.Records) {
+		return nil, 0, &record.FieldError{Field: "heard", Reason: fmt.Sprintf("has %d entries for %d records", len(r.Heard), len(r.Records))}
+	}
+	for i, raw := range r.Records {
+		h, err := decodeHeard(r.Heard[i])
+		if err != nil {
+			return nil, 0, err
+		}
 		sa, err := decodeAnnounce(raw)
 		if err != nil {
 			bad++
 			continue
 		}
-		recs = append(recs, sa)
+		recs = append(recs, LiveRecord{Record: sa, Heard: h})
 	}
 	return recs, bad, nil
+}
+
+// decodeHeard parses one entry of an answer's heard list.
+func decodeHeard(raw []byte) (Heard, error) {
+	if err := exactMembers(raw, "heard[]", heardMembers); err != nil {
+		return Heard{}, err
+	}
+	var h struct {
+		AgeMS      *int64 `json:"age_ms"`
+		IntervalMS *int64 `json:"interval_ms"`
+	}
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return Heard{}, &record.FieldError{Field: "heard[]", Reason: "must be an object of integers age_ms and interval_ms: " + err.Error()}
+	}
+	if h.AgeMS == nil || h.IntervalMS == nil {
+		return Heard{}, &record.FieldError{Field: "heard[]", Reason: "age_ms and interval_ms are required"}
+	}
+	for name, v := range map[string]int64{"age_ms": *h.AgeMS, "interval_ms": *h.IntervalMS} {
+		if v < 0 || v > maxHeardMS {
+			return Heard{}, &record.FieldError{Field: "heard[]." + name, Reason: fmt.Sprintf("%d is not between 0 and %d", v, maxHeardMS)}
+		}
+	}
+	return Heard{Age: time.Duration(*h.AgeMS) * time.Millisecond, Interval: time.Duration(*h.IntervalMS) * time.Millisecond}, nil
 }
 
 // decodeAnnounce parses one record of a sync answer.
@@ -202,7 +246,7 @@ func decodeAnnounce(raw []byte) (*record.SignedAgent, error) {
 }
 
 func encodeSyncError(code, msg string) []byte {
-	b, _ := json.Marshal(syncResponse{ProtocolVersion: record.ProtocolVersion, Records: []record.Announce{}, Error: &syncError{Code: code, Message: msg}})
+	b, _ := json.Marshal(syncResponse{ProtocolVersion: record.ProtocolVersion, Records: []record.Announce{}, Heard: []syncHeard{}, Error: &syncError{Code: code, Message: msg}})
 	return b
 }
 
@@ -264,15 +308,21 @@ func (g *Gossip) handleSync(s network.Stream) {
 		limit = g.cfg.SyncLimit
 	}
 	recs := g.sink.LiveRecords(limit)
-	resp := syncResponse{ProtocolVersion: record.ProtocolVersion, Records: make([]record.Announce, 0, min(len(recs), limit))}
-	for _, sa := range recs {
+	n := min(len(recs), limit)
+	resp := syncResponse{ProtocolVersion: record.ProtocolVersion, Records: make([]record.Announce, 0, n), Heard: make([]syncHeard, 0, n)}
+	for _, lr := range recs {
 		if len(resp.Records) >= limit {
 			break
 		}
+		sa := lr.Record
 		if sa == nil || len(sa.Canonical) == 0 || len(sa.Canonical) > record.MaxAgentBytes {
 			continue
 		}
 		resp.Records = append(resp.Records, sa.Announce())
+		resp.Heard = append(resp.Heard, syncHeard{
+			AgeMS:      min(max(lr.Heard.Age.Milliseconds(), 0), maxHeardMS),
+			IntervalMS: min(max(lr.Heard.Interval.Milliseconds(), 0), maxHeardMS),
+		})
 	}
 	b, err := json.Marshal(resp)
 	if err != nil {
@@ -311,8 +361,8 @@ func (g *Gossip) allowSync(p peer.ID) bool {
 // then other connected peers) for their live view, verifies every record
 // with the Verifier (no peer binding: a relayed record is self-certifying
 // through its peer signature), and hands the records that are news
-// (Sink.CheckAnnounce) to Sink.Announce with from set to the record's
-// peer and topic SyncProtocol. It returns how many records were news. It
+// (Sink.CheckAnnounce) to Sink.Synced with from set to the record's peer
+// and the freshest liveness the neighbours report for it. It returns how many records were news. It
 // fails with ErrNoPeers when no peer is connected, and with the joined
 // errors when no neighbour answered.
 func (g *Gossip) Sync(ctx context.Context) (int, error) {
@@ -328,7 +378,7 @@ func (g *Gossip) Sync(ctx context.Context) (int, error) {
 	if len(peers) == 0 {
 		return 0, ErrNoPeers
 	}
-	results := make([][]*record.SignedAgent, len(peers))
+	results := make([][]LiveRecord, len(peers))
 	errs := make([]error, len(peers))
 	var wg sync.WaitGroup
 	for i, p := range peers {
@@ -336,35 +386,49 @@ func (g *Gossip) Sync(ctx context.Context) (int, error) {
 	}
 	wg.Wait()
 
+	// One record may come from several neighbours: keep the freshest
+	// liveness any of them reports, in the order first received.
 	self := g.h.ID().String()
-	seen := map[[32]byte]bool{}
-	news, answered := 0, 0
+	index := map[[32]byte]int{}
+	var merged []LiveRecord
+	answered := 0
 	for i, recs := range results {
 		if errs[i] != nil {
 			g.log.Debug("sync with peer failed", "peer", peers[i], "err", errs[i])
 			continue
 		}
 		answered++
-		for _, sa := range recs {
-			h := sa.Hash()
-			if seen[h] || sa.Agent.PeerID == self {
+		for _, lr := range recs {
+			if lr.Record.Agent.PeerID == self {
 				continue
 			}
-			seen[h] = true
-			if err := g.v.VerifyAgent(sa, trust.VerifyOptions{}); err != nil {
-				g.m.Reject("sync", string(verifyReason(err)))
+			h := lr.Record.Hash()
+			if j, ok := index[h]; ok {
+				if lr.Heard.Age < merged[j].Heard.Age {
+					merged[j].Heard = lr.Heard
+				}
 				continue
 			}
-			if err := g.sink.CheckAnnounce(sa); err != nil {
-				continue
-			}
-			pid, err := peer.Decode(sa.Agent.PeerID)
-			if err != nil {
-				continue // validated by record; unreachable
-			}
-			g.sink.Announce(sa, pid, SyncProtocol)
-			news++
+			index[h] = len(merged)
+			merged = append(merged, lr)
 		}
+	}
+	news := 0
+	for _, lr := range merged {
+		sa := lr.Record
+		if err := g.v.VerifyAgent(sa, trust.VerifyOptions{}); err != nil {
+			g.m.Reject("sync", string(verifyReason(err)))
+			continue
+		}
+		if err := g.sink.CheckAnnounce(sa); err != nil {
+			continue
+		}
+		pid, err := peer.Decode(sa.Agent.PeerID)
+		if err != nil {
+			continue // validated by record; unreachable
+		}
+		g.sink.Synced(sa, pid, lr.Heard)
+		news++
 	}
 	if answered == 0 {
 		return 0, fmt.Errorf("gossip: sync: no neighbour answered: %w", errors.Join(errs...))
@@ -410,7 +474,7 @@ func (g *Gossip) syncCandidates() []peer.ID {
 }
 
 // fetchLive runs one sync exchange with p.
-func (g *Gossip) fetchLive(ctx context.Context, p peer.ID) ([]*record.SignedAgent, error) {
+func (g *Gossip) fetchLive(ctx context.Context, p peer.ID) ([]LiveRecord, error) {
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.SyncTimeout)
 	defer cancel()
 	s, err := g.h.NewStream(ctx, p, protocol.ID(SyncProtocol))

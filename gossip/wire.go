@@ -198,7 +198,8 @@ var (
 	announceMembers = []string{"protocol_version", "agent", "signature", "peer_signature", "timestamp"}
 	wireBeatMembers = []string{"beat", "signature"}
 	syncReqMembers  = []string{"protocol_version", "limit"}
-	syncRespMembers = []string{"protocol_version", "records", "error"}
+	syncRespMembers = []string{"protocol_version", "records", "heard", "error"}
+	heardMembers    = []string{"age_ms", "interval_ms"}
 )
 
 // exactMembers refuses an object member whose name equals one of names

@@ -28,6 +28,7 @@ import (
 	"github.com/agentd/agentd/view"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // LAN is zero-configuration LAN discovery (package lan implements it).
@@ -232,11 +233,12 @@ func (n *Node) Start(ctx context.Context) error {
 		if n.cfg.Gossip != nil {
 			gc = *n.cfg.Gossip
 		}
-		g, err := gossip.New(n.ctx, n.host, gc, n.ver, n.view, n.m, n.log)
+		g, err := gossip.New(n.ctx, n.host, gc, n.ver, gossipSink{n.view}, n.m, n.log)
 		if err != nil {
 			return fmt.Errorf("gossip: %w", err)
 		}
 		n.gsp = g
+		g.OnTopicPeers(n.republishLocals)
 		if err := g.Start(n.ctx); err != nil {
 			return fmt.Errorf("start gossip: %w", err)
 		}
@@ -548,4 +550,34 @@ func (n *Node) peerGaugeLoop() {
 			n.m.Records.WithLabelValues("cached").Set(float64(n.st.Len()))
 		}
 	}
+}
+
+// republishLocals announces every hosted record again. Gossip calls it
+// when the announce topic gains its first peer: what was published before
+// reached nobody. The record is re-signed with the next seq, because
+// pubsub drops a payload it has published already (message ids are
+// content hashes) and peers would refuse a seq they hold as a replay.
+func (n *Node) republishLocals() {
+	for _, sa := range n.view.Locals() {
+		if _, err := n.resign(n.ctx, sa); err != nil && n.ctx.Err() == nil {
+			n.log.Debug("re-announce to the first topic peer failed", "agent", sa.Agent.AgentID, "err", err)
+		}
+	}
+}
+
+// gossipSink adapts the live view to gossip.Sink: the view does not import
+// the transport, so the two sync methods translate gossip's types.
+type gossipSink struct{ *view.View }
+
+func (s gossipSink) Synced(sa *record.SignedAgent, _ peer.ID, h gossip.Heard) {
+	_ = s.View.Synced(sa, h.Age, h.Interval) // not news: nothing to do
+}
+
+func (s gossipSink) LiveRecords(limit int) []gossip.LiveRecord {
+	recs := s.View.LiveRecords(limit)
+	out := make([]gossip.LiveRecord, len(recs))
+	for i, r := range recs {
+		out[i] = gossip.LiveRecord{Record: r.Record, Heard: gossip.Heard{Age: r.Age, Interval: r.Interval}}
+	}
+	return out
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/trust"
 	"github.com/agentd/agentd/view"
+	ma "github.com/multiformats/go-multiaddr"
 )
 
 func TestRegisterPropagatesByGossip(t *testing.T) {
@@ -303,6 +304,85 @@ func TestRefreshBeforeExpiry(t *testing.T) {
 		time.Sleep(100 * time.Second)
 		if e, err := q.Store().Get(context.Background(), sa.Agent.AgentID); err == nil && !e.Stale {
 			t.Fatalf("entry of a dead host still fresh: %+v", e.ExpiresAt)
+		}
+	})
+}
+
+// TestJoinerDoesNotReviveTheDead: an agent that crashed 20 s before a node
+// joined reaches the joiner by sync, but as news 20 s old: it leaves the
+// joiner's view when it leaves everyone's (30 s after its last heartbeat),
+// not 30 s after the join.
+func TestJoinerDoesNotReviveTheDead(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn := newNet(t, 4, Config{})
+		waitFor(t, 10*time.Second, "mesh", func() bool { return len(tn.nodes[3].Gossip().TopicPeers()) > 0 })
+		sa, err := tn.nodes[2].Register(context.Background(), spec("skill-a", "cap.a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, "announce", func() bool { _, ok := live(tn.nodes[1].Node, sa.Agent.AgentID); return ok })
+		crash := time.Now()
+		tn.nodes[2].Close()
+		time.Sleep(20 * time.Second)
+		late := tn.add(nil, nil)
+		waitFor(t, 5*time.Second, "the joiner's sync", func() bool { _, ok := live(late.Node, sa.Agent.AgentID); return ok })
+		a, _ := live(late.Node, sa.Agent.AgentID)
+		if a.Status != record.StatusUnhealthy {
+			t.Errorf("status at the joiner %s, want UNHEALTHY (silent for 20 s)", a.Status)
+		}
+		waitFor(t, 30*time.Second, "the dead agent to leave the joiner's view", func() bool { _, ok := live(late.Node, sa.Agent.AgentID); return !ok })
+		if gone := time.Since(crash); gone > 37*time.Second {
+			t.Fatalf("gone at the joiner %s after the crash, want the 30 s timeout of its last heartbeat", gone)
+		}
+	})
+}
+
+// TestRegisteredBeforeAnyPeerIsAnnouncedOnJoin: a node that registers its
+// agent before it has any peer (the first announcement reaches nobody)
+// announces it again when the first gossip peer arrives, so the network
+// knows it well before its first heartbeat.
+func TestRegisteredBeforeAnyPeerIsAnnouncedOnJoin(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn := newNet(t, 3, Config{})
+		waitFor(t, 10*time.Second, "mesh", func() bool { return len(tn.nodes[2].Gossip().TopicPeers()) > 0 })
+		id, err := trust.Generate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := store.Open(store.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := tn.mn.AddPeer(id.PeerKey, ma.StringCast("/ip6/100::99/tcp/4242"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		nd, err := New(Config{}, Options{Identity: id, Host: h, Store: st})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nd.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close(); st.Close() })
+		sa, err := nd.Register(context.Background(), spec("skill-a", "cap.a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second) // alone: nobody heard the announcement
+		if err := tn.mn.LinkAll(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tn.mn.ConnectPeers(h.ID(), tn.nodes[0].Host().ID()); err != nil {
+			t.Fatal(err)
+		}
+		joined := time.Now()
+		for _, other := range tn.nodes {
+			waitFor(t, 10*time.Second, "the agent at every node", func() bool { _, ok := live(other.Node, sa.Agent.AgentID); return ok })
+		}
+		// Its first heartbeat is due 5 s after Start, 3 s after the join.
+		if d := time.Since(joined); d > time.Second {
+			t.Fatalf("known everywhere %s after the join, want well under the heartbeat interval", d)
 		}
 	})
 }

@@ -100,6 +100,11 @@ type agentState struct {
 	status    record.Status // status the agent reported (beats), "" = from record
 	unhealthy bool          // marked by the liveness clock
 	beatSeq   uint64        // highest beat seq seen
+	// touched is the cache expiry last written to the store for this
+	// agent. Beats extend it only once half the cache TTL is used up, not
+	// on every beat (a store write per beat cost more CPU than anything
+	// else the view does).
+	touched time.Time
 }
 
 // Agent is a snapshot of one live agent.
@@ -257,18 +262,76 @@ func (v *View) Announce(sa *record.SignedAgent, _ peer.ID, _ string) {
 	v.learn(sa, store.SourceGossip, true)
 }
 
-// Learn applies a verified record from a DHT fetch, the LAN, a sync or a
-// catalog. live says whether the record proves the agent alive now (a
-// successful fetch from its host does; a catalog entry does not); records
-// that are not live only go to the store's cache. It returns an error when
-// the record is not news (stale seq, tombstoned, hosted here).
+// Synced applies a verified record learnt from neighbours' live views at
+// join (gossip's sync protocol), last heard from age ago by the freshest
+// neighbour, from an agent that beats every interval (0: the default).
+// It is evidence of life that old, not proof of life now: the agent's
+// liveness clock starts that far back, so an agent that died just before
+// this node joined times out here when it does at the neighbours. A
+// record whose age is already past the timeout only goes to the cache.
+func (v *View) Synced(sa *record.SignedAgent, age, interval time.Duration) error {
+	return v.learnHeard(sa, store.SourceGossip, true, max(age, 0), interval)
+}
+
+// LiveRecord is one agent of the live view as a sync answer carries it.
+type LiveRecord struct {
+	Record *record.SignedAgent
+	// Age is how long ago the agent was last heard from (zero for an
+	// agent hosted here); Interval is its heartbeat interval.
+	Age, Interval time.Duration
+}
+
+// LiveRecords returns up to limit records of live agents (local ones
+// first), each with how long ago it was last heard from and its
+// heartbeat interval; it answers gossip's sync requests.
+func (v *View) LiveRecords(limit int) []LiveRecord {
+	now := v.cfg.Now()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := make([]LiveRecord, 0, min(limit, len(v.agents)))
+	for _, local := range []bool{true, false} {
+		for _, s := range v.agents {
+			if len(out) >= limit {
+				return out
+			}
+			if s.local != local {
+				continue
+			}
+			lr := LiveRecord{Record: s.rec, Interval: s.interval}
+			if !s.local {
+				lr.Age = max(now.Sub(s.lastHeard), 0)
+			}
+			out = append(out, lr)
+		}
+	}
+	return out
+}
+
+// Learn applies a verified record from a DHT fetch, the LAN or a catalog.
+// live says whether the record proves the agent alive now (a successful
+// fetch from its host does; a catalog entry does not); records that are
+// not live only go to the store's cache. It returns an error when the
+// record is not news (stale seq, tombstoned, hosted here).
 func (v *View) Learn(sa *record.SignedAgent, src store.Source, live bool) error {
 	return v.learn(sa, src, live)
 }
 
 func (v *View) learn(sa *record.SignedAgent, src store.Source, live bool) error {
+	return v.learnHeard(sa, src, live, 0, 0)
+}
+
+// learnHeard applies a record last heard from age ago, whose agent beats
+// every interval (0: unknown, the default interval applies).
+func (v *View) learnHeard(sa *record.SignedAgent, src store.Source, live bool, age, interval time.Duration) error {
 	a := &sa.Agent
 	now := v.cfg.Now()
+	if interval <= 0 {
+		interval = v.cfg.HeartbeatInterval
+	}
+	if live && age > v.timeoutFor(interval) {
+		live = false // dead by now as far as anyone knows: cache only
+	}
+	heard := now.Add(-age)
 	if err := v.putStore(sa, src, now); err != nil && !errors.Is(err, store.ErrOlder) {
 		// ErrOlder: the cache holds a newer record, yet the view may not
 		// (restart); the view's own seq check below decides.
@@ -292,21 +355,32 @@ func (v *View) learn(sa *record.SignedAgent, src store.Source, live bool) error 
 		return replay("record seq %d of %s is older than %d", a.Seq, a.AgentID, s.rec.Agent.Seq)
 	case s != nil && a.Seq == s.rec.Agent.Seq:
 		// Same record again (another path, a refetch): it proves life.
-		s.lastHeard = now
-		events = v.reviveLocked(s, now, events)
+		if heard.After(s.lastHeard) {
+			s.lastHeard = heard
+			events = v.reviveLocked(s, now, events)
+		}
 	case s != nil:
 		old := s.rec
-		s.rec, s.source, s.lastHeard = sa, src, now
-		events = v.reviveLocked(s, now, events)
+		s.rec, s.source = sa, src
+		if heard.After(s.lastHeard) {
+			s.lastHeard = heard
+			events = v.reviveLocked(s, now, events)
+		}
 		events = append(events, v.proj.update(old, sa, v.effective(s), now)...)
 		if !sameCapabilities(&old.Agent, a) || old.Agent.Version != a.Version {
 			events = append(events, v.agentEvent(EventRegistered, s, now, ""))
 		}
 	default:
-		s = &agentState{rec: sa, source: src, firstSeen: now, lastHeard: now, interval: v.cfg.HeartbeatInterval}
+		s = &agentState{rec: sa, source: src, firstSeen: now, lastHeard: heard, interval: interval}
+		// Silent for long already (a synced record): UNHEALTHY from the
+		// start, as the liveness clock would mark it.
+		s.unhealthy = age > time.Duration(v.cfg.UnhealthyAfter)*max(interval, v.cfg.HeartbeatInterval)
 		v.agents[a.AgentID] = s
 		events = append(events, v.agentEvent(EventRegistered, s, now, ""))
 		events = append(events, v.proj.update(nil, sa, v.effective(s), now)...)
+	}
+	if until := v.freshUntil(sa, now); until.After(s.touched) {
+		s.touched = until // putStore wrote it
 	}
 	v.mu.Unlock()
 	v.emit(events)
@@ -367,8 +441,17 @@ func (v *View) Beat(kind Kind, sb *record.SignedBeat, from peer.ID, _ string) {
 		events = append(events, v.agentEvent(EventStatus, s, now, ""))
 		events = append(events, v.proj.setStatus(s.rec, after)...)
 	}
+	// Extend the cached record's freshness once half of it is used up:
+	// while the agent beats its entry never goes stale, and the store is
+	// written about once per CacheTTL/2 per agent instead of per beat.
+	var touch time.Time
+	if until := v.freshUntil(s.rec, now); s.touched.Sub(now) < v.cfg.CacheTTL/2 && until.After(s.touched) {
+		touch, s.touched = until, until
+	}
 	v.mu.Unlock()
-	_ = v.st.Touch(context.Background(), b.AgentID, v.freshUntil(s.rec, now))
+	if !touch.IsZero() {
+		_ = v.st.Touch(context.Background(), b.AgentID, touch)
+	}
 	v.emit(events)
 }
 
@@ -377,24 +460,6 @@ func (v *View) UnknownAgent(agentID string, from peer.ID) {
 	if v.unknown != nil {
 		v.unknown(agentID, from)
 	}
-}
-
-// LiveRecords returns up to limit records of live agents (local ones first).
-func (v *View) LiveRecords(limit int) []*record.SignedAgent {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	out := make([]*record.SignedAgent, 0, min(limit, len(v.agents)))
-	for _, local := range []bool{true, false} {
-		for _, s := range v.agents {
-			if len(out) >= limit {
-				return out
-			}
-			if s.local == local {
-				out = append(out, s.rec)
-			}
-		}
-	}
-	return out
 }
 
 // ApplyLocal adds or replaces a registration hosted by this node.
@@ -516,11 +581,7 @@ func (v *View) sweep() {
 		}
 		silent := now.Sub(s.lastHeard)
 		interval := max(s.interval, v.cfg.HeartbeatInterval)
-		timeout := v.cfg.Timeout
-		if scaled := time.Duration(float64(v.cfg.Timeout) * float64(interval) / float64(v.cfg.HeartbeatInterval)); scaled > timeout {
-			timeout = scaled
-		}
-		if silent > timeout {
+		if silent > v.timeoutFor(interval) {
 			delete(v.agents, id)
 			gone = append(gone, id)
 			events = append(events, v.agentEvent(EventDeregistered, s, now, ReasonTimeout))
@@ -655,6 +716,18 @@ func (v *View) effective(s *agentState) record.Status {
 }
 
 // reviveLocked clears the UNHEALTHY mark when news arrives.
+// timeoutFor is the liveness timeout of an agent that beats every
+// interval: the configured timeout, scaled up for agents that announced a
+// longer interval than the default.
+func (v *View) timeoutFor(interval time.Duration) time.Duration {
+	interval = max(interval, v.cfg.HeartbeatInterval)
+	timeout := v.cfg.Timeout
+	if scaled := time.Duration(float64(v.cfg.Timeout) * float64(interval) / float64(v.cfg.HeartbeatInterval)); scaled > timeout {
+		timeout = scaled
+	}
+	return timeout
+}
+
 func (v *View) reviveLocked(s *agentState, now time.Time, events []Event) []Event {
 	if !s.unhealthy {
 		return events

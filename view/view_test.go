@@ -390,3 +390,97 @@ func TestStretchedIntervalIsHonoured(t *testing.T) {
 		t.Fatal("not removed after the scaled timeout")
 	}
 }
+
+// TestSyncedRecordKeepsItsAge: a record learnt by sync at join is as old
+// as the neighbours' last news of the agent. An agent a neighbour last
+// heard 25 s ago times out here 5 s later, not 30 s later (a joiner must
+// not revive the dead); one past the timeout is cached, not listed; a
+// sync never makes a fresher agent look older; LiveRecords reports ages.
+func TestSyncedRecordKeepsItsAge(t *testing.T) {
+	f := newFixture(t)
+	old, dead, fresh := newAgent(t), newAgent(t), newAgent(t)
+	caps := map[string]float64{"c": 0}
+	if err := f.v.Synced(old.sign(t, 1, f.clk.Now(), nil, caps), 25*time.Second, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.v.Synced(dead.sign(t, 1, f.clk.Now(), nil, caps), 31*time.Second, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.v.Get(dead.id.AgentID); ok {
+		t.Fatal("an agent silent past the timeout was listed")
+	}
+	if _, err := f.st.Get(context.Background(), dead.id.AgentID); err != nil {
+		t.Fatalf("the record of an agent silent past the timeout should be cached: %v", err)
+	}
+	fr := fresh.sign(t, 1, f.clk.Now(), nil, caps)
+	f.v.Announce(fr, fresh.id.PeerID, "")
+	f.clk.Add(2 * time.Second)
+	// The same record from a neighbour that heard it 20 s ago: no older.
+	_ = f.v.Synced(fr, 20*time.Second, 0)
+	f.v.sweep()
+	a, ok := f.v.Get(old.id.AgentID)
+	if !ok || a.Status != record.StatusUnhealthy {
+		t.Fatalf("agent heard 27 s ago: listed %v, status %s; want UNHEALTHY", ok, a.Status)
+	}
+	ages := map[string]time.Duration{}
+	for _, lr := range f.v.LiveRecords(10) {
+		ages[lr.Record.Agent.AgentID] = lr.Age
+	}
+	if ages[old.id.AgentID] != 27*time.Second || ages[fresh.id.AgentID] != 2*time.Second || len(ages) != 2 {
+		t.Fatalf("LiveRecords ages %v", ages)
+	}
+	f.clk.Add(3*time.Second + time.Millisecond)
+	f.v.sweep()
+	if _, ok := f.v.Get(old.id.AgentID); ok {
+		t.Fatal("a synced agent outlived its timeout counted from the neighbour's last news")
+	}
+	if _, ok := f.v.Get(fresh.id.AgentID); !ok {
+		t.Fatal("a fresh agent was dropped")
+	}
+}
+
+// touchCounter counts the store writes beats cause.
+type touchCounter struct {
+	store.Store
+	n int
+}
+
+func (c *touchCounter) Touch(ctx context.Context, id string, t time.Time) error {
+	c.n++
+	return c.Store.Touch(ctx, id, t)
+}
+
+// TestBeatsKeepTheCacheFreshWithFewWrites: ten minutes of heartbeats keep
+// the agent's cached record fresh throughout, with a handful of store
+// writes rather than one per beat; once the agent stops, the entry goes
+// stale with its departure.
+func TestBeatsKeepTheCacheFreshWithFewWrites(t *testing.T) {
+	clk := &clock{t: time.Now()}
+	st, err := store.Open(store.Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	tc := &touchCounter{Store: st}
+	v := New(Config{Now: clk.Now}, tc, nil, nil, nil)
+	defer v.Close()
+	k := newAgent(t)
+	v.Announce(k.sign(t, 1, clk.Now(), nil, map[string]float64{"c": 0}), k.id.PeerID, "")
+	for i := range 120 {
+		clk.Add(5 * time.Second)
+		v.Beat(KindHeartbeat, k.beat(t, uint64(2+i), "", ""), k.id.PeerID, "")
+		v.sweep()
+		e, err := st.Get(context.Background(), k.id.AgentID)
+		if err != nil || e.Stale {
+			t.Fatalf("after %d beats: cached entry %+v, %v; want fresh", i+1, e, err)
+		}
+	}
+	if tc.n > 8 {
+		t.Errorf("%d store writes for 120 beats, want about one per 150 s", tc.n)
+	}
+	clk.Add(31 * time.Second)
+	v.sweep()
+	if e, err := st.Get(context.Background(), k.id.AgentID); err != nil || !e.Stale {
+		t.Fatalf("after the timeout: %+v, %v; want a stale entry", e, err)
+	}
+}
