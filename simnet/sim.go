@@ -142,6 +142,7 @@ type sim struct {
 	goroSum      float64
 	heapSum      float64
 	lastSample   trafficTotals
+	lastSampleAt time.Time
 }
 
 // Run runs the scenario and returns its report. The run is complete and
@@ -577,7 +578,7 @@ func (sm *sim) runSchedule(ctx context.Context) (interrupted bool, cpu float64) 
 	sm.mu.Lock()
 	sm.t0, sm.measuring = t0, true
 	sm.traffic0, sm.boot0 = sm.trafficLocked()
-	sm.lastSample = sm.traffic0
+	sm.lastSample, sm.lastSampleAt = sm.traffic0, t0
 	sm.mu.Unlock()
 	sm.probe.measureFrom(t0)
 	cpu0 := cpuSeconds()
@@ -973,7 +974,8 @@ func (sm *sim) sampleAt(now time.Time) {
 	}
 	agents, _ := sm.trafficLocked()
 	d := agents.sub(sm.lastSample)
-	sm.lastSample = agents
+	width := now.Sub(sm.lastSampleAt).Seconds()
+	sm.lastSample, sm.lastSampleAt = agents, now
 	msgs, out, _ := d.sum()
 	r := &sm.res
 	r.Samples++
@@ -984,13 +986,15 @@ func (sm *sim) sampleAt(now time.Time) {
 	r.RSSPeakMB = max(r.RSSPeakMB, float64(rss)/(1<<20))
 	sm.goroSum += float64(g) / float64(up)
 	sm.heapSum += heapMB / float64(up)
-	// The bucket that ends at now (the last one may be shorter).
-	i := int((now.Sub(sm.t0) - 1) / sm.s.SampleInterval)
+	// The bucket that ends at now (the last one may be shorter). In real
+	// time a tick comes a little after its bucket's end: a quarter of an
+	// interval is allowed for that. The rates are over the time since
+	// the previous sample.
+	i := int((now.Sub(sm.t0) - sm.s.SampleInterval/4) / sm.s.SampleInterval)
 	if i < 0 || i >= len(sm.buckets) || sm.buckets[i].sampled {
 		return
 	}
 	b := sm.buckets[i]
-	width := min(now.Sub(sm.t0)-time.Duration(i)*sm.s.SampleInterval, sm.s.SampleInterval).Seconds()
 	b.sampled, b.live, b.heapMB = true, live, heapMB/float64(up)
 	if live > 0 && width > 0 {
 		b.msgs = float64(msgs) / float64(live) / width
