@@ -14,8 +14,10 @@ import (
 // that `agentd simnet --json` writes; durations are in the unit their name
 // says.
 type Report struct {
-	// Command is the command line that produced the report (set by the CLI).
+	// Command is the command line that produced the report, and Clock the
+	// clock it ran on: "virtual" or "real" (both set by the CLI).
 	Command  string       `json:"command,omitempty"`
+	Clock    string       `json:"clock,omitempty"`
 	Scenario ScenarioInfo `json:"scenario"`
 	// Interrupted is set when the run was cancelled before its end.
 	Interrupted bool        `json:"interrupted,omitempty"`
@@ -291,6 +293,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "links: %gms ± %gms, bandwidth %s; queries %g/s; heartbeat %gs, liveness timeout %gs\n", s.LatencyMS, s.JitterMS, bw, s.QueryRate, s.HeartbeatInterval, s.LivenessTimeoutS)
 	if r.Command != "" {
 		fmt.Fprintf(&b, "command: %s\n", r.Command)
+	}
+	if r.Clock != "" {
+		fmt.Fprintf(&b, "clock: %s\n", r.Clock)
 	}
 	conv := "not converged"
 	if r.Setup.Converged {

@@ -236,3 +236,19 @@ func TestLinksFollowUpDownAndPartitions(t *testing.T) {
 		}
 	})
 }
+
+// TestDeliveryTimeIsRoundedUp: deliveries land on whole milliseconds,
+// never earlier than the link's latency and less than 1 ms later.
+func TestDeliveryTimeIsRoundedUp(t *testing.T) {
+	base := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct{ now, lat, want time.Duration }{
+		{0, 20 * time.Millisecond, 20 * time.Millisecond},
+		{1, 20 * time.Millisecond, 21 * time.Millisecond},
+		{300 * time.Microsecond, 19*time.Millisecond + 700*time.Microsecond, 20 * time.Millisecond},
+		{300 * time.Microsecond, 19*time.Millisecond + 701*time.Microsecond, 21 * time.Millisecond},
+	} {
+		if got := deliveryTime(base.Add(c.now), c.lat).Sub(base); got != c.want {
+			t.Errorf("write at +%s over %s: delivered at +%s, want +%s", c.now, c.lat, got, c.want)
+		}
+	}
+}

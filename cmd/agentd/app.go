@@ -35,7 +35,12 @@ var errReported = errors.New("failure already reported")
 // calls os.Exit, so tests run it in-process.
 func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	app := newApp(stdin, stdout, stderr)
-	err := app.RunContext(ctx, args)
+	return exitCode(app.RunContext(ctx, args), stderr)
+}
+
+// exitCode maps what a command returned to the process exit code, saying
+// why on stderr.
+func exitCode(err error, stderr io.Writer) int {
 	var ue *usageError
 	switch {
 	case err == nil:

@@ -40,6 +40,13 @@ const (
 	flagSimNodeLogs      = "node-logs"
 	flagSimCPUProfile    = "cpuprofile"
 	flagSimMemProfile    = "memprofile"
+	flagSimClock         = "clock"
+)
+
+// Clocks of a simnet run.
+const (
+	clockVirtual = "virtual"
+	clockReal    = "real"
 )
 
 // simnetGOGC is the GC target percentage of a simnet run when GOGC is not
@@ -52,7 +59,7 @@ func simnetCommand() *cli.Command {
 		Usage: "simulate many agentd nodes in one process under churn and report what discovery achieved",
 		Description: "Runs --nodes complete agentd nodes (DHT, gossip, live view, resolver; LAN off) and\n" +
 			"--bootstrap-nodes bootstrap nodes over an in-memory network with the given link\n" +
-			"latency, jitter and bandwidth, in real time. After a warm-up (every node starts,\n" +
+			"latency, jitter and bandwidth. After a warm-up (every node starts,\n" +
 			"registers an agent with 1-3 skills and sees every other agent) the scenario runs\n" +
 			"for --duration: churn (every --churn-interval, --churn-fraction of the nodes leave,\n" +
 			"half gracefully and half by crash, and as many join, half restarting a departed\n" +
@@ -62,9 +69,16 @@ func simnetCommand() *cli.Command {
 			"The report goes to stdout (a table), --json FILE and --svg FILE. Progress goes to\n" +
 			"stderr: a bar on a terminal, a log line every 10 s otherwise, nothing with --quiet.\n" +
 			"Exit code 1 when recall is below --min-recall or the stale rate above --max-stale\n" +
-			"(stderr says which), or when the run failed. See docs/simnet.md.",
+			"(stderr says which), or when the run failed.\n\n" +
+			"--clock virtual (the default) runs the simulation in virtual time (Go's\n" +
+			"testing/synctest): the clock advances only when every node is idle, so a busy CPU\n" +
+			"delays the run, not the messages, and results do not depend on the machine's\n" +
+			"speed; the wall time may be longer or shorter than --duration. --clock real runs\n" +
+			"against the wall clock: when the machine cannot keep up, the delays show up in\n" +
+			"the results. See docs/simnet.md.",
 		Flags: withGlobal(
 			&cli.StringFlag{Name: flagSimScenario, Value: string(simnet.KindChurn), Usage: "`SCENARIO`: churn, partition, massjoin or steady"},
+			&cli.StringFlag{Name: flagSimClock, Value: clockVirtual, Usage: "`CLOCK`: virtual (simulated time; the clock waits for the CPU) or real (wall-clock time)"},
 			&cli.IntFlag{Name: flagSimNodes, Value: 100, Usage: "agent nodes at the start"},
 			&cli.IntFlag{Name: flagSimBootstrap, Value: 3, Usage: "bootstrap nodes (no agent, never churn)"},
 			&cli.DurationFlag{Name: flagSimDuration, Value: 2 * time.Minute, Usage: "length of the measured run, after the warm-up"},
@@ -128,6 +142,9 @@ func simnetScenario(c *cli.Context) (simnet.Scenario, simnet.Thresholds, error) 
 	if s.QueryRate <= 0 {
 		return s, th, usagef("--%s must be positive: a run without queries measures nothing", flagSimQueryRate)
 	}
+	if clk := c.String(flagSimClock); clk != clockVirtual && clk != clockReal {
+		return s, th, usagef("--%s: %q is not one of virtual, real", flagSimClock, clk)
+	}
 	th = simnet.Thresholds{MinRecall: c.Float64(flagSimMinRecall), MaxStale: c.Float64(flagSimMaxStale)}
 	if th.MinRecall < 0 || th.MinRecall > 1 {
 		return s, th, usagef("--%s must be between 0 and 1 (got %v)", flagSimMinRecall, th.MinRecall)
@@ -165,9 +182,19 @@ func runSimnet(c *cli.Context) error {
 		// The bar owns the terminal line; only problems are logged.
 		logCfg.Level = "warn"
 	}
-	s.Logger = newLogger(stderr, logCfg)
+	virtual := c.String(flagSimClock) == clockVirtual
+	logger := func(lc config.LogConfig) *slog.Logger {
+		l := newLogger(stderr, lc)
+		if virtual {
+			// Inside the bubble time.Now is the simulated clock (it
+			// starts in 2000): the lines carry the run's elapsed time.
+			l = slog.New(untimed{l.Handler()})
+		}
+		return l
+	}
+	s.Logger = logger(logCfg)
 	if c.Bool(flagSimNodeLogs) {
-		s.NodeLogger = newLogger(stderr, cfg.Log)
+		s.NodeLogger = logger(cfg.Log)
 	}
 	var bar *progressBar
 	switch {
@@ -175,9 +202,10 @@ func runSimnet(c *cli.Context) error {
 		bar = &progressBar{w: stderr}
 		s.Progress = bar.update
 	case !quiet:
-		s.Progress = progressLogger(newLogger(stderr, config.LogConfig{Level: "info", Format: cfg.Log.Format}))
+		s.Progress = progressLogger(logger(config.LogConfig{Level: "info", Format: cfg.Log.Format}))
 	}
 
+	stopProfile := func() {}
 	if path := c.String(flagSimCPUProfile); path != "" {
 		f, err := os.Create(path)
 		if err != nil {
@@ -187,12 +215,13 @@ func runSimnet(c *cli.Context) error {
 			_ = f.Close()
 			return fmt.Errorf("cpu profile: %w", err)
 		}
-		defer func() {
+		stopProfile = sync.OnceFunc(func() {
 			pprof.StopCPUProfile()
 			if err := f.Close(); err != nil {
 				_, _ = fmt.Fprintf(stderr, "agentd simnet: cpu profile: %v\n", err)
 			}
-		}()
+		})
+		defer stopProfile()
 	}
 	var heapErr error
 	if path := c.String(flagSimMemProfile); path != "" {
@@ -204,16 +233,32 @@ func runSimnet(c *cli.Context) error {
 		defer debug.SetGCPercent(debug.SetGCPercent(simnetGOGC))
 	}
 	began := time.Now()
-	rep, runErr := s.Run(c.Context)
-	if bar != nil {
-		bar.finish()
+	finish := func(rep *simnet.Report, runErr error) error {
+		stopProfile()
+		if bar != nil {
+			bar.finish()
+		}
+		if rep == nil {
+			return runErr
+		}
+		if heapErr != nil {
+			return heapErr
+		}
+		rep.Clock = c.String(flagSimClock)
+		return reportSimnet(c, rep, runErr, th, began)
 	}
-	if rep == nil {
-		return runErr
+	if virtual {
+		runVirtual(c.Context, s.Run, func(rep *simnet.Report, runErr error) int {
+			return exitCode(finish(rep, runErr), stderr)
+		})
 	}
-	if heapErr != nil {
-		return heapErr
-	}
+	return finish(s.Run(c.Context))
+}
+
+// reportSimnet writes the report of a finished run and says whether it
+// passed.
+func reportSimnet(c *cli.Context, rep *simnet.Report, runErr error, th simnet.Thresholds, began time.Time) error {
+	stderr := c.App.ErrWriter
 	rep.Command = simnetCommandLine(c)
 	failures := rep.Check(th)
 	if runErr != nil && !errors.Is(runErr, simnet.ErrNodeOp) {

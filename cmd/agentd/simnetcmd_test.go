@@ -28,6 +28,7 @@ func TestSimnetUsage(t *testing.T) {
 		{[]string{"simnet", "--nodes", "1"}, "nodes is 1; must be between 2"},
 		{[]string{"simnet", "--latency", "2ms", "--jitter", "5ms"}, "jitter is 5ms; must not exceed the latency 2ms"},
 		{[]string{"simnet", "--bandwidth", "-5"}, "bandwidth"},
+		{[]string{"simnet", "--clock", "wall"}, `--clock: "wall" is not one of virtual, real`},
 	} {
 		r := runCLI(t, "", tc.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
@@ -41,16 +42,17 @@ func TestSimnetUsage(t *testing.T) {
 	}
 }
 
-// TestSimnetRun runs six nodes for three seconds in real time.
+// TestSimnetRun runs six nodes for three seconds in real time. (A
+// virtual-time run exits its process: internal/e2e runs those.)
 func TestSimnetRun(t *testing.T) {
 	dir := t.TempDir()
 	jsonPath, svgPath := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.svg")
-	r := runCLI(t, "", "simnet", "--scenario", "steady", "--nodes", "6", "--duration", "3s", "--latency", "5ms",
+	r := runCLI(t, "", "simnet", "--clock", "real", "--scenario", "steady", "--nodes", "6", "--duration", "3s", "--latency", "5ms",
 		"--query-rate", "20", "--min-recall", "0", "--max-stale", "1", "--json", jsonPath, "--svg", svgPath)
 	if r.code != exitOK {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	for _, want := range []string{"simnet: steady, 6 nodes (+3 bootstrap), 3s, seed 1", "DISCOVERY", "recall", "PASS: recall ≥ 0 and stale rate ≤ 1", "wall time:"} {
+	for _, want := range []string{"simnet: steady, 6 nodes (+3 bootstrap), 3s, seed 1", "clock: real", "DISCOVERY", "recall", "PASS: recall ≥ 0 and stale rate ≤ 1", "wall time:"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
 		}
@@ -67,8 +69,8 @@ func TestSimnetRun(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
-	wantCmd := "agentd simnet --scenario steady --nodes 6 --duration 3s --latency 5ms --query-rate 20 --min-recall 0 --max-stale 1"
-	if rep.Command != wantCmd || rep.Scenario.Nodes != 6 || rep.Queries.Issued == 0 || rep.Thresholds == nil {
+	wantCmd := "agentd simnet --scenario steady --clock real --nodes 6 --duration 3s --latency 5ms --query-rate 20 --min-recall 0 --max-stale 1"
+	if rep.Command != wantCmd || rep.Clock != "real" || rep.Scenario.Nodes != 6 || rep.Queries.Issued == 0 || rep.Thresholds == nil {
 		t.Fatalf("json report: command %q, %+v", rep.Command, rep.Queries)
 	}
 	f, err := os.Open(svgPath)
@@ -95,7 +97,7 @@ func TestSimnetThresholdFailure(t *testing.T) {
 	if err != nil || sched.Count(simnet.EventQuery) != 0 {
 		t.Fatalf("premise: %v, %d queries", err, sched.Count(simnet.EventQuery))
 	}
-	r := runCLI(t, "", "simnet", "--scenario", "steady", "--nodes", "4", "--duration", "1s", "--query-rate", "0.01", "--quiet")
+	r := runCLI(t, "", "simnet", "--clock", "real", "--scenario", "steady", "--nodes", "4", "--duration", "1s", "--query-rate", "0.01", "--quiet")
 	if r.code != exitFailed {
 		t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", r.code, exitFailed, r.stdout, r.stderr)
 	}
