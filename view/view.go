@@ -328,9 +328,7 @@ func (v *View) learnHeard(sa *record.SignedAgent, src store.Source, live bool, a
 	if interval <= 0 {
 		interval = v.cfg.HeartbeatInterval
 	}
-	if live && age > v.timeoutFor(interval) {
-		live = false // dead by now as far as anyone knows: cache only
-	}
+	silent := live && age > v.timeoutFor(interval)
 	heard := now.Add(-age)
 	if err := v.putStore(sa, src, now); err != nil && !errors.Is(err, store.ErrOlder) {
 		// ErrOlder: the cache holds a newer record, yet the view may not
@@ -339,6 +337,12 @@ func (v *View) learnHeard(sa *record.SignedAgent, src store.Source, live bool, a
 			return replay("agent %s was unregistered", a.AgentID)
 		}
 		v.log.Warn("cache write failed", "agent", a.AgentID, "err", err)
+	}
+	if silent {
+		// Silent past the timeout as far as anyone knows: cached, and
+		// stale at once, as the record of an agent that left the view.
+		_ = v.st.Touch(context.Background(), a.AgentID, now)
+		return nil
 	}
 	if !live {
 		return nil

@@ -409,8 +409,8 @@ func TestSyncedRecordKeepsItsAge(t *testing.T) {
 	if _, ok := f.v.Get(dead.id.AgentID); ok {
 		t.Fatal("an agent silent past the timeout was listed")
 	}
-	if _, err := f.st.Get(context.Background(), dead.id.AgentID); err != nil {
-		t.Fatalf("the record of an agent silent past the timeout should be cached: %v", err)
+	if e, err := f.st.Get(context.Background(), dead.id.AgentID); err != nil || !e.Stale {
+		t.Fatalf("the record of an agent silent past the timeout should be cached, stale: %+v, %v", e, err)
 	}
 	fr := fresh.sign(t, 1, f.clk.Now(), nil, caps)
 	f.v.Announce(fr, fresh.id.PeerID, "")
