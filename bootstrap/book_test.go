@@ -238,8 +238,18 @@ func TestRestartNeedsNoBootstrapNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Join(ctxT(t), r2.d, nil, b2); err != nil {
-		t.Fatalf("rejoin from the address book: %v", err)
+	// A daemon retries Join with backoff (node.joinLoop); so does the test,
+	// because under a loaded -race run identify and the routing table's
+	// lookup check have been seen to miss Join's 10 s wait once.
+	var joinErr error
+	for attempt := range 3 {
+		if joinErr = Join(ctxT(t), r2.d, nil, b2); joinErr == nil {
+			break
+		}
+		t.Logf("rejoin attempt %d: %v", attempt+1, joinErr)
+	}
+	if joinErr != nil {
+		t.Fatalf("rejoin from the address book: %v", joinErr)
 	}
 	eventually(t, 20*time.Second, "R finds the provider after the restart", func() bool {
 		fs, err := r2.d.Find(ctxT(t), "skill-book", "cap-book", 1)
