@@ -34,13 +34,13 @@ func TestCatalogPointingAtItselfDoesNotLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cat.Close() })
+	t.Cleanup(func() { _ = cat.Close() })
 	id, err := trust.Generate()
 	if err != nil {
 		t.Fatal(err)
 	}
 	mn := mocknet.New()
-	t.Cleanup(func() { mn.Close() })
+	t.Cleanup(func() { _ = mn.Close() })
 	h, err := mn.AddPeer(id.PeerKey, ma.StringCast("/ip6/100::ca7/tcp/4242"))
 	if err != nil {
 		t.Fatal(err)
@@ -57,12 +57,12 @@ func TestCatalogPointingAtItselfDoesNotLoop(t *testing.T) {
 	if err := n.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { n.Close(); st.Close() })
+	t.Cleanup(func() { _ = n.Close(); _ = st.Close() })
 	s, err := New(n, Config{Version: "test"}, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { _ = s.Close() })
 	handler.Store(s.Handler())
 
 	_, err = n.Discover(context.Background(), node.Query{Filter: store.Filter{Capability: "nobody.offers.this"}})

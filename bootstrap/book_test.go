@@ -171,7 +171,7 @@ func mustID(t testing.TB) *trust.Identity {
 // from its address book alone.
 func TestRestartNeedsNoBootstrapNode(t *testing.T) {
 	mn := mocknet.New()
-	defer mn.Close()
+	defer func() { _ = mn.Close() }()
 	bootID, provID, rID := mustID(t), mustID(t), mustID(t)
 
 	bootHost, err := mn.AddPeer(bootID.PeerKey, ma.StringCast("/ip4/10.1.0.1/tcp/4777"))
@@ -189,7 +189,7 @@ func TestRestartNeedsNoBootstrapNode(t *testing.T) {
 	}
 
 	prov := newMember(t, mn, provID, 2)
-	defer prov.d.Close()
+	defer func() { _ = prov.d.Close() }()
 	if err := Join(ctxT(t), prov.d, []peer.AddrInfo{*bootInfo}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +233,7 @@ func TestRestartNeedsNoBootstrapNode(t *testing.T) {
 
 	// Second life: same key, no bootstrap node configured.
 	r2 := newMember(t, mn, rID, 4)
-	defer r2.d.Close()
+	defer func() { _ = r2.d.Close() }()
 	b2, err := NewBook(r2.h, book, BookConfig{}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -267,7 +267,7 @@ func TestRestartNeedsNoBootstrapNode(t *testing.T) {
 
 func TestBookIgnoresNonDHTPeersAndSelf(t *testing.T) {
 	mn := mocknet.New()
-	defer mn.Close()
+	defer func() { _ = mn.Close() }()
 	a, err := mn.GenPeer()
 	if err != nil {
 		t.Fatal(err)
@@ -285,7 +285,7 @@ func TestBookIgnoresNonDHTPeersAndSelf(t *testing.T) {
 	if err := b.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
+	defer func() { _ = b.Close() }()
 	if err := b.Start(); err == nil {
 		t.Fatal("second Start succeeded")
 	}
@@ -295,7 +295,7 @@ func TestBookIgnoresNonDHTPeersAndSelf(t *testing.T) {
 	// A peer that speaks the DHT protocol is recorded; the plain one not.
 	dhtID := mustID(t)
 	m := newMember(t, mn, dhtID, 9)
-	defer m.d.Close()
+	defer func() { _ = m.d.Close() }()
 	if _, err := mn.ConnectPeers(a.ID(), m.h.ID()); err != nil {
 		t.Fatal(err)
 	}

@@ -180,13 +180,13 @@ func LoadOrCreateKey(path string) (crypto.PrivKey, error) {
 		return nil, fmt.Errorf("create peer key: %w", err)
 	}
 	if _, err := f.Write(b); err != nil {
-		f.Close()
-		os.Remove(path)
+		_ = f.Close()
+		_ = os.Remove(path) // a partial key file must not be loaded next time
 		return nil, fmt.Errorf("write peer key: %w", err)
 	}
 	if err := f.Sync(); err != nil {
-		f.Close()
-		os.Remove(path)
+		_ = f.Close()
+		_ = os.Remove(path)
 		return nil, fmt.Errorf("sync peer key: %w", err)
 	}
 	if err := f.Close(); err != nil {

@@ -175,7 +175,7 @@ func TestDeadProviderIsNotReturned(t *testing.T) {
 // serveRaw replaces n's record handler with f, which answers any request.
 func serveRaw(n *node, f func(req *FetchRequest, nonce []byte, remote peer.ID) []byte) {
 	n.h.SetStreamHandler(RecordProtocol, func(s network.Stream) {
-		defer s.Close()
+		defer func() { _ = s.Close() }()
 		body, err := ReadFrame(s, MaxRequestBytes)
 		if err != nil {
 			_ = s.Reset()

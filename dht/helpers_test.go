@@ -234,7 +234,10 @@ func newCluster(t testing.TB, n int, latency time.Duration, mod func(i int, c *C
 	for _, nd := range c.nodes {
 		kad, _, _ := nd.d.running()
 		select {
-		case <-kad.RefreshRoutingTable():
+		case err := <-kad.RefreshRoutingTable():
+			if err != nil {
+				t.Logf("routing table refresh: %v", err)
+			}
 		case <-ctx.Done():
 			t.Fatal("routing table refresh timed out")
 		}

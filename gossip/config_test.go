@@ -108,7 +108,7 @@ func TestOwnNets(t *testing.T) {
 func TestNewRejectsBadParameters(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		mn := mocknet.New()
-		defer mn.Close()
+		defer func() { _ = mn.Close() }()
 		h, err := mn.GenPeer()
 		if err != nil {
 			t.Fatal(err)
@@ -135,7 +135,7 @@ func TestNewRejectsBadParameters(t *testing.T) {
 		} {
 			g, err := New(context.Background(), h, cfg, v, newFakeSink(), metrics.New(false), nil)
 			if err == nil {
-				g.Close()
+				_ = g.Close()
 				t.Errorf("New accepted bad %s", want)
 				continue
 			}
@@ -158,7 +158,7 @@ func TestNewRejectsBadParameters(t *testing.T) {
 		if err != nil {
 			t.Fatalf("complete partial parameters: %v", err)
 		}
-		g.Close()
+		_ = g.Close()
 	})
 }
 
@@ -166,7 +166,7 @@ func TestNewRejectsBadParameters(t *testing.T) {
 func TestLifecycle(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		mn := mocknet.New()
-		defer mn.Close()
+		defer func() { _ = mn.Close() }()
 		h, err := mn.GenPeer()
 		if err != nil {
 			t.Fatal(err)

@@ -275,7 +275,7 @@ func contentKey(author peer.ID, data []byte) [32]byte {
 	h := sha256.New()
 	var n [binary.MaxVarintLen64]byte
 	h.Write(n[:binary.PutUvarint(n[:], uint64(len(author)))])
-	io.WriteString(h, string(author))
+	_, _ = io.WriteString(h, string(author)) // a hash.Hash never fails
 	h.Write(data)
 	var k [32]byte
 	h.Sum(k[:0])
@@ -409,8 +409,8 @@ func (g *Gossip) deliver(ctx context.Context, ts *topicState) {
 		if !ok || a.dup {
 			continue
 		}
-		switch {
-		case a.msg.Kind == KindAnnounce:
+		switch a.msg.Kind {
+		case KindAnnounce:
 			g.sink.Announce(a.msg.Agent, author, ts.topic)
 		default:
 			g.sink.Beat(a.msg.Kind, a.msg.Beat, author, ts.topic)

@@ -53,7 +53,7 @@ func (e *DiscoveryError) Error() string { return e.Code + ": " + e.Message }
 // says which step that was and how old the answer is.
 func (n *Node) Discover(ctx context.Context, q Query) ([]Result, error) {
 	start := time.Now()
-	m, err := q.Filter.Compile()
+	m, err := q.Compile()
 	if err != nil {
 		return nil, err
 	}

@@ -57,10 +57,10 @@ func newNet(t *testing.T, n int, cfg Config) *tnet {
 	tn := &tnet{t: t, mn: mn, cfg: cfg}
 	t.Cleanup(func() {
 		for _, nd := range tn.nodes {
-			nd.Close()
-			nd.st.Close()
+			_ = nd.Close()
+			_ = nd.st.Close()
 		}
-		mn.Close()
+		_ = mn.Close()
 	})
 	for range n {
 		tn.add(nil, nil)
@@ -96,7 +96,7 @@ func (tn *tnet) add(id *trust.Identity, st store.Store) *tnode {
 			}
 		}
 		for _, c := range h.Network().Conns() {
-			c.Close()
+			_ = c.Close()
 		}
 	} else {
 		h, err = tn.mn.AddPeer(id.PeerKey, ma.StringCast(fmt.Sprintf("/ip6/100::%x/tcp/4242", i+1)))

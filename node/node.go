@@ -138,7 +138,7 @@ func New(cfg Config, opts Options) (n *Node, err error) {
 	}
 	defer func() {
 		if err != nil {
-			n.closeParts()
+			_ = n.closeParts() // err says why New failed; closing is best effort
 		}
 	}()
 	if n.st == nil {

@@ -136,7 +136,7 @@ func TestCrashedAgentTimesOutEverywhere(t *testing.T) {
 			waitFor(t, 5*time.Second, "announce at every node", func() bool { _, ok := live(nd.Node, sa.Agent.AgentID); return ok })
 		}
 		crash := time.Now()
-		tn.nodes[2].Close() // no unregister: peers only notice the silence
+		_ = tn.nodes[2].Close() // no unregister: peers only notice the silence
 		waitFor(t, 25*time.Second, "UNHEALTHY", func() bool {
 			a, ok := live(tn.nodes[3].Node, sa.Agent.AgentID)
 			return ok && a.Status == record.StatusUnhealthy
@@ -300,7 +300,7 @@ func TestRefreshBeforeExpiry(t *testing.T) {
 			t.Fatalf("entry not refreshed: stale=%v expires %s (first %s)", e.Stale, e.ExpiresAt, first.ExpiresAt)
 		}
 		// A host that is gone is not refreshed: the entry goes stale.
-		tn.nodes[1].Close()
+		_ = tn.nodes[1].Close()
 		time.Sleep(100 * time.Second)
 		if e, err := q.Store().Get(context.Background(), sa.Agent.AgentID); err == nil && !e.Stale {
 			t.Fatalf("entry of a dead host still fresh: %+v", e.ExpiresAt)
@@ -322,7 +322,7 @@ func TestJoinerDoesNotReviveTheDead(t *testing.T) {
 		}
 		waitFor(t, 5*time.Second, "announce", func() bool { _, ok := live(tn.nodes[1].Node, sa.Agent.AgentID); return ok })
 		crash := time.Now()
-		tn.nodes[2].Close()
+		_ = tn.nodes[2].Close()
 		time.Sleep(20 * time.Second)
 		late := tn.add(nil, nil)
 		waitFor(t, 5*time.Second, "the joiner's sync", func() bool { _, ok := live(late.Node, sa.Agent.AgentID); return ok })
@@ -364,7 +364,7 @@ func TestRegisteredBeforeAnyPeerIsAnnouncedOnJoin(t *testing.T) {
 		if err := nd.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { nd.Close(); st.Close() })
+		t.Cleanup(func() { _ = nd.Close(); _ = st.Close() })
 		sa, err := nd.Register(context.Background(), spec("skill-a", "cap.a"))
 		if err != nil {
 			t.Fatal(err)

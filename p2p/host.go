@@ -166,7 +166,7 @@ func New(cfg Config) (host.Host, error) {
 	}
 	h, err := libp2p.New(opts...)
 	if err != nil {
-		rm.Close()
+		_ = rm.Close()
 		return nil, fmt.Errorf("libp2p host: %w", err)
 	}
 	return h, nil

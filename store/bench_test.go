@@ -215,7 +215,7 @@ func BenchmarkPutLocal(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer s.Close()
+			defer func() { _ = s.Close() }()
 			ctx := context.Background()
 			loop(b, func(i int) {
 				if err := s.PutLocal(ctx, recs[i%len(recs)]); err != nil {

@@ -45,8 +45,8 @@ func crashChild(dir string) int {
 	ctx := context.Background()
 	out := bufio.NewWriter(os.Stdout)
 	ack := func(format string, args ...any) {
-		fmt.Fprintf(out, "ack "+format+"\n", args...)
-		out.Flush()
+		_, _ = fmt.Fprintf(out, "ack "+format+"\n", args...)
+		_ = out.Flush()
 	}
 	// Cache records of about 10 KiB, each put 4 times (insert, then
 	// refreshes): about 40 KiB of unsynced writes per round.

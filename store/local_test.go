@@ -390,7 +390,7 @@ func ExampleOpen() {
 		fmt.Println(err)
 		return
 	}
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	fmt.Println(s.Len())
 	// Output: 0
 }

@@ -73,7 +73,7 @@ func (f *Filter) matches(e *Event) bool {
 		return false
 	}
 	if len(f.Types) > 0 && !containsType(f.Types, e.Type) {
-		if !(e.Type == EventHeartbeat && f.Heartbeats) {
+		if e.Type != EventHeartbeat || !f.Heartbeats {
 			return false
 		}
 	}

@@ -259,7 +259,7 @@ func (v *View) CheckBeat(kind Kind, sb *record.SignedBeat) error {
 
 // Announce applies a verified announcement received by gossip.
 func (v *View) Announce(sa *record.SignedAgent, _ peer.ID, _ string) {
-	v.learn(sa, store.SourceGossip, true)
+	_ = v.learn(sa, store.SourceGossip, true) // not news: the validator's check raced another path
 }
 
 // Synced applies a verified record learnt from neighbours' live views at
@@ -408,7 +408,7 @@ func (v *View) Beat(kind Kind, sb *record.SignedBeat, from peer.ID, _ string) {
 		// from the cache if we can, else fetch it from its host.
 		if e, err := v.st.Get(context.Background(), b.AgentID); err == nil && e.Record.Agent.Seq <= b.Seq &&
 			(!sb.PeerSigned() || e.Record.Agent.PeerID == b.PeerID) {
-			v.learn(e.Record, e.Source, true)
+			_ = v.learn(e.Record, e.Source, true) // not news: the check below finds it
 			v.mu.Lock()
 			s = v.agents[b.AgentID]
 			if s == nil {

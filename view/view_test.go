@@ -39,9 +39,9 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { st.Close() })
+	t.Cleanup(func() { _ = st.Close() })
 	v := New(Config{Now: clk.Now}, st, nil, nil, nil)
-	t.Cleanup(func() { v.Close() })
+	t.Cleanup(func() { _ = v.Close() })
 	return &fixture{t: t, v: v, st: st, clk: clk}
 }
 
@@ -460,10 +460,10 @@ func TestBeatsKeepTheCacheFreshWithFewWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	defer func() { _ = st.Close() }()
 	tc := &touchCounter{Store: st}
 	v := New(Config{Now: clk.Now}, tc, nil, nil, nil)
-	defer v.Close()
+	defer func() { _ = v.Close() }()
 	k := newAgent(t)
 	v.Announce(k.sign(t, 1, clk.Now(), nil, map[string]float64{"c": 0}), k.id.PeerID, "")
 	for i := range 120 {

@@ -44,12 +44,12 @@ func bootstrapCommand() *cli.Command {
 			if err != nil {
 				return fmt.Errorf("open store: %w", err)
 			}
-			defer st.Close()
+			defer func() { _ = st.Close() }() // the run's own error matters more
 			h, err := p2p.New(p2p.Config{Key: key, Listen: cfg.Listen, UserAgent: "agentd-bootstrap/" + buildVersion().Version, DisableMetrics: true})
 			if err != nil {
 				return err
 			}
-			defer h.Close()
+			defer func() { _ = h.Close() }()
 			ver, err := trust.NewVerifier(trust.Config{Policy: trust.Policy(cfg.Trust.Policy), AllowList: cfg.Trust.AllowList}, st)
 			if err != nil {
 				return err
@@ -58,7 +58,7 @@ func bootstrapCommand() *cli.Command {
 				Peers: peers, Book: st, Verifier: ver, Metrics: metrics.New(false),
 			}, log, func(addrs []ma.Multiaddr) {
 				for _, a := range addrs {
-					fmt.Fprintln(c.App.Writer, a.String())
+					_, _ = fmt.Fprintln(c.App.Writer, a.String())
 				}
 			})
 		},

@@ -551,7 +551,7 @@ func clientWatch(c *cli.Context) error {
 	}
 	// The daemon acknowledged the subscription: every event from now on
 	// is delivered. Say so on stderr (stdout carries the events).
-	fmt.Fprintln(c.App.ErrWriter, "watching; Ctrl-C stops")
+	_, _ = fmt.Fprintln(c.App.ErrWriter, "watching; Ctrl-C stops")
 	w := c.App.Writer
 	for ev := range events {
 		if ev.Type == client.EventError {

@@ -101,7 +101,7 @@ func startNetwork(ctx context.Context, cfg config.Config, id *trust.Identity, st
 	}
 	chain, err := loadTrustStore(ctx, cfg, log)
 	if err != nil {
-		h.Close()
+		_ = h.Close() // best effort: the error returned says what failed
 		return nil, err
 	}
 	opts := node.Options{Identity: id, Host: h, Store: st, Metrics: m, Logger: log}
@@ -113,23 +113,23 @@ func startNetwork(ctx context.Context, cfg config.Config, id *trust.Identity, st
 	}
 	n, err := node.New(nc, opts)
 	if err != nil {
-		h.Close()
+		_ = h.Close()
 		return nil, err
 	}
 	if l, err := newLAN(cfg, id, n, m, log); err != nil {
-		n.Close()
-		h.Close()
+		_ = n.Close()
+		_ = h.Close()
 		return nil, err
 	} else if l != nil {
 		if err := n.SetLAN(l); err != nil {
-			n.Close()
-			h.Close()
+			_ = n.Close()
+			_ = h.Close()
 			return nil, err
 		}
 	}
 	if err := n.Start(ctx); err != nil {
-		n.Close()
-		h.Close()
+		_ = n.Close()
+		_ = h.Close()
 		return nil, err
 	}
 	return n, nil
@@ -229,7 +229,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger, opts da
 	var jwtPub []byte
 	if cfg.API.JWTPublicKey != "" {
 		if jwtPub, err = os.ReadFile(cfg.API.JWTPublicKey); err != nil {
-			ln.Close()
+			_ = ln.Close()
 			return fmt.Errorf("api.jwtPublicKey: %w", err)
 		}
 	}
@@ -239,7 +239,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger, opts da
 		Version: opts.Version,
 	}, log)
 	if err != nil {
-		ln.Close()
+		_ = ln.Close()
 		return fmt.Errorf("api: %w", err)
 	}
 	closers = append(closers, closer{"API sessions", func(context.Context) error { return apiSrv.Close() }})

@@ -120,7 +120,7 @@ func rogue(t *testing.T, bootstrap string) (forged, mismatch string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { h.Close() })
+	t.Cleanup(func() { _ = h.Close() })
 	mk := func(signer *trust.Identity, peerID, capID string) *record.SignedAgent {
 		a := &record.Agent{Transport: record.Transport{Type: "tcp", Endpoint: "127.0.0.1:1"},
 			Skills: []record.Skill{{SkillID: "rogue", Version: "1.0.0", SkillType: record.SkillTool, Capabilities: []record.Capability{{ID: capID}}}}}
@@ -145,7 +145,7 @@ func rogue(t *testing.T, bootstrap string) (forged, mismatch string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.Close() })
+	t.Cleanup(func() { _ = d.Close() })
 	ctx := context.Background()
 	if err := d.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -160,16 +160,16 @@ func rogue(t *testing.T, bootstrap string) (forged, mismatch string) {
 	// Serve the records as they are: agentd's own record server refuses to
 	// serve a record naming another peer, a rogue does not.
 	h.SetStreamHandler(dht.RecordProtocol, func(s network.Stream) {
-		defer s.Close()
-		s.SetDeadline(time.Now().Add(5 * time.Second))
+		defer func() { _ = s.Close() }()
+		_ = s.SetDeadline(time.Now().Add(5 * time.Second))
 		body, err := dht.ReadFrame(s, 4096)
 		if err != nil {
-			s.Reset()
+			_ = s.Reset()
 			return
 		}
 		req, nonce, err := dht.ParseRequest(body)
 		if err != nil {
-			s.Reset()
+			_ = s.Reset()
 			return
 		}
 		resp := dht.FetchResponse{ProtocolVersion: record.ProtocolVersion}
@@ -181,7 +181,7 @@ func rogue(t *testing.T, bootstrap string) (forged, mismatch string) {
 			resp.Records = append(resp.Records, dht.FetchedRecord{Announce: sa.MarshalAnnounce(), Signer: dht.SignerPeer, ChallengeSignature: base64.StdEncoding.EncodeToString(sig)})
 		}
 		b, _ := json.Marshal(resp)
-		dht.WriteFrame(s, b)
+		_ = dht.WriteFrame(s, b)
 	})
 	d.SetProvided(hosted.recs)
 	eventually(t, 15*time.Second, "rogue provides", func() bool { return d.Status().ProvidedKeys > 0 })

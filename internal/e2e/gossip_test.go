@@ -41,7 +41,7 @@ func watch(t *testing.T, api string, args ...string) *watcher {
 		sc := bufio.NewScanner(errOut)
 		once := false
 		for sc.Scan() {
-			logs.Write(append(sc.Bytes(), '\n'))
+			_, _ = logs.Write(append(sc.Bytes(), '\n'))
 			if !once && strings.HasPrefix(sc.Text(), "watching") {
 				once = true
 				close(ready)
@@ -64,7 +64,7 @@ func watch(t *testing.T, api string, args ...string) *watcher {
 				w.events <- e
 			}
 		}
-		cmd.Wait()
+		_ = cmd.Wait()
 		close(done)
 	}()
 	t.Cleanup(func() {

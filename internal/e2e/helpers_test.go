@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
 
@@ -73,7 +73,7 @@ func (d *daemon) start() {
 	t := d.t
 	t.Helper()
 	addrFile := filepath.Join(d.dir, "api.addr")
-	os.Remove(addrFile)
+	_ = os.Remove(addrFile)
 	args := append([]string{"run", "--data-dir", d.dir, "--listen", "/ip4/127.0.0.1/tcp/0",
 		"--api", "127.0.0.1:0", "--api-addr-file", addrFile, "--no-lan", "--log-level", "debug"}, d.args...)
 	d.out = &syncBuf{}
@@ -83,7 +83,7 @@ func (d *daemon) start() {
 		t.Fatal(err)
 	}
 	d.done = make(chan struct{})
-	go func(c *exec.Cmd, done chan struct{}) { c.Wait(); close(done) }(d.cmd, d.done)
+	go func(c *exec.Cmd, done chan struct{}) { _ = c.Wait(); close(done) }(d.cmd, d.done)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if b, err := os.ReadFile(addrFile); err == nil && strings.HasSuffix(string(b), "\n") {
@@ -105,7 +105,7 @@ func (d *daemon) start() {
 // stop sends SIGTERM and waits.
 func (d *daemon) stop() {
 	d.t.Helper()
-	d.cmd.Process.Signal(syscall.SIGTERM)
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-d.done:
 	case <-time.After(20 * time.Second):
@@ -118,7 +118,7 @@ func (d *daemon) kill() {
 	if d.cmd == nil || d.cmd.Process == nil {
 		return
 	}
-	d.cmd.Process.Kill()
+	_ = d.cmd.Process.Kill()
 	<-d.done
 }
 
@@ -136,7 +136,7 @@ func (d *daemon) getJSON(path string, v any) {
 	if err != nil {
 		d.t.Fatalf("%s %s: %v", d.name, path, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		d.t.Fatalf("%s %s: %v", d.name, path, err)
 	}
@@ -149,13 +149,15 @@ func (d *daemon) metric(sample string) float64 {
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
 		if strings.HasPrefix(line, sample+" ") {
 			var v float64
-			fmt.Sscanf(strings.TrimPrefix(line, sample+" "), "%g", &v)
+			if _, err := fmt.Sscanf(strings.TrimPrefix(line, sample+" "), "%g", &v); err != nil {
+				d.t.Fatalf("%s: metric %q: %v", d.name, line, err)
+			}
 			return v
 		}
 	}
@@ -222,7 +224,7 @@ func startBootstrap(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	t.Cleanup(func() { cmd.Process.Kill(); <-done })
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
 	lines := make(chan string, 8)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -230,7 +232,7 @@ func startBootstrap(t *testing.T, dir string) string {
 			lines <- sc.Text()
 		}
 		close(lines)
-		cmd.Wait()
+		_ = cmd.Wait()
 		close(done)
 	}()
 	select {
