@@ -93,7 +93,7 @@ golangci-lint: ## golangci-lint at a pinned version, default linters (not part o
 		GOBIN=$(CURDIR)/$(TOOLS) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) && \
 		mv $(TOOLS)/golangci-lint $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION); \
 	fi
-	$(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION) run $(PKGS)
+	$(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION) run --max-issues-per-linter=0 --max-same-issues=0 $(PKGS)
 
 tidy: ## fail if `go mod tidy` would change go.mod or go.sum (changes nothing)
 	@$(GO) mod tidy -diff || { echo "tidy: go.mod/go.sum are not tidy; run 'go mod tidy' and commit the result"; exit 1; }
