@@ -215,8 +215,9 @@ func (v *View) CheckAnnounce(sa *record.SignedAgent) error {
 			return replay("agent %s is hosted by this node", id)
 		}
 		if seq <= s.rec.Agent.Seq {
+			held := s.rec.Agent.Seq // read under the lock: the record may be replaced after it
 			v.mu.Unlock()
-			return replay("record seq %d of %s is not newer than %d", seq, id, s.rec.Agent.Seq)
+			return replay("record seq %d of %s is not newer than %d", seq, id, held)
 		}
 	}
 	v.mu.Unlock()
@@ -243,8 +244,9 @@ func (v *View) CheckBeat(kind Kind, sb *record.SignedBeat) error {
 			return replay("agent %s is hosted by this node", id)
 		}
 		if seq <= s.beatSeq || seq < s.rec.Agent.Seq {
+			held := max(s.beatSeq, s.rec.Agent.Seq)
 			v.mu.Unlock()
-			return replay("%s seq %d of %s is not newer than %d", kind, seq, id, max(s.beatSeq, s.rec.Agent.Seq))
+			return replay("%s seq %d of %s is not newer than %d", kind, seq, id, held)
 		}
 		if sb.PeerSigned() && sb.Beat.PeerID != s.rec.Agent.PeerID {
 			v.mu.Unlock()
@@ -355,8 +357,9 @@ func (v *View) learnHeard(sa *record.SignedAgent, src store.Source, live bool, a
 		v.mu.Unlock()
 		return replay("agent %s is hosted by this node", a.AgentID)
 	case s != nil && a.Seq < s.rec.Agent.Seq:
+		held := s.rec.Agent.Seq
 		v.mu.Unlock()
-		return replay("record seq %d of %s is older than %d", a.Seq, a.AgentID, s.rec.Agent.Seq)
+		return replay("record seq %d of %s is older than %d", a.Seq, a.AgentID, held)
 	case s != nil && a.Seq == s.rec.Agent.Seq:
 		// Same record again (another path, a refetch): it proves life.
 		if heard.After(s.lastHeard) {
@@ -509,13 +512,14 @@ func (v *View) Forget(agentID, reason string) {
 	var events []Event
 	v.mu.Lock()
 	s := v.agents[agentID]
-	if s != nil && !s.local {
+	forgot := s != nil && !s.local
+	if forgot {
 		delete(v.agents, agentID)
 		events = append(events, v.agentEvent(EventDeregistered, s, now, reason))
 		events = append(events, v.proj.update(s.rec, nil, "", now)...)
 	}
 	v.mu.Unlock()
-	if s != nil && !s.local {
+	if forgot {
 		_ = v.st.Touch(context.Background(), agentID, now)
 	}
 	v.emit(events)
