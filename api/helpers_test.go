@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/internal/testutil"
 	"github.com/agentd/agentd/node"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/store"
@@ -195,17 +196,7 @@ func mustStatus(t testing.TB, r response, status int) response {
 	return r
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+var waitFor = testutil.Eventually
 
 // spec is an unsigned agent with one skill.
 func spec(skill string, caps ...string) *record.Agent {

@@ -13,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/agentd/agentd/internal/testutil"
 	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/trust"
@@ -354,17 +355,11 @@ func (tn *testNet) waitMesh() {
 	})
 }
 
-// waitFor polls cond every millisecond of (virtual) time until it holds or
-// the deadline passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+// waitFor polls every millisecond: the tests measure propagation in
+// virtual time.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.EventuallyEvery(t, d, time.Millisecond, what, cond)
 }
 
 // record builds and signs the node's agent record with the next seq.

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/internal/testutil"
 	"github.com/agentd/agentd/record"
 )
 
@@ -130,22 +131,20 @@ func startAgentd(t *testing.T, bin string, ns *netns, args ...string) *daemon {
 			t.Logf("agentd in %s:\n%s", ns.name, d.logs())
 		}
 	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if h, err := d.getJSON("/healthz"); err == nil {
-			d.health = h
-			return d
-		}
+	eventually(t, 20*time.Second, "agentd in "+ns.name+" to serve /healthz", func() bool {
 		select {
 		case <-d.done:
 			t.Fatalf("agentd run exited in %s:\n%s", ns.name, d.logs())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("agentd in %s did not serve /healthz within 20 s:\n%s", ns.name, d.logs())
+		h, err := d.getJSON("/healthz")
+		if err != nil {
+			return false
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		d.health = h
+		return true
+	})
+	return d
 }
 
 // stop sends SIGTERM (a clean shutdown) and waits.
@@ -230,20 +229,17 @@ func (d *daemon) register(name, capability string) {
 // names agentID (want) or no longer does (!want).
 func (d *daemon) discovers(capability, agentID string, want bool, within time.Duration) {
 	d.t.Helper()
-	deadline := time.Now().Add(within)
 	var out string
-	for {
+	found := !want
+	testutil.EventuallyEvery(d.t, within, 200*time.Millisecond, fmt.Sprintf("agentd discover --capability %s in %s to show agent %s: %v", capability, d.ns.name, agentID, want), func() bool {
 		var err error
 		out, err = d.cli("discover", "--capability", capability, "--json")
-		found := err == nil && strings.Contains(out, agentID)
-		if found == want {
-			return
+		found = err == nil && strings.Contains(out, agentID)
+		if found != want {
+			d.t.Logf("discover output (found=%v):\n%s", found, out)
 		}
-		if time.Now().After(deadline) {
-			d.t.Fatalf("agentd discover --capability %s in %s: agent %s found=%v after %s, want %v; output:\n%s", capability, d.ns.name, agentID, found, within, want, out)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return found == want
+	})
 }
 
 // Zero-configuration mutual discovery with real agentd processes: three
@@ -278,13 +274,9 @@ func TestAgentdZeroConfig(t *testing.T) {
 	ds[2].stop()
 	for _, d := range ds[:2] {
 		d.discovers("lan.cap3", gone, false, 3*time.Second)
-		deadline := time.Now().Add(3 * time.Second)
-		for !strings.Contains(d.logs(), `msg="agent unregistered on the LAN"`) || !strings.Contains(d.logs(), "agent="+gone) {
-			if time.Now().After(deadline) {
-				t.Fatalf("agentd in %s did not log the unregister of %s within 3 s", d.ns.name, gone)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		eventually(t, 3*time.Second, fmt.Sprintf("agentd in %s to log the unregister of %s", d.ns.name, gone), func() bool {
+			return strings.Contains(d.logs(), `msg="agent unregistered on the LAN"`) && strings.Contains(d.logs(), "agent="+gone)
+		})
 	}
 }
 
@@ -394,13 +386,9 @@ func TestAgentdAvahi(t *testing.T) {
 	stop := av.publish("agent-b via Avahi", "_agentsc._tcp", 4777, txt)
 	a.discovers("lan.beta", b.agentID(), true, 10*time.Second)
 	stop()
-	deadline = time.Now().Add(5 * time.Second)
-	for !strings.Contains(a.logs(), `msg="agent left the LAN (mDNS goodbye)"`) {
-		if time.Now().After(deadline) {
-			t.Fatal("agentd did not honour Avahi's goodbye within 5 s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	eventually(t, 5*time.Second, "agentd to honour Avahi's goodbye", func() bool {
+		return strings.Contains(a.logs(), `msg="agent left the LAN (mDNS goodbye)"`)
+	})
 }
 
 var netipGroup = netip.MustParseAddrPort("224.0.0.1:54321")

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/config"
+	"github.com/agentd/agentd/internal/testutil"
 	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/trust"
@@ -412,18 +413,7 @@ func counterValue(c prometheus.Counter) float64 {
 	return m.GetCounter().GetValue()
 }
 
-// eventually polls cond every 10 ms until it holds or d passes (in a
-// bubble the time is virtual).
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+var eventually = testutil.Eventually
 
 type tlogWriter struct{ t *testing.T }
 

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentd/agentd/internal/testutil"
 )
 
 // topo is a LAN of namespaces: a switch namespace with a bridge (multicast
@@ -138,25 +140,14 @@ publish-workstation=no
 	}
 	av := &avahi{t: t, ns: ns, env: append(os.Environ(), "DBUS_SYSTEM_BUS_ADDRESS=unix:path="+bus)}
 	dbusLog := av.daemon("dbus-daemon", "dbus-daemon", "--config-file="+filepath.Join(dir, "dbus.conf"), "--nofork", "--nopidfile")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := os.Stat(bus); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Skipf("SKIP (environment): dbus-daemon did not create its socket within 10 s; the Avahi interoperability test did not run. Its output:\n%s", dbusLog())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testutil.Within(10*time.Second, func() bool { _, err := os.Stat(bus); return err == nil }) {
+		t.Skipf("SKIP (environment): dbus-daemon did not create its socket within 10 s; the Avahi interoperability test did not run. Its output:\n%s", dbusLog())
 	}
 	script := "mkdir -p /run/avahi-daemon && mount -t tmpfs tmpfs /run/avahi-daemon && exec avahi-daemon -f " +
 		filepath.Join(dir, "avahi-daemon.conf") + " --no-drop-root --no-chroot --no-rlimits --debug"
 	avahiLog := av.daemon("avahi-daemon", "unshare", "-m", "sh", "-c", script)
-	deadline = time.Now().Add(15 * time.Second)
-	for !strings.Contains(avahiLog(), "Server startup complete") {
-		if time.Now().After(deadline) {
-			t.Skipf("SKIP (environment): avahi-daemon did not start within 15 s in namespace %s; the Avahi interoperability test did not run. Its output:\n%s", ns.name, avahiLog())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testutil.Within(15*time.Second, func() bool { return strings.Contains(avahiLog(), "Server startup complete") }) {
+		t.Skipf("SKIP (environment): avahi-daemon did not start within 15 s in namespace %s; the Avahi interoperability test did not run. Its output:\n%s", ns.name, avahiLog())
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -256,19 +247,11 @@ func (av *avahi) publish(name, service string, port int, txt []string) (stop fun
 		}
 	}
 	t.Cleanup(stop)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		mu.Lock()
-		s := out.String()
-		mu.Unlock()
-		if strings.Contains(s, "Established under name") {
-			return stop
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("avahi-publish did not establish the service within 10 s:\n%s", s)
-		}
-		time.Sleep(20 * time.Millisecond)
+	output := func() string { mu.Lock(); defer mu.Unlock(); return out.String() }
+	if !testutil.Within(10*time.Second, func() bool { return strings.Contains(output(), "Established under name") }) {
+		t.Fatalf("avahi-publish did not establish the service within 10 s:\n%s", output())
 	}
+	return stop
 }
 
 // Avahi interoperability, both ways: avahi-browse lists the service an

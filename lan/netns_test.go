@@ -175,12 +175,16 @@ func TestOSNetworkInNamespace(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The lan1 datagram goes first, then one on lan0; once a second lan0
+	// datagram has been counted, a stray lan1 one (sent before both) would
+	// have been too.
 	before := a.counter(mechUDP, "malformed")
 	send("lan1")
 	send("lan0")
-	eventually(t, 5*time.Second, "the lan0 datagram", func() bool { return a.counter(mechUDP, "malformed") > before })
-	time.Sleep(200 * time.Millisecond) // let a stray lan1 datagram arrive, if the filter let it through
-	if got := a.counter(mechUDP, "malformed") - before; got != 1 {
-		t.Fatalf("%v malformed datagrams counted, want 1 (only the one sent on lan0)", got)
+	eventually(t, 5*time.Second, "the first lan0 datagram", func() bool { return a.counter(mechUDP, "malformed") > before })
+	send("lan0")
+	eventually(t, 5*time.Second, "the second lan0 datagram", func() bool { return a.counter(mechUDP, "malformed")-before >= 2 })
+	if got := a.counter(mechUDP, "malformed") - before; got != 2 {
+		t.Fatalf("%v malformed datagrams counted, want 2 (only the ones sent on lan0)", got)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/agentd/agentd/internal/testutil"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/trust"
@@ -130,17 +131,7 @@ func (tn *tnet) add(id *trust.Identity, st store.Store) *tnode {
 	return tn.nodes[i]
 }
 
-// waitFor polls cond in virtual time until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond) // virtual time inside the bubble
-	}
-}
+var waitFor = testutil.Eventually
 
 func spec(skill string, caps ...string) *record.Agent {
 	sk := record.Skill{SkillID: skill, Version: "1.2.0", SkillType: record.SkillTool, Endpoint: "10.0.0.9:8080", Scenes: []string{"auth"}}

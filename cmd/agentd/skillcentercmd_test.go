@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/internal/testutil"
 	"github.com/agentd/agentd/node"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/skillcenter"
@@ -258,17 +259,10 @@ func TestSkillInstallAndSearchCommands(t *testing.T) {
 // scWaitServed polls url until its body holds want.
 func scWaitServed(t *testing.T, url, want string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testutil.Eventually(t, 20*time.Second, fmt.Sprintf("%s to serve %q", url, want), func() bool {
 		code, body := get(t, http.MethodGet, url, "")
-		if code == http.StatusOK && strings.Contains(string(body), want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never served %q: %d %s", url, want, code, body)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return code == http.StatusOK && strings.Contains(string(body), want)
+	})
 }
 
 var scHostSeq atomic.Int64

@@ -22,6 +22,7 @@ import (
 
 	"github.com/agentd/agentd/api"
 	"github.com/agentd/agentd/config"
+	"github.com/agentd/agentd/internal/testutil"
 	"github.com/agentd/agentd/lan"
 	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/node"
@@ -53,18 +54,7 @@ func bubble(t *testing.T, f func(t *testing.T)) {
 	synctest.Test(t, f)
 }
 
-// waitFor polls cond until it holds or d passes (virtual time inside the
-// bubble: the sleep only advances the fake clock).
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
+var waitFor = testutil.Eventually
 
 // ---- a CA and certified identities ----
 

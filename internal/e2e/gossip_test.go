@@ -139,8 +139,12 @@ func TestWatchAcrossProcesses(t *testing.T) {
 	if r := cli(t, "register", "-f", repoFile(t, "examples/agentspec.yaml"), "--api", n2.api); r.code != 0 {
 		t.Fatalf("register again: %+v", r)
 	}
+	beats := n1.metric(`agentd_gossip_delivered_total{type="heartbeat"}`)
 	w.next(t, 10*time.Second, "registered again", func(e client.Event) bool { return e.Type == "registry.agent.registered" })
-	time.Sleep(1500 * time.Millisecond) // at least one heartbeat
+	// Crash only once n1 has heard a heartbeat of the new registration.
+	eventually(t, 10*time.Second, "a heartbeat at n1", func() bool {
+		return n1.metric(`agentd_gossip_delivered_total{type="heartbeat"}`) > beats
+	})
 	n2.kill()
 	killed := time.Now()
 	w.next(t, 15*time.Second, "UNHEALTHY after kill -9", func(e client.Event) bool {

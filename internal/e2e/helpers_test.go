@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentd/agentd/internal/testutil"
 )
 
 var agentdBin string
@@ -84,22 +86,19 @@ func (d *daemon) start() {
 	}
 	d.done = make(chan struct{})
 	go func(c *exec.Cmd, done chan struct{}) { _ = c.Wait(); close(done) }(d.cmd, d.done)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if b, err := os.ReadFile(addrFile); err == nil && strings.HasSuffix(string(b), "\n") {
-			d.api = strings.TrimSpace(string(b))
-			return
-		}
+	eventually(t, 20*time.Second, d.name+" writing its API address", func() bool {
 		select {
 		case <-d.done:
 			t.Fatalf("%s exited early:\n%s", d.name, d.out.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not start:\n%s", d.name, d.out.String())
+		b, err := os.ReadFile(addrFile)
+		if err != nil || !strings.HasSuffix(string(b), "\n") {
+			return false
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		d.api = strings.TrimSpace(string(b))
+		return true
+	})
 }
 
 // stop sends SIGTERM and waits.
@@ -187,18 +186,7 @@ func cli(t *testing.T, args ...string) result {
 	return r
 }
 
-// eventually polls f until it returns true.
-func eventually(t *testing.T, d time.Duration, what string, f func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !f() {
-		if time.Since(start) > d {
-			t.Fatalf("timed out after %s: %s", d, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return time.Since(start)
-}
+var eventually = testutil.Eventually
 
 // repoFile returns a path inside the repository.
 func repoFile(t *testing.T, rel string) string {

@@ -94,14 +94,8 @@ func TestSimnetVirtualInterrupt(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(out.String()+errb.String(), "phase=run") {
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			t.Fatalf("the run never started\nstderr: %s", errb.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() }) // if the test fails before the run ends
+	eventually(t, 60*time.Second, "the run to start", func() bool { return strings.Contains(out.String()+errb.String(), "phase=run") })
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
