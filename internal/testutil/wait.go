@@ -1,5 +1,14 @@
 // Package testutil holds what the tests of several packages share: waiting
 // for a condition with a deadline instead of sleeping for a guessed time.
+//
+// The rule agentd's tests follow: a test that runs on the wall clock never
+// sleeps to let something happen; it waits for the event (a channel, a
+// metric, a log line) with Eventually or Within. Inside a testing/synctest
+// bubble, time.Sleep is how a test moves the virtual clock to a moment the
+// behaviour under test is defined by (a record's expiry, a key's grace
+// period, a rate limiter's interval, "nothing arrives for 30 s"): it costs
+// no wall time and is exact, so it is neither slow nor flaky. Where such a
+// test checks that something does happen, it still waits with Eventually.
 package testutil
 
 import (
