@@ -27,9 +27,9 @@ func decodeObject(raw []byte, v any, prefix string, allowUnknown bool) error {
 	if err := json.Unmarshal(raw, &members); err != nil || members == nil {
 		return &record.FieldError{Field: prefix, Reason: "must be a JSON object"}
 	}
-	names := jsonNames(reflect.TypeOf(v))
+	names := record.JSONFields(reflect.TypeOf(v))
 	for k := range members {
-		if names[k] {
+		if _, ok := names[k]; ok {
 			continue
 		}
 		for n := range names {
@@ -60,28 +60,6 @@ func innerReason(err error) string {
 	return s
 }
 
-// jsonNames returns the JSON member names of a struct type.
-func jsonNames(t reflect.Type) map[string]bool {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	out := map[string]bool{}
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		if !f.IsExported() {
-			continue
-		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" {
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		out[name] = true
-	}
-	return out
-}
 
 // jsonKind names a Go type by the JSON it reads.
 func jsonKind(t reflect.Type) string {

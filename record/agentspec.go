@@ -247,7 +247,7 @@ func (d *specDecoder) decode(n *yaml.Node, v reflect.Value, path string) error {
 		if n.Kind != yaml.MappingNode {
 			return nodeErr(n, path, "must be a mapping")
 		}
-		fields := yamlStructFields(t)
+		fields := JSONFields(t)
 		seen := map[string]int{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, val := n.Content[i], n.Content[i+1]
@@ -259,12 +259,12 @@ func (d *specDecoder) decode(n *yaml.Node, v reflect.Value, path string) error {
 				return nodeErr(k, fp, "is repeated (first at line %d)", prev)
 			}
 			seen[k.Value] = k.Line
-			idx, ok := fields[k.Value]
+			f, ok := fields[k.Value]
 			if !ok {
 				return nodeErr(k, fp, "unknown field")
 			}
 			d.lines[fp] = k.Line
-			if err := d.decode(val, v.Field(idx), fp); err != nil {
+			if err := d.decode(val, v.FieldByIndex(f.Index), fp); err != nil {
 				return err
 			}
 		}
@@ -428,25 +428,6 @@ func (d *specDecoder) toJSON(n *yaml.Node, path string) (any, error) {
 	return nil, nodeErr(n, path, "unsupported YAML node")
 }
 
-// yamlStructFields maps member names (json tags) to field indexes.
-func yamlStructFields(t reflect.Type) map[string]int {
-	m := map[string]int{}
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		if !f.IsExported() {
-			continue
-		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" {
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		m[name] = i
-	}
-	return m
-}
 
 // Validate checks the spec, naming the offending member.
 func (s *AgentSpec) Validate() error {

@@ -14,12 +14,19 @@ import (
 // disagreement about what was signed, so the decoders of this package refuse
 // a member whose name differs from a field's name only in case.
 
-// jsonFields returns the JSON member names of a struct type (cached).
-func jsonFields(t reflect.Type) map[string]reflect.Type {
-	if v, ok := fieldCache.Load(t); ok {
-		return v.(map[string]reflect.Type)
+// JSONFields returns the exported fields of struct type t by their JSON
+// member name (the json tag's name, else the field name; "-" fields left
+// out), as encoding/json reads them. The result is cached and must not be
+// modified. It is the one place that knows how a type's members are named:
+// the strict JSON and YAML readers and the API's decoder use it.
+func JSONFields(t reflect.Type) map[string]reflect.StructField {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
 	}
-	m := map[string]reflect.Type{}
+	if v, ok := fieldCache.Load(t); ok {
+		return v.(map[string]reflect.StructField)
+	}
+	m := map[string]reflect.StructField{}
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		if !f.IsExported() {
@@ -32,13 +39,13 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 		if name == "" {
 			name = f.Name
 		}
-		m[name] = f.Type
+		m[name] = f
 	}
 	fieldCache.Store(t, m)
 	return m
 }
 
-var fieldCache sync.Map // reflect.Type → map[string]reflect.Type
+var fieldCache sync.Map // reflect.Type → map[string]reflect.StructField
 
 var rawMessageType = reflect.TypeOf(json.RawMessage(nil))
 
@@ -59,9 +66,9 @@ func checkMemberCase(raw []byte, t reflect.Type, path string) error {
 		if json.Unmarshal(raw, &obj) != nil {
 			return nil
 		}
-		fields := jsonFields(t)
+		fields := JSONFields(t)
 		for k, v := range obj {
-			ft, ok := fields[k]
+			f, ok := fields[k]
 			if !ok {
 				for name := range fields {
 					if strings.EqualFold(name, k) {
@@ -70,7 +77,7 @@ func checkMemberCase(raw []byte, t reflect.Type, path string) error {
 				}
 				continue
 			}
-			if err := checkMemberCase(v, ft, join(path, k)); err != nil {
+			if err := checkMemberCase(v, f.Type, join(path, k)); err != nil {
 				return err
 			}
 		}
