@@ -8,7 +8,6 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/agentd/agentd/record"
 )
@@ -60,7 +59,6 @@ func innerReason(err error) string {
 	return s
 }
 
-
 // jsonKind names a Go type by the JSON it reads.
 func jsonKind(t reflect.Type) string {
 	switch t.Kind() {
@@ -109,7 +107,7 @@ func parseQuery(raw string, known ...string) (queryParams, error) {
 			return queryParams{}, badRequest(truncate(k), "unknown query parameter (known: %s)", strings.Join(known, ", "))
 		}
 		for _, x := range vals {
-			if len(x) > record.MaxEndpointLen || !printableUTF8(x) {
+			if len(x) > record.MaxEndpointLen || !record.Printable(x) {
 				return queryParams{}, badRequest(k, "must be printable UTF-8 of at most %d bytes", record.MaxEndpointLen)
 			}
 		}
@@ -164,17 +162,4 @@ func (q queryParams) integer(name string, def, lo, hi int) (int, error) {
 		return 0, badRequest(name, "must be an integer from %d to %d, not %q", lo, hi, truncate(s))
 	}
 	return n, nil
-}
-
-// printableUTF8 reports whether s is valid UTF-8 without control characters.
-func printableUTF8(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
-			return false
-		}
-	}
-	return true
 }

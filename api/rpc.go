@@ -275,7 +275,7 @@ func (s *Server) rpcRegister(ctx context.Context, raw []byte) (any, *RPCError) {
 	if len(p.AgentCard) == 0 || string(p.AgentCard) == "null" {
 		return nil, invalidParams(&record.FieldError{Field: "agent_card", Reason: "is required"})
 	}
-	if len(p.EndpointURL) > record.MaxEndpointLen || !printableUTF8(p.EndpointURL) {
+	if len(p.EndpointURL) > record.MaxEndpointLen || !record.Printable(p.EndpointURL) {
 		return nil, invalidParams(&record.FieldError{Field: "endpoint_url", Reason: fmt.Sprintf("must be printable and at most %d bytes", record.MaxEndpointLen)})
 	}
 	ttl := int64(DefaultTTLSeconds)
@@ -348,7 +348,7 @@ func (s *Server) rpcDiscover(ctx context.Context, raw []byte) (any, *RPCError) {
 		return bad("capability_id", "%q is not a capability id", truncate(f.Capability))
 	}
 	if p.AgentID != "" {
-		if len(p.AgentID) > record.MaxIDLen || !printableUTF8(p.AgentID) {
+		if len(p.AgentID) > record.MaxIDLen || !record.Printable(p.AgentID) {
 			return bad("agent_id", "must be 1-%d printable bytes", record.MaxIDLen)
 		}
 		f.AgentID = rtfsAgentID(p.AgentID)
@@ -357,7 +357,7 @@ func (s *Server) rpcDiscover(ctx context.Context, raw []byte) (any, *RPCError) {
 		return bad("discovery_tags", "has %d tags, more than %d", len(f.Tags), record.MaxTags)
 	}
 	for i, t := range f.Tags {
-		if t == "" || len(t) > record.MaxIDLen || !printableUTF8(t) {
+		if t == "" || len(t) > record.MaxIDLen || !record.Printable(t) {
 			return bad(fmt.Sprintf("discovery_tags[%d]", i), "must be 1-%d printable bytes", record.MaxIDLen)
 		}
 	}
@@ -381,7 +381,7 @@ func (s *Server) rpcDiscover(ctx context.Context, raw []byte) (any, *RPCError) {
 		switch k {
 		case "text_search", "q":
 			var t string
-			if err := json.Unmarshal(v, &t); err != nil || len(t) > record.MaxShortTextLen || !printableUTF8(t) {
+			if err := json.Unmarshal(v, &t); err != nil || len(t) > record.MaxShortTextLen || !record.Printable(t) {
 				return bad("discovery_query."+k, "must be a printable string of at most %d bytes", record.MaxShortTextLen)
 			}
 			f.Text = strings.TrimSpace(strings.Join([]string{f.Text, t}, " "))
@@ -473,7 +473,7 @@ func rpcTarget(id string) (string, *RPCError) {
 	if id == "" {
 		return "", invalidParams(&record.FieldError{Field: "agent_id", Reason: "is required"})
 	}
-	if len(id) > record.MaxIDLen || !printableUTF8(id) {
+	if len(id) > record.MaxIDLen || !record.Printable(id) {
 		return "", invalidParams(&record.FieldError{Field: "agent_id", Reason: fmt.Sprintf("must be 1-%d printable bytes", record.MaxIDLen)})
 	}
 	return rtfsAgentID(id), nil

@@ -482,14 +482,6 @@ func containsStr(ss []string, s string) bool {
 	return false
 }
 
-// truncate shortens client-supplied text quoted in error messages.
-func truncate(s string) string {
-	if len(s) > 64 {
-		s = s[:64] + "…"
-	}
-	return strings.ToValidUTF8(s, "\uFFFD")
-}
-
 // isReject reports whether an error code is an input the API refused (the
 // agentd_validation_rejects_total counter), as opposed to an answer such
 // as "not found".
@@ -501,3 +493,5 @@ func isReject(code string) bool {
 	}
 	return false
 }
+
+func truncate(s string) string { return record.Truncate(s, 64) }

@@ -210,7 +210,7 @@ func (s *Server) handleSkillSearch(w http.ResponseWriter, r *http.Request) error
 		return badRequest("keywords", "lists %d keywords, more than %d", len(req.Keywords), record.MaxTags)
 	}
 	for i, k := range req.Keywords {
-		if strings.TrimSpace(k) == "" || len(k) > record.MaxIDLen || !printableUTF8(k) {
+		if strings.TrimSpace(k) == "" || len(k) > record.MaxIDLen || !record.Printable(k) {
 			return badRequest(fieldIndex("keywords", i), "must be 1-%d printable bytes", record.MaxIDLen)
 		}
 	}

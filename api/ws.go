@@ -565,11 +565,11 @@ func watchFilter(f WatchFrame) (view.Filter, error) {
 	if f.Capability != "" && !record.ValidIdent(f.Capability) {
 		return vf, badRequest("capability", "%q is not a capability id", truncate(f.Capability))
 	}
-	if len(f.Prefix) > record.MaxIDLen || !printableUTF8(f.Prefix) {
+	if len(f.Prefix) > record.MaxIDLen || !record.Printable(f.Prefix) {
 		return vf, badRequest("prefix", "must be printable and at most %d bytes", record.MaxIDLen)
 	}
 	if f.AgentID != "" {
-		if len(f.AgentID) > record.MaxIDLen || !printableUTF8(f.AgentID) {
+		if len(f.AgentID) > record.MaxIDLen || !record.Printable(f.AgentID) {
 			return vf, badRequest("agent_id", "must be 1-%d printable bytes", record.MaxIDLen)
 		}
 		vf.AgentID = wsAgentID(f.AgentID)

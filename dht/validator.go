@@ -132,9 +132,4 @@ func (v Validator) Select(key string, values [][]byte) (int, error) {
 	return best, nil
 }
 
-func truncate(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "…"
-	}
-	return s
-}
+func truncate(s string) string { return record.Truncate(s, 80) }

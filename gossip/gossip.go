@@ -519,7 +519,7 @@ func (g *Gossip) publish(ctx context.Context, kind Kind, data []byte, topics []*
 func (g *Gossip) JoinScene(name string) error {
 	topic := SceneTopic(name)
 	if topic == "" {
-		return fmt.Errorf("%w: %q", ErrInvalidScene, truncate(name, 64))
+		return fmt.Errorf("%w: %q", ErrInvalidScene, record.Truncate(name, 64))
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -551,7 +551,7 @@ func (g *Gossip) LeaveScene(name string) error {
 	ts, ok := g.scenes[name]
 	if !ok {
 		g.mu.Unlock()
-		return fmt.Errorf("%w: %q", ErrSceneNotJoined, truncate(name, 64))
+		return fmt.Errorf("%w: %q", ErrSceneNotJoined, record.Truncate(name, 64))
 	}
 	delete(g.scenes, name)
 	g.mu.Unlock()

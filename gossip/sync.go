@@ -178,7 +178,7 @@ func decodeSyncResponse(b []byte, limit int) (recs []LiveRecord, bad int, err er
 		return nil, 0, &record.FieldError{Field: "records", Reason: err.Error()}
 	}
 	if r.Error != nil {
-		return nil, 0, fmt.Errorf("%w: %s: %s", ErrSyncRefused, truncate(r.Error.Code, 64), truncate(r.Error.Message, 256))
+		return nil, 0, fmt.Errorf("%w: %s: %s", ErrSyncRefused, record.Truncate(r.Error.Code, 64), record.Truncate(r.Error.Message, 256))
 	}
 	if len(r.Records) > limit {
 		return nil, 0, &record.FieldError{Field: "records", Reason: fmt.Sprintf("has %d records, %d were asked for", len(r.Records), limit)}

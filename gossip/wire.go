@@ -184,7 +184,7 @@ func Decode(b []byte, maxBytes int) (*Message, error) {
 	case e.Type == "":
 		return nil, &record.FieldError{Field: "type", Reason: "is required"}
 	default:
-		return nil, &record.FieldError{Field: "type", Reason: fmt.Sprintf("%q is not one of announce, heartbeat, status, unregister", truncate(e.Type, 64))}
+		return nil, &record.FieldError{Field: "type", Reason: fmt.Sprintf("%q is not one of announce, heartbeat, status, unregister", record.Truncate(e.Type, 64))}
 	}
 	return m, nil
 }
@@ -217,7 +217,7 @@ func exactMembers(raw []byte, path string, names []string) error {
 				if path != "" {
 					f = path + "." + k
 				}
-				return &record.FieldError{Field: truncate(f, 80), Reason: fmt.Sprintf("unknown member; member names are case-sensitive (did you mean %q?)", n)}
+				return &record.FieldError{Field: record.Truncate(f, 80), Reason: fmt.Sprintf("unknown member; member names are case-sensitive (did you mean %q?)", n)}
 			}
 		}
 	}
@@ -273,11 +273,4 @@ func (m *Message) Equal(o *Message) bool {
 			bytes.Equal(m.Agent.PeerSignature, o.Agent.PeerSignature)
 	}
 	return bytes.Equal(m.Beat.Canonical, o.Beat.Canonical) && bytes.Equal(m.Beat.Signature, o.Beat.Signature)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -154,16 +154,16 @@ func (c *AgentCard) Validate() error {
 	if c.AgentID == "" {
 		return fieldErr("agent_id", "is required")
 	}
-	if len(c.AgentID) > MaxIDLen || !printable(c.AgentID) {
+	if len(c.AgentID) > MaxIDLen || !Printable(c.AgentID) {
 		return fieldErr("agent_id", "must be 1-%d printable bytes", MaxIDLen)
 	}
-	if len(c.AgentProfileURI) > MaxEndpointLen || !printable(c.AgentProfileURI) {
+	if len(c.AgentProfileURI) > MaxEndpointLen || !Printable(c.AgentProfileURI) {
 		return fieldErr("agent_profile_uri", "must be printable and at most %d bytes", MaxEndpointLen)
 	}
 	if c.Name == "" {
 		return fieldErr("name", "is required")
 	}
-	if len(c.Name) > MaxShortTextLen || !printable(c.Name) {
+	if len(c.Name) > MaxShortTextLen || !Printable(c.Name) {
 		return fieldErr("name", "must be printable and at most %d bytes", MaxShortTextLen)
 	}
 	if c.Version != "" {
@@ -206,7 +206,7 @@ func (c *AgentCard) Validate() error {
 				}
 				continue
 			}
-			if r.URI == "" || len(r.URI) > MaxEndpointLen || !printable(r.URI) {
+			if r.URI == "" || len(r.URI) > MaxEndpointLen || !Printable(r.URI) {
 				return fieldErr(path+"."+name, "must be a printable reference of 1-%d bytes", MaxEndpointLen)
 			}
 		}
@@ -230,7 +230,7 @@ func (c *AgentCard) Validate() error {
 		if len(e.Protocol) > 32 || !identRe.MatchString(e.Protocol) {
 			return fieldErr(path+".protocol", "must be a short identifier such as http or grpc")
 		}
-		if e.URI == "" || len(e.URI) > MaxEndpointLen || !printable(e.URI) {
+		if e.URI == "" || len(e.URI) > MaxEndpointLen || !Printable(e.URI) {
 			return fieldErr(path+".uri", "must be printable and 1-%d bytes", MaxEndpointLen)
 		}
 	}
@@ -238,7 +238,7 @@ func (c *AgentCard) Validate() error {
 		return fieldErr("discovery_tags", "has %d tags, more than %d", len(c.DiscoveryTags), MaxTags)
 	}
 	for i, t := range c.DiscoveryTags {
-		if t == "" || len(t) > MaxIDLen || !printable(t) {
+		if t == "" || len(t) > MaxIDLen || !Printable(t) {
 			return fieldErr(fmt.Sprintf("discovery_tags[%d]", i), "must be 1-%d printable bytes", MaxIDLen)
 		}
 	}

@@ -428,7 +428,6 @@ func (d *specDecoder) toJSON(n *yaml.Node, path string) (any, error) {
 	return nil, nodeErr(n, path, "unsupported YAML node")
 }
 
-
 // Validate checks the spec, naming the offending member.
 func (s *AgentSpec) Validate() error {
 	if s.AgentType == "" {
@@ -472,14 +471,14 @@ func (s *AgentSpec) Validate() error {
 			return fieldErr(p+".confidence_hint", "must be between 0 and 1")
 		}
 	}
-	if len(s.NatsSubject) > MaxEndpointLen || !printable(s.NatsSubject) || strings.ContainsAny(s.NatsSubject, " ;|,") {
+	if len(s.NatsSubject) > MaxEndpointLen || !Printable(s.NatsSubject) || strings.ContainsAny(s.NatsSubject, " ;|,") {
 		return fieldErr("nats_subject", "must be a NATS subject (no spaces) of at most %d bytes", MaxEndpointLen)
 	}
 	if s.NatsSubject == "" && s.Endpoint == "" {
 		return fieldErr("nats_subject", "nats_subject or endpoint is required: the record needs a transport")
 	}
 	for _, f := range []struct{ name, v string }{{"consumer_group", s.ConsumerGroup}, {"owner_team", s.OwnerTeam}} {
-		if len(f.v) > MaxShortTextLen || !printable(f.v) {
+		if len(f.v) > MaxShortTextLen || !Printable(f.v) {
 			return fieldErr(f.name, "must be printable and at most %d bytes", MaxShortTextLen)
 		}
 	}
@@ -508,7 +507,7 @@ func (s *AgentSpec) Validate() error {
 		if err := checkTextList("reflection_config.criteria", r.Criteria); err != nil {
 			return err
 		}
-		if len(r.Model) > MaxShortTextLen || !printable(r.Model) {
+		if len(r.Model) > MaxShortTextLen || !Printable(r.Model) {
 			return fieldErr("reflection_config.model", "must be printable and at most %d bytes", MaxShortTextLen)
 		}
 	}
@@ -528,7 +527,7 @@ func (s *AgentSpec) Validate() error {
 		return fieldErr("tags", "has %d tags, more than %d", len(s.Tags), MaxTags)
 	}
 	for k, v := range s.Tags {
-		if k == "" || strings.Contains(k, "=") || len(k)+1+len(v) > MaxIDLen || !printable(k) || !printable(v) {
+		if k == "" || strings.Contains(k, "=") || len(k)+1+len(v) > MaxIDLen || !Printable(k) || !Printable(v) {
 			return fieldErr("tags."+trunc(k), "key=value must be printable, at most %d bytes, with a non-empty key without '='", MaxIDLen)
 		}
 	}
@@ -587,7 +586,7 @@ func checkTextList(field string, l []string) error {
 		return fieldErr(field, "has %d entries, more than %d", len(l), maxSpecList)
 	}
 	for i, s := range l {
-		if s == "" || len(s) > MaxIDLen || !printable(s) {
+		if s == "" || len(s) > MaxIDLen || !Printable(s) {
 			return fieldErr(fmt.Sprintf("%s[%d]", field, i), "must be 1-%d printable bytes", MaxIDLen)
 		}
 	}

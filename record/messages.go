@@ -98,7 +98,7 @@ func (q *Query) Validate() error {
 		return fieldErr("query.tags", "has %d tags, more than %d", len(b.Tags), MaxTags)
 	}
 	for i, t := range b.Tags {
-		if t == "" || len(t) > MaxIDLen || !printable(t) {
+		if t == "" || len(t) > MaxIDLen || !Printable(t) {
 			return fieldErr(fmt.Sprintf("query.tags[%d]", i), "must be 1-%d printable bytes", MaxIDLen)
 		}
 	}
@@ -113,13 +113,13 @@ func (q *Query) Validate() error {
 			return fieldErr("query.version", "%q is not a semantic version constraint: %v", trunc(b.Version), err)
 		}
 	}
-	if q.AgentID != "" && (len(q.AgentID) > MaxIDLen || !printable(q.AgentID)) {
+	if q.AgentID != "" && (len(q.AgentID) > MaxIDLen || !Printable(q.AgentID)) {
 		return fieldErr("agent_id", "must be 1-%d printable bytes", MaxIDLen)
 	}
 	if b.Limit < 0 || b.Limit > 1000 {
 		return fieldErr("query.limit", "must be between 0 and 1000")
 	}
-	if len(b.Text) > MaxShortTextLen || !printable(b.Text) {
+	if len(b.Text) > MaxShortTextLen || !Printable(b.Text) {
 		return fieldErr("query.q", "is longer than %d bytes", MaxShortTextLen)
 	}
 	return nil

@@ -178,7 +178,7 @@ func ParseSkillMessage(line string) (*SkillMessage, error) {
 	if len(line) > MaxSkillLineBytes {
 		return nil, fmt.Errorf("%w: message is %d bytes, limit %d", ErrTooLarge, len(line), MaxSkillLineBytes)
 	}
-	if !printable(line) {
+	if !Printable(line) {
 		return nil, fieldErr("message", "must be UTF-8 without control characters")
 	}
 	typ, payload, ok := strings.Cut(line, ":")
@@ -380,7 +380,7 @@ func (m *SkillMessage) Validate() error {
 		if !m.Ack.Valid() {
 			return fieldErr("status", "%q is not one of SUCCESS, DUPLICATE, INVALID, UNAUTHORIZED", trunc(string(m.Ack)))
 		}
-		if len(m.Message) > MaxTextLen || !printable(m.Message) {
+		if len(m.Message) > MaxTextLen || !Printable(m.Message) {
 			return fieldErr("message", "must be printable UTF-8 of at most %d bytes", MaxTextLen)
 		}
 	case MsgSkillUnregister:
@@ -498,7 +498,7 @@ func checkSemver(field, v string) error {
 }
 
 func checkTextEndpoint(field, ep string) error {
-	if len(ep) > MaxEndpointLen || !printable(ep) || strings.ContainsAny(ep, skillFieldSeps) {
+	if len(ep) > MaxEndpointLen || !Printable(ep) || strings.ContainsAny(ep, skillFieldSeps) {
 		return fieldErr(field, "must be printable, at most %d bytes, without ; | or ,", MaxEndpointLen)
 	}
 	return nil

@@ -89,7 +89,7 @@ func (a *Agent) validate(complete bool) error {
 		if !ValidIdent(k) {
 			return fieldErr("capabilities."+trunc(k), "capability name must match %s and be at most %d bytes", identRe, MaxIDLen)
 		}
-		if len(v) > MaxShortTextLen || !printable(v) {
+		if len(v) > MaxShortTextLen || !Printable(v) {
 			return fieldErr("capabilities."+k, "value must be printable UTF-8 of at most %d bytes", MaxShortTextLen)
 		}
 	}
@@ -122,7 +122,7 @@ func (a *Agent) validate(complete bool) error {
 	if len(a.Transport.Type) > 32 || !identRe.MatchString(a.Transport.Type) {
 		return fieldErr("transport.type", "must be a short identifier such as tcp, ws, unix, http or libp2p")
 	}
-	if len(a.Transport.Endpoint) > MaxEndpointLen || !printable(a.Transport.Endpoint) {
+	if len(a.Transport.Endpoint) > MaxEndpointLen || !Printable(a.Transport.Endpoint) {
 		return fieldErr("transport.endpoint", "must be printable and at most %d bytes", MaxEndpointLen)
 	}
 	if err := validateMetadata(a.Metadata); err != nil {
@@ -164,7 +164,7 @@ func (a *Agent) validate(complete bool) error {
 		return fieldErr("tags", "has %d tags, more than %d", len(a.Tags), MaxTags)
 	}
 	for i, t := range a.Tags {
-		if t == "" || len(t) > MaxIDLen || !printable(t) {
+		if t == "" || len(t) > MaxIDLen || !Printable(t) {
 			return fieldErr(fmt.Sprintf("tags[%d]", i), "must be 1-%d printable bytes", MaxIDLen)
 		}
 	}
@@ -237,7 +237,7 @@ func (s *Skill) validate(path string) error {
 	if !s.SkillType.Valid() {
 		return fieldErr(path+".skill_type", "%q is not one of enterprise-skill, tool-skill, integration-skill", trunc(string(s.SkillType)))
 	}
-	if len(s.Endpoint) > MaxEndpointLen || !printable(s.Endpoint) || strings.ContainsAny(s.Endpoint, ";|,") {
+	if len(s.Endpoint) > MaxEndpointLen || !Printable(s.Endpoint) || strings.ContainsAny(s.Endpoint, ";|,") {
 		return fieldErr(path+".endpoint", "must be printable, at most %d bytes, without ; | or ,", MaxEndpointLen)
 	}
 	if len(s.Capabilities) == 0 {
@@ -321,7 +321,7 @@ func validateMetadata(m map[string]any) error {
 		return fieldErr("metadata", "has %d keys, more than %d", len(m), MaxMetadataKeys)
 	}
 	for k, v := range m {
-		if k == "" || len(k) > MaxIDLen || !printable(k) {
+		if k == "" || len(k) > MaxIDLen || !Printable(k) {
 			return fieldErr("metadata", "keys must be 1-%d printable bytes", MaxIDLen)
 		}
 		switch k {
@@ -432,21 +432,4 @@ func PeerPublicKey(id string) (peerKey, error) {
 	return k, nil
 }
 
-func printable(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
-func trunc(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
-}
+func trunc(s string) string { return Truncate(s, 64) }

@@ -230,7 +230,7 @@ func checkWSID(field, id string, required bool) error {
 		}
 		return nil
 	}
-	if len(id) > MaxIDLen || !printable(id) {
+	if len(id) > MaxIDLen || !Printable(id) {
 		return fieldErr(field, "must be 1-%d printable bytes", MaxIDLen)
 	}
 	return nil
@@ -243,10 +243,10 @@ func checkWSAgentFields(path, id, name, endpoint string, caps []string) error {
 	if name == "" {
 		return fieldErr(join(path, "name"), "is required")
 	}
-	if len(name) > MaxShortTextLen || !printable(name) {
+	if len(name) > MaxShortTextLen || !Printable(name) {
 		return fieldErr(join(path, "name"), "must be printable and at most %d bytes", MaxShortTextLen)
 	}
-	if len(endpoint) > MaxEndpointLen || !printable(endpoint) {
+	if len(endpoint) > MaxEndpointLen || !Printable(endpoint) {
 		return fieldErr(join(path, "endpoint"), "must be printable and at most %d bytes", MaxEndpointLen)
 	}
 	return checkIdentList(join(path, "capabilities"), caps, MaxAgentCapabilities)
@@ -293,13 +293,13 @@ func (f *WSPing) validate() error         { return checkWSID("id", f.ID, false) 
 func (f *WSPong) validate() error         { return checkWSID("id", f.ID, false) }
 
 func (f *WSError) validate() error {
-	if f.Code == "" || len(f.Code) > 64 || !printable(f.Code) {
+	if f.Code == "" || len(f.Code) > 64 || !Printable(f.Code) {
 		return fieldErr("code", "must be 1-64 printable bytes")
 	}
-	if len(f.Message) > MaxTextLen || !printable(f.Message) {
+	if len(f.Message) > MaxTextLen || !Printable(f.Message) {
 		return fieldErr("message", "must be printable and at most %d bytes", MaxTextLen)
 	}
-	if len(f.Field) > MaxShortTextLen || !printable(f.Field) {
+	if len(f.Field) > MaxShortTextLen || !Printable(f.Field) {
 		return fieldErr("field", "must be printable and at most %d bytes", MaxShortTextLen)
 	}
 	return nil
@@ -370,9 +370,9 @@ func WSAgentFromAgent(a *Agent, registeredAt time.Time) WSAgent {
 		w.ID = s
 	}
 	switch s, _ := a.Metadata[MetaDisplayName].(string); {
-	case s != "" && len(s) <= MaxShortTextLen && printable(s):
+	case s != "" && len(s) <= MaxShortTextLen && Printable(s):
 		w.Name = s
-	case a.Description != "" && len(a.Description) <= MaxShortTextLen && printable(a.Description):
+	case a.Description != "" && len(a.Description) <= MaxShortTextLen && Printable(a.Description):
 		w.Name = a.Description
 	case a.AgentName != "":
 		w.Name = a.AgentName

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/agentd/agentd/record"
 )
 
 // Defaults of Options (seed 001 §13.2 for the timeout and the cache TTL).
@@ -276,7 +278,7 @@ func (c *Client) List(ctx context.Context) (Answer[SkillList], error) {
 // Get returns one skill (GET /api/skills/{id}). An unknown id is an
 // *HTTPError with Status 404 (IsNotFound), never a stale answer.
 func (c *Client) Get(ctx context.Context, id string) (Answer[Skill], error) {
-	if id == "" || len(id) > 1024 || !printable(id) {
+	if id == "" || len(id) > 1024 || !record.Printable(id) {
 		return Answer[Skill]{}, fieldErr("id", "must be 1-1024 printable bytes")
 	}
 	path := "/api/skills/" + url.PathEscape(id)

@@ -236,7 +236,7 @@ func (m *Manifest) Validate() error {
 	if !ValidID(m.ID) {
 		return fieldErr("id", "%q is not a catalog skill id (an identifier of at most %d bytes without '/' or '..')", trunc(m.ID), record.MaxIDLen)
 	}
-	if len(m.Name) > record.MaxShortTextLen || !printable(m.Name) {
+	if len(m.Name) > record.MaxShortTextLen || !record.Printable(m.Name) {
 		return fieldErr("name", "must be printable UTF-8 of at most %d bytes", record.MaxShortTextLen)
 	}
 	if m.Version == "" {
@@ -260,7 +260,7 @@ func (m *Manifest) Validate() error {
 	if err := checkIdents("scenes", m.Scenes, record.MaxScenesPerSkill); err != nil {
 		return err
 	}
-	if len(m.Endpoint) > record.MaxEndpointLen || !printable(m.Endpoint) || strings.ContainsAny(m.Endpoint, ";|,") {
+	if len(m.Endpoint) > record.MaxEndpointLen || !record.Printable(m.Endpoint) || strings.ContainsAny(m.Endpoint, ";|,") {
 		return fieldErr("endpoint", "must be printable, at most %d bytes, without ; | or ,", record.MaxEndpointLen)
 	}
 	if len(m.Description) > record.MaxTextLen || !utf8.ValidString(m.Description) {
@@ -270,7 +270,7 @@ func (m *Manifest) Validate() error {
 		return fieldErr("keywords", "lists %d keywords, more than %d", len(m.Keywords), MaxKeywords)
 	}
 	for i, k := range m.Keywords {
-		if strings.TrimSpace(k) == "" || len(k) > record.MaxIDLen || !printable(k) {
+		if strings.TrimSpace(k) == "" || len(k) > record.MaxIDLen || !record.Printable(k) {
 			return fieldErr(fmt.Sprintf("keywords[%d]", i), "must be 1-%d printable bytes, not blank", record.MaxIDLen)
 		}
 	}

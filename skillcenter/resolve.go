@@ -88,7 +88,7 @@ func searchFor(f store.Filter) (SearchRequest, bool) {
 	}
 	// The text filter is checked on the mapped agent in any case; it is
 	// sent as a keyword only when it is one.
-	if t := strings.TrimSpace(f.Text); t != "" && len(t) <= record.MaxIDLen && printable(t) {
+	if t := strings.TrimSpace(f.Text); t != "" && len(t) <= record.MaxIDLen && record.Printable(t) {
 		req.Keywords = []string{t}
 	}
 	req.Version = f.Version

@@ -110,7 +110,7 @@ func (r *SearchRequest) Validate() error {
 		return fieldErr("keywords", "lists %d keywords, more than %d", len(r.Keywords), MaxKeywords)
 	}
 	for i, k := range r.Keywords {
-		if strings.TrimSpace(k) == "" || len(k) > record.MaxIDLen || !printable(k) {
+		if strings.TrimSpace(k) == "" || len(k) > record.MaxIDLen || !record.Printable(k) {
 			return fieldErr(fmt.Sprintf("keywords[%d]", i), "must be 1-%d printable bytes, not blank", record.MaxIDLen)
 		}
 	}
@@ -220,7 +220,7 @@ func decodeSkill(b []byte, path string) (Skill, error) {
 // counts, printable UTF-8.
 func (s *Skill) checkShape(path string) error {
 	short := func(field, v string, maxLen int) error {
-		if len(v) > maxLen || !printable(v) {
+		if len(v) > maxLen || !record.Printable(v) {
 			return fieldErr(joinPath(path, field), "must be printable UTF-8 of at most %d bytes", maxLen)
 		}
 		return nil
@@ -349,7 +349,7 @@ func ValidID(id string) bool {
 }
 
 func validFileName(s string) bool {
-	return s != "" && len(s) <= 255 && printable(s) && !strings.ContainsAny(s, `/\`) && s[0] != '.'
+	return s != "" && len(s) <= 255 && record.Printable(s) && !strings.ContainsAny(s, `/\`) && s[0] != '.'
 }
 
 func validSHA256(s string) bool {
@@ -378,30 +378,6 @@ func checkIdents(field string, ids []string, maxN int) error {
 		}
 	}
 	return nil
-}
-
-// printable reports whether s is valid UTF-8 without control characters.
-func printable(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
-func trunc(s string) string {
-	if len(s) <= 64 {
-		return s
-	}
-	cut := 64
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }
 
 func fieldErr(field, format string, args ...any) *record.FieldError {
@@ -438,3 +414,5 @@ func transportOf(endpoint string) string {
 	}
 	return "tcp"
 }
+
+func trunc(s string) string { return record.Truncate(s, 64) }

@@ -20,6 +20,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/agentd/agentd/record"
 )
 
 // Names of agents and skills inside certificates. An agent certificate
@@ -852,13 +854,6 @@ func serialKey(n *big.Int) string {
 	return n.Text(16)
 }
 
-func trunc(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
-}
-
 // ---- files ----
 
 var (
@@ -1114,3 +1109,5 @@ var (
 	_ ChainVerifier   = (*Store)(nil)
 	_ bindingVerifier = (*Store)(nil)
 )
+
+func trunc(s string) string { return record.Truncate(s, 64) }
