@@ -42,18 +42,14 @@ type SkillList struct {
 	Skills []Skill `json:"skills"`
 }
 
-// SkillSearch is the request of POST /api/skills/search (seed 001 §7.2):
-// a skill matches when it has every capability, one of the scenes (if
-// any), one of the types (if any), every keyword (case-insensitive, in
-// its id, name, capabilities and descriptions) and a version inside the
-// semver range. Unknown members are ignored, as a SkillCenter does.
-type SkillSearch struct {
-	Capabilities []string `json:"capabilities,omitempty"`
-	Scenes       []string `json:"scenes,omitempty"`
-	Types        []string `json:"types,omitempty"`
-	Keywords     []string `json:"keywords,omitempty"`
-	Version      string   `json:"version,omitempty"`
-}
+// SkillSearch is the request of POST /api/skills/search (seed 001 §7.2),
+// the same request the SkillCenter mirror takes: a skill matches when it
+// has every capability, one of the scenes (if any), one of the types (if
+// any), every keyword (case-insensitive, in its id, name, capabilities and
+// descriptions) and a version inside the semver range; limit and offset
+// page the answer (total counts every match). Unknown members are
+// ignored, as a SkillCenter does.
+type SkillSearch = skillcenter.SearchRequest
 
 // Metadata keys a record may use to give its skills a SkillCenter
 // download URL.
@@ -192,33 +188,11 @@ func (s *Server) handleSkillSearch(w http.ResponseWriter, r *http.Request) error
 	if err := decodeObject(body, &req, "", true); err != nil {
 		return err
 	}
-	if err := checkIdents("capabilities", req.Capabilities, record.MaxCapabilitiesPer); err != nil {
+	if err := req.Validate(); err != nil {
 		return err
-	}
-	if err := checkIdents("scenes", req.Scenes, record.MaxScenesPerSkill); err != nil {
-		return err
-	}
-	if len(req.Types) > 3 {
-		return badRequest("types", "lists %d types; there are 3", len(req.Types))
-	}
-	for i, t := range req.Types {
-		if !record.SkillType(t).Valid() {
-			return badRequest(fieldIndex("types", i), "%q is not one of enterprise-skill, tool-skill, integration-skill", truncate(t))
-		}
-	}
-	if len(req.Keywords) > record.MaxTags {
-		return badRequest("keywords", "lists %d keywords, more than %d", len(req.Keywords), record.MaxTags)
-	}
-	for i, k := range req.Keywords {
-		if strings.TrimSpace(k) == "" || len(k) > record.MaxIDLen || !record.Printable(k) {
-			return badRequest(fieldIndex("keywords", i), "must be 1-%d printable bytes", record.MaxIDLen)
-		}
 	}
 	var constraint *semver.Constraints
 	if req.Version != "" {
-		if len(req.Version) > record.MaxShortTextLen {
-			return badRequest("version", "is longer than %d bytes", record.MaxShortTextLen)
-		}
 		if constraint, err = semver.NewConstraint(req.Version); err != nil {
 			return badRequest("version", "%q is not a semver range: %v", truncate(req.Version), err)
 		}
@@ -233,8 +207,15 @@ func (s *Server) handleSkillSearch(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	out := SkillList{Skills: append([]Skill{}, skillsOfMatching(res, req, constraint)...)}
-	out.Total = len(out.Skills)
+	matched := skillsOfMatching(res, req, constraint)
+	out := SkillList{Total: len(matched), Skills: []Skill{}}
+	if req.Offset < len(matched) {
+		matched = matched[req.Offset:]
+		if req.Limit > 0 && req.Limit < len(matched) {
+			matched = matched[:req.Limit]
+		}
+		out.Skills = append(out.Skills, matched...)
+	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
@@ -304,18 +285,6 @@ func skillHasText(a *record.Agent, sk *record.Skill, k string) bool {
 		}
 	}
 	return false
-}
-
-func checkIdents(field string, ids []string, maxN int) error {
-	if len(ids) > maxN {
-		return badRequest(field, "lists %d entries, more than %d", len(ids), maxN)
-	}
-	for i, id := range ids {
-		if !record.ValidIdent(id) {
-			return badRequest(fieldIndex(field, i), "%q is not an identifier", truncate(id))
-		}
-	}
-	return nil
 }
 
 func fieldIndex(field string, i int) string {

@@ -107,6 +107,19 @@ func TestSkillCenterSearch(t *testing.T) {
 	if l.Total != 1 || l.Skills[0].ID != "skill-org-dingding" {
 		t.Fatalf("%+v", l)
 	}
+	// limit and offset page the answer as the mirror does; total counts
+	// every match.
+	var all SkillList
+	mustStatus(t, a.do("POST", "/api/skills/search", `{}`), 200).json(t, &all)
+	mustStatus(t, a.do("POST", "/api/skills/search", `{"limit":1,"offset":1}`), 200).json(t, &l)
+	if all.Total != 2 || l.Total != 2 || len(l.Skills) != 1 || l.Skills[0].ID != all.Skills[1].ID {
+		t.Fatalf("page 2 of 1: %+v (all %+v)", l, all)
+	}
+	mustStatus(t, a.do("POST", "/api/skills/search", `{"offset":5}`), 200).json(t, &l)
+	if l.Total != 2 || l.Skills == nil || len(l.Skills) != 0 {
+		t.Fatalf("past the end: %+v", l)
+	}
+	mustStatus(t, a.do("POST", "/api/skills/search", `{"limit":-1}`), 400)
 	// When several agents offer a skill, the healthiest stands for it.
 	mustStatus(t, a.do("PUT", "/agents/4a1e3c2b-0d7f-4b8e-9c61-2f0a5b7d8e91/status", `{"status":"DEGRADED"}`), 200)
 	mustStatus(t, a.do("GET", "/api/skills/skill-org-feishu", nil), 200).json(t, &sk)
