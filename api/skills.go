@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/Masterminds/semver/v3"
@@ -285,10 +284,6 @@ func skillHasText(a *record.Agent, sk *record.Skill, k string) bool {
 		}
 	}
 	return false
-}
-
-func fieldIndex(field string, i int) string {
-	return field + "[" + strconv.Itoa(i) + "]"
 }
 
 // fromCatalogClient reports whether the request comes from an agentd's
