@@ -3,72 +3,28 @@ package client_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/agentd/agentd/api"
 	"github.com/agentd/agentd/client"
+	"github.com/agentd/agentd/internal/testnode"
 	"github.com/agentd/agentd/node"
 	"github.com/agentd/agentd/record"
-	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/trust"
 	"github.com/google/uuid"
-	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
-	ma "github.com/multiformats/go-multiaddr"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-var hostSeq atomic.Int64
-
-// daemon is an API server over a started node, served by httptest.
-type daemon struct {
-	n   *node.Node
-	id  *trust.Identity
-	s   *api.Server
-	url string
-}
-
-func newDaemon(t *testing.T, cfg api.Config) *daemon {
+func newDaemon(t *testing.T, cfg api.Config) *testnode.Daemon {
 	t.Helper()
-	id, err := trust.Generate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mn := mocknet.New()
-	t.Cleanup(func() { _ = mn.Close() })
-	h, err := mn.AddPeer(id.PeerKey, ma.StringCast(fmt.Sprintf("/ip6/100::%x/tcp/4242", hostSeq.Add(1))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(store.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := node.New(node.Config{DisableDHT: true, DisableGossip: true, LeaseCheckInterval: 20 * time.Millisecond}, node.Options{Identity: id, Host: h, Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Close(); _ = st.Close() })
-	s, err := api.New(n, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(s.Handler())
-	t.Cleanup(srv.Close)
-	t.Cleanup(func() { _ = s.Close() })
-	return &daemon{n: n, id: id, s: s, url: srv.URL}
+	return testnode.Start(t, node.Config{LeaseCheckInterval: 20 * time.Millisecond}, cfg)
 }
 
 func agent(skill string, caps ...string) *record.Agent {
@@ -82,13 +38,13 @@ func agent(skill string, caps ...string) *record.Agent {
 
 func TestClientRoundTrip(t *testing.T) {
 	d := newDaemon(t, api.Config{Version: "client-test"})
-	c, err := client.New(strings.TrimPrefix(d.url, "http://"))
+	c, err := client.New(strings.TrimPrefix(d.URL, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
 	h, err := c.Health(ctx)
-	if err != nil || h.AgentID != d.id.AgentID || h.PeerID != d.id.PeerID.String() || h.Version != "client-test" {
+	if err != nil || h.AgentID != d.ID.AgentID || h.PeerID != d.ID.PeerID.String() || h.Version != "client-test" {
 		t.Fatalf("health %+v %v", h, err)
 	}
 
@@ -101,7 +57,7 @@ func TestClientRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sa.Agent.AgentID != d.id.AgentID || sa.VerifySignatures() != nil {
+	if sa.Agent.AgentID != d.ID.AgentID || sa.VerifySignatures() != nil {
 		t.Fatalf("%+v", sa.Agent)
 	}
 	again, err := c.Register(ctx, agent("skill-c", "cap-c"))
@@ -115,7 +71,7 @@ func TestClientRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	a2 := agent("skill-d", "cap-d")
-	a2.Fill(uuid.NewString(), d.id.PeerID.String(), own.PublicKeyPEM(), 1, time.Now(), time.Hour)
+	a2.Fill(uuid.NewString(), d.ID.PeerID.String(), own.PublicKeyPEM(), 1, time.Now(), time.Hour)
 	signed, err := record.Sign(a2, own.AgentKey, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +148,7 @@ func TestClientRoundTrip(t *testing.T) {
 
 func TestClientWatchEndsWithContext(t *testing.T) {
 	d := newDaemon(t, api.Config{})
-	c, _ := client.New(d.url)
+	c, _ := client.New(d.URL)
 	ctx, cancel := context.WithCancel(context.Background())
 	events, err := c.Watch(ctx, client.WatchFilter{})
 	if err != nil {
@@ -207,7 +163,7 @@ func TestClientWatchEndsWithContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed := make(chan struct{})
-	go func() { defer close(closed); _ = d.s.Close() }()
+	go func() { defer close(closed); _ = d.API.Close() }()
 	var last client.Event
 	for ev := range events {
 		last = ev
@@ -218,7 +174,7 @@ func TestClientWatchEndsWithContext(t *testing.T) {
 	}
 	// A bad filter is refused.
 	d2 := newDaemon(t, api.Config{})
-	c2, _ := client.New(d2.url)
+	c2, _ := client.New(d2.URL)
 	if _, err := c2.Watch(t.Context(), client.WatchFilter{Capability: "no spaces"}); err == nil || !strings.Contains(err.Error(), "capability") {
 		t.Fatalf("bad filter: %v", err)
 	}
@@ -227,7 +183,7 @@ func TestClientWatchEndsWithContext(t *testing.T) {
 func TestClientAuth(t *testing.T) {
 	const secret = "0123456789abcdef0123456789abcdef-client"
 	d := newDaemon(t, api.Config{Addr: "192.0.2.1:4778", JWTSecret: secret})
-	c, _ := client.New(d.url)
+	c, _ := client.New(d.URL)
 	_, err := c.List(t.Context())
 	var ce *client.Error
 	if !errors.As(err, &ce) || ce.Status != 401 || ce.Code != record.CodeAuth {
@@ -237,7 +193,7 @@ func TestClientAuth(t *testing.T) {
 		t.Fatalf("watch without token: %v", err)
 	}
 	tok := hs256(t, secret, `{"scope":"discover:read discover:write"}`)
-	c, err = client.New(d.url, client.WithToken(tok))
+	c, err = client.New(d.URL, client.WithToken(tok))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +205,7 @@ func TestClientAuth(t *testing.T) {
 	if _, err := c.Watch(ctx, client.WatchFilter{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.New(d.url, client.WithToken("a b")); err == nil {
+	if _, err := client.New(d.URL, client.WithToken("a b")); err == nil {
 		t.Fatal("token with a space accepted")
 	}
 }

@@ -4,71 +4,26 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"log/slog"
 	"net"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/agentd/agentd/api"
+	"github.com/agentd/agentd/internal/testnode"
 	"github.com/agentd/agentd/node"
 	"github.com/agentd/agentd/record"
-	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/trust"
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/uuid"
-	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
-	ma "github.com/multiformats/go-multiaddr"
 )
 
-var clientTestHost atomic.Int64
-
-// testDaemon is an in-process daemon: a started node and its API on a
-// loopback httptest server.
-type testDaemon struct {
-	n   *node.Node
-	id  *trust.Identity
-	url string
-}
-
-func startTestDaemon(t *testing.T, cfg api.Config) *testDaemon {
+func startTestDaemon(t *testing.T, cfg api.Config) *testnode.Daemon {
 	t.Helper()
-	id, err := trust.Generate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mn := mocknet.New()
-	t.Cleanup(func() { _ = mn.Close() })
-	h, err := mn.AddPeer(id.PeerKey, ma.StringCast(fmt.Sprintf("/ip6/100::%x/tcp/4242", clientTestHost.Add(1))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(store.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := node.New(node.Config{DisableDHT: true, DisableGossip: true}, node.Options{Identity: id, Host: h, Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Close(); _ = st.Close() })
-	s, err := api.New(n, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(s.Handler())
-	t.Cleanup(srv.Close)
-	t.Cleanup(func() { _ = s.Close() })
-	return &testDaemon{n: n, id: id, url: srv.URL}
+	return testnode.Start(t, node.Config{}, cfg)
 }
 
 func seedPath(name string) string {
@@ -77,7 +32,7 @@ func seedPath(name string) string {
 
 func TestClientCommands(t *testing.T) {
 	d := startTestDaemon(t, api.Config{})
-	apiFlag := []string{"--api", strings.TrimPrefix(d.url, "http://")}
+	apiFlag := []string{"--api", strings.TrimPrefix(d.URL, "http://")}
 	// run puts --api right after the command (flags go before arguments).
 	run := func(args ...string) result {
 		n := 1
@@ -90,7 +45,7 @@ func TestClientCommands(t *testing.T) {
 
 	// register -f with an AgentSpec (seed 004).
 	r := run("register", "-f", seedPath("004-product-search-agent.yaml"))
-	if r.code != 0 || !strings.Contains(r.stdout, "registered "+d.id.AgentID) || !strings.Contains(r.stdout, "product.search") {
+	if r.code != 0 || !strings.Contains(r.stdout, "registered "+d.ID.AgentID) || !strings.Contains(r.stdout, "product.search") {
 		t.Fatalf("register: %+v", r)
 	}
 	// A seed-002 agent_card as JSON, with --json: the Announce echo.
@@ -107,7 +62,7 @@ func TestClientCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := &record.Agent{AgentID: uuid.NewString(), Capabilities: map[string]string{"signed-cap": "1.0"}, Transport: record.Transport{Type: "tcp", Endpoint: "10.0.0.1:7"}}
-	a.Fill(a.AgentID, d.id.PeerID.String(), own.PublicKeyPEM(), 5, time.Now(), time.Hour)
+	a.Fill(a.AgentID, d.ID.PeerID.String(), own.PublicKeyPEM(), 5, time.Now(), time.Hour)
 	sa, err := record.Sign(a, own.AgentKey, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +84,7 @@ func TestClientCommands(t *testing.T) {
 
 	// discover: table and JSON.
 	r = run("discover", "--capability", "product.search", "--version", ">=1.0.0")
-	if r.code != 0 || !strings.Contains(r.stdout, "AGENT ID") || !strings.Contains(r.stdout, d.id.AgentID) || !strings.Contains(r.stdout, "local") {
+	if r.code != 0 || !strings.Contains(r.stdout, "AGENT ID") || !strings.Contains(r.stdout, d.ID.AgentID) || !strings.Contains(r.stdout, "local") {
 		t.Fatalf("discover: %+v", r)
 	}
 	r = run("discover", "--json", "--skill", "data-processor-agent", "--tag", "images", "--local")
@@ -172,7 +127,7 @@ func TestClientCommands(t *testing.T) {
 	if r = run("status", "set", "degraded"); r.code != 0 || !strings.Contains(r.stdout, "DEGRADED") {
 		t.Fatalf("status set: %+v", r)
 	}
-	if got, _ := d.n.View().Get(d.id.AgentID); got.Status != record.StatusDegraded {
+	if got, _ := d.Node.View().Get(d.ID.AgentID); got.Status != record.StatusDegraded {
 		t.Fatalf("status %s", got.Status)
 	}
 	if r = run("status", "set", "sleepy"); r.code != exitUsage {
@@ -183,10 +138,10 @@ func TestClientCommands(t *testing.T) {
 	}
 
 	// unregister (default the daemon's own agent), then again.
-	if r = run("unregister", "--reason", "maintenance"); r.code != 0 || !strings.Contains(r.stdout, "unregistered "+d.id.AgentID+" (MAINTENANCE)") {
+	if r = run("unregister", "--reason", "maintenance"); r.code != 0 || !strings.Contains(r.stdout, "unregistered "+d.ID.AgentID+" (MAINTENANCE)") {
 		t.Fatalf("unregister: %+v", r)
 	}
-	if r = run("unregister", "--json", d.id.AgentID); r.code != exitFailed || !strings.Contains(r.stderr, "ErrNotFound") {
+	if r = run("unregister", "--json", d.ID.AgentID); r.code != exitFailed || !strings.Contains(r.stderr, "ErrNotFound") {
 		t.Fatalf("second unregister: %+v", r)
 	}
 	if r = run("unregister", "--reason", "bored"); r.code != exitUsage {
@@ -233,7 +188,7 @@ func TestClientCommandsUnreachable(t *testing.T) {
 func TestClientCommandsToken(t *testing.T) {
 	const secret = "0123456789abcdef0123456789abcdef-cli-test"
 	d := startTestDaemon(t, api.Config{Addr: "192.0.2.5:4778", JWTSecret: secret})
-	r := runCLI(t, "", "list", "--api", d.url)
+	r := runCLI(t, "", "list", "--api", d.URL)
 	if r.code != exitFailed || !strings.Contains(r.stderr, "ErrAuth") {
 		t.Fatalf("without token: %+v", r)
 	}
@@ -242,10 +197,10 @@ func TestClientCommandsToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("AGENTD_TOKEN", tok)
-	if r := runCLI(t, "", "list", "--api", d.url); r.code != 0 {
+	if r := runCLI(t, "", "list", "--api", d.URL); r.code != 0 {
 		t.Fatalf("with AGENTD_TOKEN: %+v", r)
 	}
-	r = runCLI(t, "", "register", "-f", seedPath("004-product-search-agent.yaml"), "--api", d.url)
+	r = runCLI(t, "", "register", "-f", seedPath("004-product-search-agent.yaml"), "--api", d.URL)
 	if r.code != exitFailed || !strings.Contains(r.stderr, "discover:write") {
 		t.Fatalf("read-only token registering: %+v", r)
 	}
@@ -274,7 +229,7 @@ func TestClientWatchCommand(t *testing.T) {
 	for _, asJSON := range []bool{false, true} {
 		ctx, cancel := context.WithCancel(context.Background())
 		var stdout, stderr syncBuffer
-		args := []string{"agentd", "watch", "--capability", "product.search", "--api", d.url}
+		args := []string{"agentd", "watch", "--capability", "product.search", "--api", d.URL}
 		if asJSON {
 			args = append(args, "--json")
 		}
@@ -288,9 +243,9 @@ func TestClientWatchCommand(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitForOutput(t, &stdout, "agent.registered", func() {
-			_ = d.n.Unregister(context.Background(), d.id.AgentID, record.ReasonShutdown)
+			_ = d.Node.Unregister(context.Background(), d.ID.AgentID, record.ReasonShutdown)
 			cp := *spec
-			if _, err := d.n.Register(context.Background(), &cp); err != nil {
+			if _, err := d.Node.Register(context.Background(), &cp); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -305,7 +260,7 @@ func TestClientWatchCommand(t *testing.T) {
 					t.Fatalf("NDJSON line %q: %v", line, err)
 				}
 			}
-		} else if !strings.Contains(stdout.String(), d.id.AgentID) {
+		} else if !strings.Contains(stdout.String(), d.ID.AgentID) {
 			t.Fatalf("watch output: %s", stdout.String())
 		}
 	}
