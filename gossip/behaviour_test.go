@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/agentd/agentd/metrics"
@@ -32,13 +33,12 @@ func TestUnknownAgentDedupe(t *testing.T) {
 		if err := a.v.VerifyAgent(rec, trust.VerifyOptions{}); err != nil { // A knows its own key
 			t.Fatal(err)
 		}
-		for range 3 {
+		for i := range 3 {
 			if err := a.g.PublishBeat(tn.ctx, KindHeartbeat, a.beat(t, KindHeartbeat)); err != nil {
 				t.Fatalf("publish beat: %v", err)
 			}
-			time.Sleep(100 * time.Millisecond)
+			waitFor(t, 5*time.Second, fmt.Sprintf("unknown_key refusal %d", i+1), func() bool { return rejects(t, b.m, "gossip", "unknown_key") == float64(i+1) })
 		}
-		waitFor(t, 5*time.Second, "three unknown_key refusals", func() bool { return rejects(t, b.m, "gossip", "unknown_key") == 3 })
 		waitFor(t, 5*time.Second, "an UnknownAgent call", func() bool { return len(b.sink.unknownCalls()) > 0 })
 		calls := b.sink.unknownCalls()
 		if len(calls) != 1 || calls[0].agentID != a.id.AgentID || calls[0].from != a.h.ID() {
@@ -663,7 +663,7 @@ func TestOnTopicPeers(t *testing.T) {
 		waitFor(t, 5*time.Second, "the first topic peer", func() bool { return calls.Load() == 1 })
 		tn.connect(nd, b)
 		waitFor(t, 5*time.Second, "the second topic peer", func() bool { return len(g.TopicPeers()) == 2 })
-		time.Sleep(time.Second)
+		synctest.Wait() // everything the second peer set off has run
 		if n := calls.Load(); n != 1 {
 			t.Fatalf("hook called %d times for two peers, want once", n)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/agentd/agentd/record"
@@ -369,7 +370,7 @@ func TestRegisteredBeforeAnyPeerIsAnnouncedOnJoin(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(2 * time.Second) // alone: nobody heard the announcement
+		synctest.Wait() // the announcement went out, to nobody
 		if err := tn.mn.LinkAll(); err != nil {
 			t.Fatal(err)
 		}
