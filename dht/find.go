@@ -149,7 +149,7 @@ func (d *DHT) checkRecord(fr *FetchedRecord, nonce []byte, from peer.ID, q Fetch
 	if sa.Agent.PeerID != from.String() {
 		return nil, string(trust.ReasonPeerMismatch), fmt.Errorf("record names peer %s but was served by %s", sa.Agent.PeerID, from)
 	}
-	sig, err := base64.StdEncoding.Strict().DecodeString(fr.ChallengeSignature)
+	sig, err := record.DecodeBase64(fr.ChallengeSignature)
 	if err != nil {
 		return nil, ReasonBadChallenge, fmt.Errorf("%w: %v", ErrBadChallenge, err)
 	}

@@ -3,7 +3,6 @@ package dht
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -185,7 +184,7 @@ func ParseRequest(b []byte) (*FetchRequest, []byte, error) {
 	if _, err := record.CheckVersion(r.ProtocolVersion); err != nil {
 		return nil, nil, err
 	}
-	nonce, err := base64.StdEncoding.Strict().DecodeString(r.Nonce)
+	nonce, err := record.DecodeBase64(r.Nonce)
 	if err != nil || len(nonce) != NonceSize {
 		return nil, nil, &record.FieldError{Field: "nonce", Reason: fmt.Sprintf("must be base64 of exactly %d bytes", NonceSize)}
 	}
@@ -224,7 +223,7 @@ func ParseResponse(b []byte) (*FetchResponse, error) {
 		if rec.Signer != SignerAgent && rec.Signer != SignerPeer {
 			return nil, fmt.Errorf("%w: records[%d].signer must be %q or %q", ErrProtocol, i, SignerAgent, SignerPeer)
 		}
-		sig, err := base64.StdEncoding.Strict().DecodeString(rec.ChallengeSignature)
+		sig, err := record.DecodeBase64(rec.ChallengeSignature)
 		if err != nil || len(sig) == 0 || len(sig) > MaxChallengeSigBytes {
 			return nil, fmt.Errorf("%w: records[%d].challenge_signature must be base64 of 1 to %d bytes", ErrProtocol, i, MaxChallengeSigBytes)
 		}

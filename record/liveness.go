@@ -205,7 +205,7 @@ func ParseWireBeat(w WireBeat) (*SignedBeat, error) {
 	if err := sb.Beat.Validate(); err != nil {
 		return nil, err
 	}
-	sb.Signature, err = base64.StdEncoding.DecodeString(w.Signature)
+	sb.Signature, err = DecodeBase64(w.Signature)
 	if err != nil || len(sb.Signature) == 0 {
 		return nil, fieldErr("signature", "must be a non-empty base64 signature")
 	}

@@ -139,8 +139,8 @@ func (r *KeyRotation) validate(path string, signed bool) error {
 	if len(r.Signature) > MaxRotationSignatureLen {
 		return fieldErr(path+".signature", "is longer than %d characters", MaxRotationSignatureLen)
 	}
-	if _, err := base64.StdEncoding.DecodeString(r.Signature); err != nil {
-		return fieldErr(path+".signature", "is not base64: %v", err)
+	if _, err := DecodeBase64(r.Signature); err != nil {
+		return fieldErr(path+".signature", "is %v", err)
 	}
 	return nil
 }
@@ -189,9 +189,9 @@ func (r *KeyRotation) Verify() error {
 	if err != nil {
 		return err
 	}
-	sig, err := base64.StdEncoding.DecodeString(r.Signature)
+	sig, err := DecodeBase64(r.Signature)
 	if err != nil {
-		return fieldErr("key_rotation.signature", "is not base64: %v", err)
+		return fieldErr("key_rotation.signature", "is %v", err)
 	}
 	msg, err := r.SignedBytes()
 	if err != nil {

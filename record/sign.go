@@ -231,15 +231,15 @@ func fromAnnounce(a Announce, canonical bool) (*SignedAgent, error) {
 	}
 	var err error
 	if a.Signature != "" {
-		sa.Signature, err = base64.StdEncoding.DecodeString(a.Signature)
+		sa.Signature, err = DecodeBase64(a.Signature)
 		if err != nil {
-			return nil, fieldErr("signature", "is not base64: %v", err)
+			return nil, fieldErr("signature", "is %v", err)
 		}
 	}
 	if a.PeerSignature != "" {
-		sa.PeerSignature, err = base64.StdEncoding.DecodeString(a.PeerSignature)
+		sa.PeerSignature, err = DecodeBase64(a.PeerSignature)
 		if err != nil {
-			return nil, fieldErr("peer_signature", "is not base64: %v", err)
+			return nil, fieldErr("peer_signature", "is %v", err)
 		}
 	}
 	return sa, nil
@@ -290,11 +290,15 @@ func SignBytes(key *ecdsa.PrivateKey, msg []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ecdsa sign: %w", err)
 	}
-	return sig, nil
+	return lowS(&key.PublicKey, sig)
 }
 
-// VerifyBytes verifies an ASN.1 DER ECDSA signature over SHA-256(msg).
+// VerifyBytes verifies an ECDSA signature over SHA-256(msg). It accepts only
+// the canonical encoding: ASN.1 DER with low S (see DecodeBase64's file).
 func VerifyBytes(pub *ecdsa.PublicKey, msg, sig []byte) bool {
+	if _, _, ok := parseDERSignature(pub.Curve, sig); !ok {
+		return false
+	}
 	h := sha256.Sum256(msg)
 	return ecdsa.VerifyASN1(pub, h[:], sig)
 }

@@ -665,11 +665,11 @@ func (m *SkillMessage) Verify(pub *ecdsa.PublicKey, sharedKey []byte) error {
 	if pub == nil {
 		return fmt.Errorf("%w: ECDSA signature but the agent key is unknown", ErrBadSignature)
 	}
-	sig, err := base64.StdEncoding.DecodeString(m.Signature)
+	sig, err := DecodeBase64(m.Signature)
 	if err != nil {
-		return fmt.Errorf("%w: signature is not base64", ErrBadSignature)
+		return fmt.Errorf("%w: signature is %v", ErrBadSignature, err)
 	}
-	if !VerifyBytes(pub, []byte(text), sig) {
+	if !verifyBytesAnyS(pub, []byte(text), sig) {
 		return ErrBadSignature
 	}
 	return nil

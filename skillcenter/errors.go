@@ -71,8 +71,8 @@ func unreachable(err error) bool {
 }
 
 func decodeB64(s string) ([]byte, error) {
-	if b, err := base64.StdEncoding.DecodeString(s); err == nil {
+	if b, err := base64.StdEncoding.Strict().DecodeString(s); err == nil {
 		return b, nil
 	}
-	return base64.RawStdEncoding.DecodeString(s)
+	return base64.RawStdEncoding.Strict().DecodeString(s)
 }

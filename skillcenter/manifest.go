@@ -333,9 +333,9 @@ func (s *Signature) parseAll() (*ecdsa.PublicKey, []*x509.Certificate, []byte, e
 	if s.Value == "" || len(s.Value) > 256 {
 		return nil, nil, nil, fieldErr("signature.value", "must be a base64 signature of at most 256 characters")
 	}
-	sig, err := base64.StdEncoding.DecodeString(s.Value)
+	sig, err := record.DecodeBase64(s.Value)
 	if err != nil {
-		return nil, nil, nil, fieldErr("signature.value", "is not base64: %v", err)
+		return nil, nil, nil, fieldErr("signature.value", "is %v", err)
 	}
 	return key, chain, sig, nil
 }

@@ -4,7 +4,9 @@
 // algorithm is pinned by the key type, so an HS256 token is never checked
 // against the public key (algorithm confusion) and "alg":"none" is always
 // refused. Scopes come from "scope" (space-separated, RFC 8693) and/or
-// "scopes" (an array of strings).
+// "scopes" (an array of strings). A token is decoded strictly (one base64url
+// spelling per token) and refused when its header lists critical extensions
+// ("crit", RFC 7515 §4.1.11): agentd understands none.
 package bearer
 
 import (
@@ -117,7 +119,8 @@ func (v *Verifier) Verify(tok string) (Claims, error) {
 	}
 	claims := jwt.MapClaims{}
 	_, err := jwt.ParseWithClaims(tok, claims, v.key,
-		jwt.WithValidMethods(v.methods), jwt.WithLeeway(Leeway), jwt.WithIssuedAt(), jwt.WithTimeFunc(v.now))
+		jwt.WithValidMethods(v.methods), jwt.WithLeeway(Leeway), jwt.WithIssuedAt(), jwt.WithTimeFunc(v.now),
+		jwt.WithStrictDecoding())
 	if err != nil {
 		return Claims{}, &Error{Desc: problem(err)}
 	}
@@ -132,6 +135,11 @@ func (v *Verifier) Verify(tok string) (Claims, error) {
 // key returns the verification key for the token's algorithm; the parser
 // has already refused algorithms outside v.methods.
 func (v *Verifier) key(t *jwt.Token) (any, error) {
+	// RFC 7515 §4.1.11: a recipient that does not understand an extension
+	// listed in "crit" must reject the token. agentd understands none.
+	if _, ok := t.Header["crit"]; ok {
+		return nil, errCrit
+	}
 	switch t.Method.Alg() {
 	case jwt.SigningMethodHS256.Alg():
 		if v.secret != nil {
@@ -145,9 +153,13 @@ func (v *Verifier) key(t *jwt.Token) (any, error) {
 	return nil, fmt.Errorf("algorithm %q is not accepted", t.Method.Alg())
 }
 
+var errCrit = errors.New(`the token's header lists critical extensions ("crit"), which this server does not understand (RFC 7515 §4.1.11)`)
+
 // problem turns a jwt error into a short description for the client.
 func problem(err error) string {
 	switch {
+	case errors.Is(err, errCrit):
+		return errCrit.Error()
 	case errors.Is(err, jwt.ErrTokenExpired):
 		return "the token has expired"
 	case errors.Is(err, jwt.ErrTokenNotValidYet):
