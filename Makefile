@@ -58,17 +58,23 @@ bench: ## full benchmarks, BENCHCOUNT runs each; raw output for benchstat in bin
 # fuzz finds the packages whose tests declare `func Fuzz...`, asks `go test
 # -list` for the target names, and runs each target for FUZZTIME. go test
 # -fuzz takes one target per invocation, so they run one after another.
-fuzz: ## run every fuzz target for FUZZTIME (default 10s) each
-	@set -e; n=0; \
+fuzz: ## run every fuzz target for FUZZTIME (default 10s) each; report every failure at the end
+	@n=0; failed=""; \
 	for dir in $$($(GO) list -f '{{.Dir}}' $(PKGS)); do \
 		grep -qs '^func Fuzz' $$dir/*_test.go || continue; \
 		for target in $$(cd $$dir && $(GO) test -list '^Fuzz' . | grep '^Fuzz'); do \
 			echo "== $$target ($$dir, $(FUZZTIME))"; \
-			(cd $$dir && $(GO) test -run='^$$' -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) .); \
 			n=$$((n+1)); \
+			(cd $$dir && $(GO) test -run='^$$' -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) .) || \
+				failed="$$failed $${dir#$(CURDIR)/}:$$target"; \
 		done; \
 	done; \
-	echo "fuzz: $$n targets ran for $(FUZZTIME) each"
+	echo "fuzz: $$n targets ran for $(FUZZTIME) each"; \
+	if [ -n "$$failed" ]; then \
+		echo "fuzz: FAILED:$$failed"; \
+		echo "fuzz: each failing input is in <package>/testdata/fuzz/<target>/; keep it there as a regression seed"; \
+		exit 1; \
+	fi
 
 lint: ## gofmt, go vet, staticcheck (installed at a pinned version; skipped if it cannot be installed)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*')); \

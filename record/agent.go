@@ -154,7 +154,7 @@ const (
 
 // Issued returns IssuedAt parsed, or the zero time when it does not parse.
 func (a *Agent) Issued() time.Time {
-	t, err := time.Parse(time.RFC3339Nano, a.IssuedAt)
+	t, err := ParseTimestamp(a.IssuedAt)
 	if err != nil {
 		return time.Time{}
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
 func TestDecodeBase64AcceptsOneSpelling(t *testing.T) {
@@ -208,4 +210,53 @@ func TestSeed001MessageAcceptsHighS(t *testing.T) {
 	if VerifyBytes(&k.agent.PublicKey, []byte(text), high) {
 		t.Error("VerifyBytes accepted high S")
 	}
+}
+
+func TestParseTimestampIsRFC3339Only(t *testing.T) {
+	for _, tc := range []struct {
+		in string
+		ok bool
+	}{
+		{"2026-03-01T12:00:00Z", true},
+		{"2026-03-01T12:00:00.123456789Z", true},
+		{"2026-03-01t12:00:00z", true},
+		{"2026-03-01T12:00:00+05:30", true},
+		{"0000-01-01T00:00:00Z", true},
+		{"0000-01-01T0:00:00Z", false}, // one-digit hour: time.Parse accepts it
+		{"2026-3-01T12:00:00Z", false},
+		{"2026-03-01T12:00:00", false},
+		{"2026-03-01 12:00:00Z", false},
+		{"2026-03-01T12:00:00.Z", false},
+		{"2026-03-01T12:00:00+0530", false},
+		{"2026-03-01T24:00:00Z", false},
+		{"2026-02-30T12:00:00Z", false},
+		{"2026-03-01T12:00:60Z", false},
+		{"+026-03-01T12:00:00Z", false},
+	} {
+		_, err := ParseTimestamp(tc.in)
+		if (err == nil) != tc.ok {
+			t.Errorf("ParseTimestamp(%q): err=%v, want ok=%v", tc.in, err, tc.ok)
+		}
+		if err == nil {
+			if err := dateTimeSchema(t).Validate(tc.in); err != nil {
+				t.Errorf("%q accepted but the schema refuses it: %v", tc.in, err)
+			}
+		}
+	}
+}
+
+// dateTimeSchema is the JSON Schema format the record schemas use for
+// issued_at, asserted.
+func dateTimeSchema(t *testing.T) *jsonschema.Schema {
+	t.Helper()
+	c := jsonschema.NewCompiler()
+	c.AssertFormat()
+	if err := c.AddResource("dt.json", map[string]any{"type": "string", "format": "date-time"}); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := c.Compile("dt.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sch
 }

@@ -127,8 +127,8 @@ func (r *KeyRotation) validate(path string, signed bool) error {
 	if len(r.IssuedAt) > 64 {
 		return fieldErr(path+".issued_at", "is longer than 64 bytes")
 	}
-	if _, err := time.Parse(time.RFC3339Nano, r.IssuedAt); err != nil {
-		return fieldErr(path+".issued_at", "must be an RFC 3339 timestamp: %v", err)
+	if _, err := ParseTimestamp(r.IssuedAt); err != nil {
+		return fieldErr(path+".issued_at", "%v", err)
 	}
 	if !signed {
 		return nil
@@ -172,7 +172,7 @@ func (r *KeyRotation) Keys() (oldKey, newKey *ecdsa.PublicKey, err error) {
 
 // Issued returns issued_at parsed, or the zero time when it does not parse.
 func (r *KeyRotation) Issued() time.Time {
-	t, err := time.Parse(time.RFC3339Nano, r.IssuedAt)
+	t, err := ParseTimestamp(r.IssuedAt)
 	if err != nil {
 		return time.Time{}
 	}

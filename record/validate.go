@@ -11,7 +11,6 @@ import (
 	"math"
 	"regexp"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/Masterminds/semver/v3"
@@ -182,8 +181,8 @@ func (a *Agent) validate(complete bool) error {
 		if complete {
 			return fieldErr("issued_at", "is required")
 		}
-	} else if _, err := time.Parse(time.RFC3339Nano, a.IssuedAt); err != nil {
-		return fieldErr("issued_at", "must be an RFC 3339 timestamp: %v", err)
+	} else if _, err := ParseTimestamp(a.IssuedAt); err != nil {
+		return fieldErr("issued_at", "%v", err)
 	}
 	if a.TTLSeconds == 0 && !complete {
 		return nil

@@ -280,8 +280,8 @@ func (f *WSAgents) validate() error {
 		if a.RegisteredAt == "" {
 			return fieldErr(path+".registered_at", "is required")
 		}
-		if _, err := time.Parse(time.RFC3339Nano, a.RegisteredAt); err != nil {
-			return fieldErr(path+".registered_at", "must be an ISO 8601 (RFC 3339) timestamp: %v", err)
+		if _, err := ParseTimestamp(a.RegisteredAt); err != nil {
+			return fieldErr(path+".registered_at", "%v", err)
 		}
 	}
 	return nil
