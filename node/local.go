@@ -171,7 +171,9 @@ func (n *Node) publishUnregister(ctx context.Context, agentID string, reason rec
 	return n.gsp.PublishBeat(ctx, gossip.Kind(kindUnregister), sb)
 }
 
-// SetStatus sets a hosted agent's status and publishes it.
+// SetStatus sets a hosted agent's status, stores it durably (a restart
+// restores and re-announces it) and publishes it. It returns once the
+// status is stored; a failed publish is reported but the status stands.
 func (n *Node) SetStatus(ctx context.Context, agentID string, st record.Status) error {
 	if !st.Valid() {
 		return &record.FieldError{Field: "status", Reason: fmt.Sprintf("%q is not one of HEALTHY, DEGRADED, UNHEALTHY, MAINTENANCE", st)}
@@ -179,10 +181,18 @@ func (n *Node) SetStatus(ctx context.Context, agentID string, st record.Status) 
 	if _, ok := n.hostedRecord(agentID); !ok {
 		return ErrNotHosted
 	}
+	if err := n.st.PutStatus(ctx, agentID, st); err != nil {
+		return fmt.Errorf("store status: %w", err)
+	}
 	n.view.SetLocalStatus(agentID, st)
 	if n.lan != nil {
 		n.lan.SetStatus(agentID, st)
 	}
+	return n.publishStatus(ctx, agentID, st)
+}
+
+// publishStatus signs and publishes a status statement for a hosted agent.
+func (n *Node) publishStatus(ctx context.Context, agentID string, st record.Status) error {
 	sb, err := n.signBeat(agentID, st, "")
 	if err != nil {
 		return err
@@ -191,6 +201,25 @@ func (n *Node) SetStatus(ctx context.Context, agentID string, st record.Status) 
 		return nil
 	}
 	return n.gsp.PublishBeat(ctx, gossip.Kind(kindStatus), sb)
+}
+
+// restoreStatuses applies the statuses hosted agents reported before a
+// restart, before their records are announced again.
+func (n *Node) restoreStatuses(ctx context.Context) (map[string]record.Status, error) {
+	sts, err := n.st.Statuses(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for id, st := range sts {
+		if _, ok := n.hostedRecord(id); !ok {
+			continue
+		}
+		n.view.SetLocalStatus(id, st)
+		if n.lan != nil {
+			n.lan.SetStatus(id, st)
+		}
+	}
+	return sts, nil
 }
 
 // Locals returns the hosted records.

@@ -257,12 +257,24 @@ func (n *Node) Start(ctx context.Context) error {
 		n.noteSeq(sa.Agent.AgentID, sa.Agent.Seq)
 		n.view.ApplyLocal(sa)
 	}
+	statuses, err := n.restoreStatuses(ctx)
+	if err != nil {
+		return fmt.Errorf("load statuses: %w", err)
+	}
 	if len(locals) > 0 {
 		// Re-sign with a fresh seq and issued_at so peers that saw the old
-		// record (or its tombstone) take the new one.
+		// record (or its tombstone) take the new one, then say again what
+		// status each agent last reported.
 		for _, sa := range locals {
+			id := sa.Agent.AgentID
 			if _, err := n.resign(ctx, sa); err != nil {
-				n.log.Warn("re-announce after restart failed", "agent", sa.Agent.AgentID, "err", err)
+				n.log.Warn("re-announce after restart failed", "agent", id, "err", err)
+				continue
+			}
+			if st, ok := statuses[id]; ok {
+				if err := n.publishStatus(ctx, id, st); err != nil {
+					n.log.Debug("re-publish status after restart failed", "agent", id, "err", err)
+				}
 			}
 		}
 	}
@@ -561,6 +573,12 @@ func (n *Node) republishLocals() {
 	for _, sa := range n.view.Locals() {
 		if _, err := n.resign(n.ctx, sa); err != nil && n.ctx.Err() == nil {
 			n.log.Debug("re-announce to the first topic peer failed", "agent", sa.Agent.AgentID, "err", err)
+			continue
+		}
+		if a, ok := n.view.Get(sa.Agent.AgentID); ok && a.Status != "" && a.Status != record.StatusHealthy {
+			if err := n.publishStatus(n.ctx, sa.Agent.AgentID, a.Status); err != nil && n.ctx.Err() == nil {
+				n.log.Debug("re-publish status to the first topic peer failed", "agent", sa.Agent.AgentID, "err", err)
+			}
 		}
 	}
 }

@@ -215,6 +215,58 @@ func TestRestartRestoresRegistrations(t *testing.T) {
 	})
 }
 
+// An acknowledged status survives a restart: the restarted node reports it
+// and announces it, and a peer that dropped the agent on SHUTDOWN sees it
+// again with that status, not HEALTHY. Unregistering clears it.
+func TestRestartRestoresStatus(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn := newNet(t, 3, Config{})
+		nd := tn.nodes[1]
+		sa, err := nd.Register(context.Background(), spec("skill-s", "cap.s"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := sa.Agent.AgentID
+		waitFor(t, 5*time.Second, "gossip peers", func() bool { return slices.Contains(nd.Gossip().TopicPeers(), tn.nodes[2].Host().ID()) })
+		if err := nd.SetStatus(context.Background(), id, record.StatusMaintenance); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, "status on the peer", func() bool {
+			a, ok := live(tn.nodes[2].Node, id)
+			return ok && a.Status == record.StatusMaintenance
+		})
+		if err := nd.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 2*time.Second, "shutdown unregister", func() bool { _, ok := live(tn.nodes[2].Node, id); return !ok })
+		re := tn.add(nd.id, nd.st)
+		if a, ok := re.view.Get(id); !ok || a.Status != record.StatusMaintenance {
+			t.Fatalf("restarted node reports %+v, want MAINTENANCE", a.Status)
+		}
+		// The status statement follows the re-announcement at once; a peer
+		// that validates it before the record (pubsub validates in
+		// parallel) drops it, and then learns the status from the next
+		// heartbeat, which carries it: within one interval.
+		waitFor(t, 30*time.Second, "re-announced with its status", func() bool {
+			a, ok := live(tn.nodes[2].Node, id)
+			return ok && a.Record.Agent.Seq > sa.Agent.Seq && a.Status == record.StatusMaintenance
+		})
+		// A new registration of the id after an unregister starts HEALTHY.
+		if err := re.Unregister(context.Background(), id, record.ReasonShutdown); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := re.Register(context.Background(), spec("skill-s", "cap.s")); err != nil {
+			t.Fatal(err)
+		}
+		if a, _ := re.view.Get(id); a.Status != record.StatusHealthy {
+			t.Fatalf("re-registration inherited status %q", a.Status)
+		}
+		if sts, err := re.st.Statuses(context.Background()); err != nil || len(sts) != 0 {
+			t.Fatalf("stored statuses after unregister: %v %v", sts, err)
+		}
+	})
+}
+
 func TestAdaptiveInterval(t *testing.T) {
 	for _, c := range []struct {
 		agents int

@@ -59,6 +59,7 @@ const (
 	spaceSeq       = "q/"
 	spacePeer      = "a/"
 	spaceLease     = "e/"
+	spaceStatus    = "s/"
 )
 
 // schemaVersion is the version of the layout above.
@@ -108,6 +109,8 @@ func pinKey(id string) []byte   { return []byte(spacePin + id) }
 func seqKey(id string) []byte   { return []byte(spaceSeq + id) }
 func peerKey(id peer.ID) []byte { return []byte(spacePeer + id.String()) }
 func leaseKey(id string) []byte { return []byte(spaceLease + id) }
+
+func statusKey(id string) []byte { return []byte(spaceStatus + id) }
 
 // term is one index term of a record.
 type term struct {

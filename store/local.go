@@ -51,6 +51,9 @@ func (s *db) DeleteLocal(ctx context.Context, agentID string) error {
 		if _, err := txn.Get(localKey(agentID)); err != nil {
 			return err
 		}
+		if err := txn.Delete(statusKey(agentID)); err != nil {
+			return err
+		}
 		return txn.Delete(localKey(agentID))
 	})
 	if errors.Is(err, badger.ErrKeyNotFound) {
@@ -226,6 +229,55 @@ func (s *db) Leases(ctx context.Context) (map[string]time.Time, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list leases: %w", err)
+	}
+	return out, nil
+}
+
+// PutStatus durably records a local agent's reported status; HEALTHY (or
+// empty) removes the record, absent or not.
+func (s *db) PutStatus(ctx context.Context, agentID string, st record.Status) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	if err := checkAgentID(agentID); err != nil {
+		return err
+	}
+	if st != "" && !st.Valid() {
+		return &record.FieldError{Field: "status", Reason: fmt.Sprintf("%.32q is not a status", string(st))}
+	}
+	err := s.durable(func(txn *badger.Txn) error {
+		if st == "" || st == record.StatusHealthy {
+			return txn.Delete(statusKey(agentID))
+		}
+		return txn.Set(statusKey(agentID), []byte(st))
+	})
+	if err != nil {
+		return fmt.Errorf("put status of %s: %w", agentID, err)
+	}
+	return nil
+}
+
+// Statuses returns every recorded status. A corrupt one is logged and
+// skipped.
+func (s *db) Statuses(ctx context.Context) (map[string]record.Status, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	out := map[string]record.Status{}
+	err := s.scan(ctx, []byte(spaceStatus), true, func(k, v []byte) error {
+		id := string(k[len(spaceStatus):])
+		st := record.Status(v)
+		if !st.Valid() || record.ValidateAgentID(id) != nil {
+			s.log.Error("skip corrupt status", "agent_id", fmt.Sprintf("%.64q", id), "status", fmt.Sprintf("%.32q", v))
+			return nil
+		}
+		out[id] = st
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list statuses: %w", err)
 	}
 	return out, nil
 }

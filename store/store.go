@@ -193,6 +193,13 @@ type Store interface {
 	// Leases returns every recorded lease by agent id.
 	Leases(ctx context.Context) (map[string]time.Time, error)
 
+	// PutStatus durably records the status a local agent reported
+	// (synced); HEALTHY, the default, removes the entry. DeleteLocal
+	// removes it too, so a later registration of the id starts HEALTHY.
+	PutStatus(ctx context.Context, agentID string, st record.Status) error
+	// Statuses returns every recorded non-default status by agent id.
+	Statuses(ctx context.Context) (map[string]record.Status, error)
+
 	trust.PinStore
 
 	// Close stops background work and closes the database.
