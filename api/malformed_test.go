@@ -40,6 +40,14 @@ func TestMalformedInput(t *testing.T) {
 		{"lone surrogate", "POST", "/agents", `{"protocol_version":"v1.0","agent":{"description":"\ud800","capabilities":{}}}`, nil, 400, record.CodeMalformedPayload, ""},
 		{"duplicate key", "POST", "/agents", `{"protocol_version":"v1.0","agent":{"capabilities":{}},"agent":{"capabilities":{}}}`, nil, 400, record.CodeMalformedPayload, ""},
 		{"member case", "POST", "/agents", `{"protocol_version":"v1.0","agent":{"Capabilities":{},"capabilities":{},"transport":{"type":"tcp","endpoint":""}}}`, nil, 400, record.CodeMalformedPayload, "agent.Capabilities"},
+		// Issue 12 item 6: an unsigned registration is re-encoded by the
+		// node, so what it does not know is refused, not dropped.
+		{"unknown envelope member", "POST", "/agents", `{"protocol_version":"v1.0","Agent":{},"agent":{"capabilities":{},"transport":{"type":"tcp","endpoint":"h:1"}}}`, nil, 400, record.CodeMalformedPayload, "Agent"},
+		{"unknown envelope member cased", "POST", "/agents", `{"protocol_version":"v1.0","Protocol_Version":"v1.0","agent":{"capabilities":{},"transport":{"type":"tcp","endpoint":"h:1"}}}`, nil, 400, record.CodeMalformedPayload, "Protocol_Version"},
+		{"bare agent with envelope members", "POST", "/agents", `{"Agent":{"x":1},"Protocol_Version":"v1.0","capabilities":{},"transport":{"type":"tcp","endpoint":"h:1"}}`, nil, 400, record.CodeMalformedPayload, ""},
+		{"unknown agent member", "POST", "/agents", `{"protocol_version":"v1.0","agent":{"capabilities":{},"agent_nmae":"typo","transport":{"type":"tcp","endpoint":"h:1"}}}`, nil, 400, record.CodeMalformedPayload, "agent.agent_nmae"},
+		{"unknown skill member", "POST", "/agents", `{"protocol_version":"v1.0","agent":{"capabilities":{},"transport":{"type":"tcp","endpoint":"h:1"},"skills":[{"skill_id":"s","version":"1.0.0","skill_type":"tool-skill","capabilites":[]}]}}`, nil, 400, record.CodeMalformedPayload, "agent.skills[0].capabilites"},
+		{"null capability", "POST", "/agents", `{"protocol_version":"v1.0","agent":{"capabilities":{"a":null},"transport":{"type":"tcp","endpoint":"h:1"}}}`, nil, 400, record.CodeMalformedPayload, "agent.capabilities.a"},
 		{"unknown major", "POST", "/agents", strings.Replace(good, `"v1.0"`, `"v3.0"`, 1), nil, 400, record.CodeUnsupportedVersion, "protocol_version"},
 		{"bad version string", "POST", "/agents", strings.Replace(good, `"v1.0"`, `"1.0"`, 1), nil, 400, record.CodeMalformedPayload, "protocol_version"},
 		{"foreign public key unsigned", "POST", "/agents", `{"protocol_version":"v1.0","agent":{"capabilities":{},"public_key":"MIIBIjANBgkqh…","transport":{"type":"tcp","endpoint":""}}}`, nil, 400, record.CodeMalformedPayload, "agent.public_key"},

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -154,6 +155,11 @@ func (s *Server) registerMessage(ctx context.Context, body []byte, r *http.Reque
 		if _, ok := members["peer_signature"]; ok {
 			return nil, false, badRequest("signature", "is required when peer_signature is given")
 		}
+		// The node builds the Announce it publishes itself: a member of
+		// this one it does not know would be dropped, so it is refused.
+		if err := record.CheckKnownMembers(canon, reflect.TypeOf(record.Announce{}), ""); err != nil {
+			return nil, false, err
+		}
 		a, err := decodeUnsigned(rawAgent, "agent")
 		if err != nil {
 			return nil, false, err
@@ -199,9 +205,15 @@ func (s *Server) registerMessage(ctx context.Context, body []byte, r *http.Reque
 }
 
 // decodeUnsigned decodes an agent object that the node will fill and sign.
+// Unlike a signed record (whose canonical bytes are kept, unknown members
+// included), the node re-encodes this one, so a member it does not know
+// would silently vanish: it is refused instead.
 func decodeUnsigned(raw []byte, prefix string) (*record.Agent, error) {
 	a := &record.Agent{}
-	err := record.DecodeAgent(raw, a)
+	err := record.CheckKnownMembers(raw, reflect.TypeOf(a), "agent")
+	if err == nil {
+		err = record.DecodeAgent(raw, a)
+	}
 	if err == nil {
 		err = a.ValidateContent()
 	}

@@ -254,6 +254,16 @@ func DecodeAgent(raw []byte, a *Agent) error {
 	}
 	if c, ok := probe["capabilities"]; !ok || string(c) == "null" {
 		return fieldErr("agent.capabilities", "is required (an empty object is allowed)")
+	} else {
+		// encoding/json turns {"a": null} into "a": "" in a map of strings.
+		var caps map[string]json.RawMessage
+		if json.Unmarshal(c, &caps) == nil {
+			for k, v := range caps {
+				if string(v) == "null" {
+					return fieldErr("agent.capabilities."+trunc(k), "must be a string, not null")
+				}
+			}
+		}
 	}
 	if err := checkMemberCase(raw, reflect.TypeOf(a), "agent"); err != nil {
 		return err

@@ -54,6 +54,19 @@ var rawMessageType = reflect.TypeOf(json.RawMessage(nil))
 // Input that does not have the expected shape is left to json.Unmarshal to
 // report.
 func checkMemberCase(raw []byte, t reflect.Type, path string) error {
+	return checkMembers(raw, t, path, false)
+}
+
+// CheckKnownMembers is checkMemberCase that also refuses members t does not
+// know, at any depth (maps and json.RawMessage values take anything). It is
+// for input the node re-encodes itself, such as an unsigned registration:
+// a member it does not know would be silently dropped from the record it
+// signs, so the client is told instead.
+func CheckKnownMembers(raw []byte, t reflect.Type, path string) error {
+	return checkMembers(raw, t, path, true)
+}
+
+func checkMembers(raw []byte, t reflect.Type, path string, known bool) error {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -75,9 +88,12 @@ func checkMemberCase(raw []byte, t reflect.Type, path string) error {
 						return fieldErr(join(path, trunc(k)), "unknown member; member names are case-sensitive (did you mean %q?)", name)
 					}
 				}
+				if known {
+					return fieldErr(join(path, trunc(k)), "unknown member")
+				}
 				continue
 			}
-			if err := checkMemberCase(v, f.Type, join(path, k)); err != nil {
+			if err := checkMembers(v, f.Type, join(path, k), known); err != nil {
 				return err
 			}
 		}
@@ -90,7 +106,7 @@ func checkMemberCase(raw []byte, t reflect.Type, path string) error {
 			return nil
 		}
 		for i, v := range arr {
-			if err := checkMemberCase(v, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+			if err := checkMembers(v, t.Elem(), fmt.Sprintf("%s[%d]", path, i), known); err != nil {
 				return err
 			}
 		}

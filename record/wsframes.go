@@ -170,18 +170,31 @@ func ParseWSFrame(b []byte) (WSFrame, error) {
 	if _, err := CanonicalizeJSON(b); err != nil {
 		return nil, err
 	}
-	var probe struct {
-		Type *string `json:"type"`
-	}
+	// Member names are case-sensitive: a struct probe would let
+	// encoding/json read "Type" (or "TYPE") as "type".
+	var probe map[string]json.RawMessage
 	if err := json.Unmarshal(b, &probe); err != nil {
 		return nil, jsonFieldErr("", err)
 	}
-	if probe.Type == nil {
+	if probe == nil {
+		return nil, fieldErr("", "a frame must be a JSON object")
+	}
+	for k := range probe {
+		if k != "type" && strings.EqualFold(k, "type") {
+			return nil, fieldErr(trunc(k), "unknown member; member names are case-sensitive (did you mean \"type\"?)")
+		}
+	}
+	rawType, ok := probe["type"]
+	if !ok {
 		return nil, fieldErr("type", "is required")
 	}
-	f := newWSFrame(*probe.Type)
+	var typ string
+	if err := json.Unmarshal(rawType, &typ); err != nil {
+		return nil, fieldErr("type", "must be a string")
+	}
+	f := newWSFrame(typ)
 	if f == nil {
-		return nil, fieldErr("type", "%q is not a frame type (register, list, …)", trunc(*probe.Type))
+		return nil, fieldErr("type", "%q is not a frame type (register, list, …)", trunc(typ))
 	}
 	if err := checkMemberCase(b, reflect.TypeOf(f), ""); err != nil {
 		return nil, err

@@ -117,6 +117,11 @@ func TestWSFramesRejects(t *testing.T) {
 		{`{"type":"error","message":"m"}`, "code"},
 		{`[]`, ""},
 		{`{"type":"list","type":"register"}`, ""},
+		// Issue 12 item 6: encoding/json read "Type" as "type".
+		{`{"Type":"register","id":"a","name":"n"}`, "Type"},
+		{`{"TYPE":"list"}`, "TYPE"},
+		{`{"type":"list","Type":"register"}`, "Type"},
+		{`{"type":"agents","agents":[{"id":"a","name":"n","registered_at":"2025-01-31T1:00:00Z"}]}`, "agents[0].registered_at"},
 	}
 	for _, c := range cases {
 		_, err := ParseWSFrame([]byte(c.doc))
