@@ -313,8 +313,15 @@ func (s *Server) wrap(o routeOpts, h handlerFunc) http.Handler {
 		}
 		ctx := withAccess(r.Context(), acc)
 		if !o.stream {
+			// net/http cancels a request's context when it reads EOF from
+			// the client, and a client that half-closes its socket after
+			// sending (shutdown(SHUT_WR), as `nc -N` and some proxies do)
+			// sends EOF while it still waits for the answer. A bounded
+			// request therefore runs to its own timeout, not the socket's
+			// read side; a client that really went away costs at most
+			// RequestTimeout of work. Streams keep the connection's context.
 			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, s.cfg.RequestTimeout)
+			ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), s.cfg.RequestTimeout)
 			defer cancel()
 		}
 		if err := h(w, r.WithContext(ctx)); err != nil {

@@ -255,7 +255,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger, opts da
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() { serveErr <- srv.Serve(api.JSONErrorListener(ln)) }()
 	closers = append(closers, closer{"API server", func(ctx context.Context) error {
 		err := srv.Shutdown(ctx)
 		if errors.Is(err, context.DeadlineExceeded) {
