@@ -28,6 +28,12 @@ const (
 	DefaultMaxClockSkew      = 5 * time.Minute
 	DefaultGoodbyeGrace      = time.Second
 	DefaultUnknownBackoff    = 10 * time.Second
+	// SKILL_DISCOVER answers: at most this many bytes per second across all
+	// requesters (burst DefaultAnswerBurst), and one answer identical to
+	// one multicast within DefaultAnswerRepeatWindow is not sent again.
+	DefaultAnswerBytesPerSec  = 16 << 10
+	DefaultAnswerBurst        = 64 << 10
+	DefaultAnswerRepeatWindow = time.Second
 	// mDNS runs on the RFC 6762 group and port; they are not configurable.
 	mdnsGroup = "224.0.0.251"
 	mdnsPort  = 5353
@@ -68,6 +74,16 @@ type Config struct {
 	// IP address and second, per mechanism (default 100/s, burst 200).
 	RatePerSource float64
 	RateBurst     int
+	// AnswerBytesPerSec and AnswerBurst bound the bytes this node
+	// multicasts in SKILL_DISCOVER_RESPONSEs, over all requesters (default
+	// 16 KiB/s, burst 64 KiB): a request's source address can be spoofed,
+	// so a per-source bound alone does not bound the traffic one sender
+	// can cause. AnswerRepeatWindow (default 1 s) suppresses an answer
+	// identical to one multicast within the window: every member of the
+	// group, the requester included, has just received it.
+	AnswerBytesPerSec  float64
+	AnswerBurst        int
+	AnswerRepeatWindow time.Duration
 	// Workers and QueueSize size the pool that resolves unknown agents
 	// and fetches records (default 4 workers, 128 queued jobs; a job that
 	// finds the queue full is dropped and counted).
@@ -129,6 +145,15 @@ func (c *Config) defaults() {
 	}
 	if c.RateBurst <= 0 {
 		c.RateBurst = DefaultRateBurst
+	}
+	if c.AnswerBytesPerSec <= 0 {
+		c.AnswerBytesPerSec = DefaultAnswerBytesPerSec
+	}
+	if c.AnswerBurst <= 0 {
+		c.AnswerBurst = DefaultAnswerBurst
+	}
+	if c.AnswerRepeatWindow <= 0 {
+		c.AnswerRepeatWindow = DefaultAnswerRepeatWindow
 	}
 	if c.Workers <= 0 {
 		c.Workers = DefaultWorkers

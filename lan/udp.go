@@ -3,6 +3,8 @@ package lan
 import (
 	"context"
 	"crypto/ecdsa"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/netip"
@@ -13,6 +15,8 @@ import (
 
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/trust"
+
+	"golang.org/x/time/rate"
 )
 
 // readBufSize is the UDP receive buffer: the longest message
@@ -31,12 +35,14 @@ const maxReadErrors = 100
 // udpProto is the seed-001 text protocol on UDP multicast.
 type udpProto struct {
 	l       *LAN
-	rl      *limiter // every datagram, per source
-	drl     *limiter // SKILL_DISCOVERs answered, per source
+	rl      *limiter      // every datagram, per source
+	drl     *limiter      // SKILL_DISCOVERs answered, per source
+	abytes  *rate.Limiter // SKILL_DISCOVER_RESPONSE bytes, all sources
 	hmacKey []byte
 	logs    *limiter // rate-limited logging of refused datagrams
 
 	mu      sync.Mutex
+	answers map[[32]byte]time.Time // recent answers by content, for AnswerRepeatWindow
 	lastTS  int64
 	waiters map[*waiter]struct{}
 	acks    map[ackKey]time.Time
@@ -60,6 +66,8 @@ func newUDPProto(l *LAN) *udpProto {
 		l:       l,
 		rl:      newLimiter(l.cfg.RatePerSource, l.cfg.RateBurst),
 		drl:     newLimiter(2, 4),
+		abytes:  rate.NewLimiter(rate.Limit(l.cfg.AnswerBytesPerSec), l.cfg.AnswerBurst),
+		answers: map[[32]byte]time.Time{},
 		logs:    newLimiter(0.1, 3),
 		waiters: map[*waiter]struct{}{},
 		acks:    map[ackKey]time.Time{},
@@ -483,10 +491,62 @@ func (u *udpProto) handleDiscover(msg *record.SkillMessage, src netip.AddrPort, 
 		l.log.Warn("cannot answer a SKILL_DISCOVER", "err", err)
 		return
 	}
+	texts := make([][]byte, 0, len(msgs))
+	size := 0
 	for i := range msgs {
-		u.send(&msgs[i])
+		t, err := msgs[i].Format()
+		if err != nil {
+			l.log.Warn("cannot format a SKILL_DISCOVER_RESPONSE", "err", err)
+			return
+		}
+		texts = append(texts, []byte(t))
+		size += len(t)
+	}
+	if u.repeated(msg.AgentID, entries, now) {
+		l.count(mechUDP, "discover_repeat_suppressed")
+		return
+	}
+	if !u.abytes.AllowN(now, size) {
+		l.count(mechUDP, "discover_over_budget")
+		return
+	}
+	for _, t := range texts {
+		u.sendText(record.MsgSkillDiscoverResponse, t)
 	}
 	l.count(mechUDP, "discover_answered")
+}
+
+// repeated reports whether the same answer (same requester id, same
+// entries) went out within AnswerRepeatWindow, and otherwise remembers
+// this one. The requester id is part of the key because a seed-001 peer
+// keeps only answers addressed to it.
+func (u *udpProto) repeated(requester string, entries []record.SkillEntry, now time.Time) bool {
+	h := sha256.New()
+	h.Write([]byte(requester))
+	for _, e := range entries {
+		b, _ := json.Marshal(e)
+		h.Write(b)
+	}
+	var key [32]byte
+	h.Sum(key[:0])
+	win := u.l.cfg.AnswerRepeatWindow
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if t, ok := u.answers[key]; ok && now.Sub(t) < win {
+		return true
+	}
+	if len(u.answers) >= maxSources {
+		for k, t := range u.answers {
+			if now.Sub(t) >= win {
+				delete(u.answers, k)
+			}
+		}
+		if len(u.answers) >= maxSources {
+			clear(u.answers)
+		}
+	}
+	u.answers[key] = now
+	return false
 }
 
 // matchesDiscover reports whether a skill satisfies the filters of a
@@ -582,23 +642,28 @@ func (u *udpProto) nextTS() int64 {
 // send multicasts one message; it is dropped (and counted) while the
 // socket is down.
 func (u *udpProto) send(m *record.SkillMessage) bool {
-	l := u.l
 	text, err := m.Format()
 	if err != nil {
-		l.log.Warn("cannot format a LAN message", "type", m.Type, "err", err)
+		u.l.log.Warn("cannot format a LAN message", "type", m.Type, "err", err)
 		return false
 	}
+	return u.sendText(m.Type, []byte(text))
+}
+
+// sendText multicasts one formatted message.
+func (u *udpProto) sendText(typ record.SkillMsgType, text []byte) bool {
+	l := u.l
 	s := l.sock(mechUDP)
 	if s == nil {
 		l.count(mechUDP, "send_unavailable")
 		return false
 	}
-	if err := s.Multicast([]byte(text), 0); err != nil {
+	if err := s.Multicast(text, 0); err != nil {
 		l.count(mechUDP, "send_error")
-		l.log.Debug("multicast send failed", "type", m.Type, "err", err)
+		l.log.Debug("multicast send failed", "type", typ, "err", err)
 		return false
 	}
-	l.count(mechUDP, "sent_"+strings.ToLower(strings.TrimPrefix(string(m.Type), "SKILL_")))
+	l.count(mechUDP, "sent_"+strings.ToLower(strings.TrimPrefix(string(typ), "SKILL_")))
 	return true
 }
 

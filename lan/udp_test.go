@@ -1,11 +1,13 @@
 package lan
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -460,4 +462,74 @@ func TestAgentTableEvictsUnknownFirst(t *testing.T) {
 	if unknownKept || !oldestKept || tb.len() != 3 {
 		t.Fatalf("eviction kept unknown=%v oldest known=%v, len %d", unknownKept, oldestKept, tb.len())
 	}
+}
+
+// Issue 12 item 5: 10 000 SKILL_DISCOVERs of 41 bytes from 200 spoofed
+// sources drew 9 MB of multicast answers from an agent with 32 skills.
+// The answers are now bounded by the global byte budget whatever the
+// sources, identical answers are not repeated within a second, what is
+// dropped is counted, and a seed-001 requester is still answered.
+func TestDiscoverAnswersBoundedAgainstSpoofedFlood(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		n := newMemNet()
+		b := newNode(t, n, "10.0.0.2", udpOnly)
+		var skills []record.Skill
+		for i := range 32 {
+			skills = append(skills, skill(fmt.Sprintf("skill-%02d", i), record.SkillTool, []string{"scene"}, fmt.Sprintf("cap-%02d", i), "cap-common"))
+		}
+		b.host("many", 1, skills...)
+		var mu sync.Mutex
+		answered := 0
+		n.setDrop(func(p []byte, src netip.AddrPort) bool {
+			if bytes.HasPrefix(p, []byte("SKILL_DISCOVER_RESPONSE:")) {
+				mu.Lock()
+				answered += len(p)
+				mu.Unlock()
+			}
+			return false
+		})
+		b.start()
+		eventually(t, time.Second, "socket", func() bool { ok, _ := b.lan.Available(); return ok })
+		const requests, sources, seconds = 10000, 200, 10
+		requested := 0
+		start := time.Now()
+		for i := range requests {
+			// Distinct requester ids defeat the repeat suppression; only
+			// the byte budget holds.
+			q := fmt.Sprintf("SKILL_DISCOVER:a%05d;;;;%d", i, time.Now().UnixMilli())
+			requested += len(q)
+			src := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, byte(i % sources / 250), byte(i % sources)}), 54321)
+			b.lan.udp.handle([]byte(q), src, time.Now())
+			if i%(requests/seconds/10) == 0 {
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+		elapsed := time.Since(start)
+		synctestWait()
+		mu.Lock()
+		got := answered
+		mu.Unlock()
+		limit := DefaultAnswerBurst + int(DefaultAnswerBytesPerSec*elapsed.Seconds()) + 4096
+		t.Logf("%d requests (%d bytes) from %d sources over %s drew %d answer bytes (limit %d); over budget %v",
+			requests, requested, sources, elapsed, got, limit, b.counter(mechUDP, "discover_over_budget"))
+		if got > limit {
+			t.Fatalf("answered %d bytes, budget allows %d", got, limit)
+		}
+		if b.counter(mechUDP, "discover_over_budget") == 0 {
+			t.Fatal("nothing counted as over budget")
+		}
+		// The same answer to the same requester is not repeated within
+		// the window.
+		time.Sleep(10 * time.Second) // the budget refills
+		before := b.counter(mechUDP, "discover_answered")
+		for range 3 {
+			b.lan.udp.handle([]byte(fmt.Sprintf("SKILL_DISCOVER:peer-001;cap-05;;;%d", time.Now().UnixMilli())), netip.MustParseAddrPort("10.0.0.9:54321"), time.Now())
+		}
+		if got := b.counter(mechUDP, "discover_answered") - before; got != 1 {
+			t.Fatalf("three identical discovers answered %v times, want 1", got)
+		}
+		if b.counter(mechUDP, "discover_repeat_suppressed") < 1 {
+			t.Fatal("repeat not counted")
+		}
+	})
 }
