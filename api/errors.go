@@ -106,6 +106,11 @@ func errorOf(err error) *Error {
 	if errors.As(err, &fe) {
 		return badRequest(fe.Field, "%s", fe.Error())
 	}
+	var se *store.SpaceError
+	if errors.As(err, &se) {
+		return newError(http.StatusInsufficientStorage, record.CodeInsufficientStorage, "",
+			"this node's disk is full: %v; nothing was changed, reads go on, retry once space is freed", se)
+	}
 	switch {
 	case errors.Is(err, record.ErrMalformed):
 		return badRequest("", "%v", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"reflect"
@@ -662,6 +663,15 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) error {
 	}
 	for k, v := range h.Transports {
 		checks[k] = v
+	}
+	// A full disk refuses writes but the node still answers; it stays ready.
+	if sr, ok := s.n.Store().(store.SpaceReporter); ok {
+		if sp := sr.Space(); sp.Guarded {
+			checks["disk"] = "ok"
+			if sp.Full {
+				checks["disk"] = fmt.Sprintf("full: %d bytes free, below the %d-byte reserve; writes are refused", sp.Free, sp.Reserve)
+			}
+		}
 	}
 	status := http.StatusOK
 	if !ready {

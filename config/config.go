@@ -29,6 +29,8 @@ type Config struct {
 	Discovery DiscoveryConfig `yaml:"discovery" json:"discovery"`
 	// Cache is the seed-001 §11.1 cache section.
 	Cache CacheConfig `yaml:"cache" json:"cache"`
+	// Storage configures the database in DataDir.
+	Storage StorageConfig `yaml:"storage" json:"storage"`
 	// Trust is the trust policy and certificate store.
 	Trust TrustConfig `yaml:"trust" json:"trust"`
 	// Registry is the seed-000 registry fallback.
@@ -129,6 +131,15 @@ type CacheConfig struct {
 	RefreshBeforeExpiry Duration `yaml:"refreshBeforeExpiry" json:"refreshBeforeExpiry"`
 }
 
+// StorageConfig configures the database.
+type StorageConfig struct {
+	// MinFree is the free space kept on the data directory's filesystem:
+	// while less remains, writes (registrations, status changes, cached
+	// records) are refused with HTTP 507 and reads and the network go on.
+	// 0 turns the guard off, which lets a full disk crash the daemon.
+	MinFree ByteSize `yaml:"minFree" json:"minFree"`
+}
+
 // TrustConfig configures package trust.
 type TrustConfig struct {
 	Policy         string   `yaml:"policy" json:"policy"` // open | allowlist | ca
@@ -159,6 +170,7 @@ func Default() Config {
 		API:     APIConfig{Addr: "127.0.0.1:4778"},
 		Log:     LogConfig{Level: "info", Format: "text"},
 		Trust:   TrustConfig{Policy: "open", RotationGrace: Duration(24 * time.Hour)},
+		Storage: StorageConfig{MinFree: 64 << 20},
 		Cache: CacheConfig{
 			Enabled: true, TTL: Duration(300 * time.Second), MaxSize: 1000,
 			RefreshBeforeExpiry: Duration(60 * time.Second),

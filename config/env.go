@@ -20,6 +20,7 @@ const (
 	EnvLANInterface  = "AGENTD_LAN_INTERFACE"  // discovery.interface
 	EnvClientMode    = "AGENTD_CLIENT_MODE"    // discovery.dht.clientMode
 	EnvServeRegistry = "AGENTD_SERVE_REGISTRY" // api.serveRegistry
+	EnvMinFree       = "AGENTD_MIN_FREE"       // storage.minFree
 )
 
 // EnvVars lists every environment variable agentd reads for its
@@ -27,5 +28,5 @@ const (
 var EnvVars = []string{
 	EnvConfig, EnvDataDir, EnvListen, EnvAPI, EnvBootstrap, EnvLogLevel,
 	EnvLogFormat, EnvTrustPolicy, EnvNoLAN, EnvLANInterface, EnvClientMode,
-	EnvServeRegistry,
+	EnvServeRegistry, EnvMinFree,
 }

@@ -149,7 +149,10 @@ func (d *decoder) fail(n *yaml.Node, path, format string, args ...any) error {
 	return &FieldError{File: d.file, Line: n.Line, Field: path, Reason: fmt.Sprintf(format, args...)}
 }
 
-var durationType = reflect.TypeOf(Duration(0))
+var (
+	durationType = reflect.TypeOf(Duration(0))
+	byteSizeType = reflect.TypeOf(ByteSize(0))
+)
 
 // value decodes n into v, which is addressable.
 func (d *decoder) value(path string, n *yaml.Node, v reflect.Value) error {
@@ -168,6 +171,14 @@ func (d *decoder) value(path string, n *yaml.Node, v reflect.Value) error {
 			return d.fail(n, path, "%s", err.Error())
 		}
 		v.Set(reflect.ValueOf(dur))
+		return nil
+	}
+	if v.Type() == byteSizeType {
+		var b ByteSize
+		if err := b.UnmarshalYAML(n); err != nil {
+			return d.fail(n, path, "%s", err.Error())
+		}
+		v.Set(reflect.ValueOf(b))
 		return nil
 	}
 	switch v.Kind() {

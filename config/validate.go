@@ -73,6 +73,9 @@ func (c Config) validate(v *validator) {
 	c.API.validate(v)
 	c.Discovery.validate(v)
 	c.Cache.validate(v)
+	if c.Storage.MinFree > MaxMinFree {
+		v.add("storage.minFree", "%s is more than %s", c.Storage.MinFree, MaxMinFree)
+	}
 	c.Trust.validate(v)
 	c.Registry.validate(v)
 	c.Log.validate(v)

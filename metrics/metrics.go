@@ -108,3 +108,24 @@ func (m *Metrics) Inc(v func(*Metrics) *prometheus.CounterVec, labels ...string)
 	}
 	v(m).WithLabelValues(labels...).Inc()
 }
+
+// WatchSpace exports the store's free-space guard: agentd_store_free_bytes,
+// agentd_store_min_free_bytes and agentd_store_writes_refused_total (writes
+// refused because the disk was below the reserve). read is called at each
+// scrape.
+func (m *Metrics) WatchSpace(read func() (free, reserve, refused uint64)) {
+	if m == nil {
+		return
+	}
+	m.Registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "agentd_store_free_bytes", Help: "Free space on the data directory's filesystem (for unprivileged users).",
+		}, func() float64 { f, _, _ := read(); return float64(f) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "agentd_store_min_free_bytes", Help: "The reserve (storage.minFree): writes are refused while less is free.",
+		}, func() float64 { _, r, _ := read(); return float64(r) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "agentd_store_writes_refused_total", Help: "Writes refused because the disk was below the reserve.",
+		}, func() float64 { _, _, n := read(); return float64(n) }),
+	)
+}

@@ -267,7 +267,14 @@ func (n *Node) Start(ctx context.Context) error {
 		// status each agent last reported.
 		for _, sa := range locals {
 			id := sa.Agent.AgentID
-			if _, err := n.resign(ctx, sa); err != nil {
+			if _, err := n.resign(ctx, sa); errors.Is(err, store.ErrNoSpace) {
+				// A full disk cannot take the new seq: host the stored
+				// record as it is (peers that hold it keep it; it is
+				// re-signed at the next re-announcement with room).
+				n.log.Warn("disk full: hosting the stored record without re-signing it", "agent", id, "err", err)
+				n.view.ApplyLocal(sa)
+				n.announce(ctx, sa)
+			} else if err != nil {
 				n.log.Warn("re-announce after restart failed", "agent", id, "err", err)
 				continue
 			}

@@ -27,6 +27,7 @@ const (
 	CodeMethodNotAllowed      = "ErrMethodNotAllowed"
 	CodeRateLimited           = "ErrRateLimited"
 	CodeServiceUnavailable    = "ErrUnavailable"
+	CodeInsufficientStorage   = "ErrInsufficientStorage" // 507: the node's disk is below its free-space reserve (agentd's; the seeds have none)
 	CodeRegistrationConflicts = CodeDuplicateID
 )
 

@@ -98,6 +98,7 @@ func open(opts Options, syncWrites bool) (*db, error) {
 		opts:    opts,
 		log:     log,
 		bdb:     bdb,
+		space:   newSpaceGuard(opts.Dir, opts.MinFreeBytes, log),
 		entries: map[string]*centry{},
 		counts:  map[string]int{},
 		peers:   map[peer.ID]time.Time{},
@@ -136,6 +137,9 @@ func withDefaults(o Options) Options {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.MinFreeBytes == 0 {
+		o.MinFreeBytes = DefaultMinFree
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -181,9 +185,10 @@ func validateOptions(o Options) error {
 // taken before gate by NextSeq only. life guards Close against in-flight
 // calls.
 type db struct {
-	opts Options
-	log  *slog.Logger
-	bdb  *badger.DB
+	opts  Options
+	log   *slog.Logger
+	bdb   *badger.DB
+	space *spaceGuard // nil in memory
 
 	mu      sync.RWMutex
 	entries map[string]*centry
@@ -207,6 +212,10 @@ type db struct {
 }
 
 var _ Store = (*db)(nil)
+var _ SpaceReporter = (*db)(nil)
+
+// Space reports the free-space guard (see Options.MinFreeBytes).
+func (s *db) Space() Space { return s.space.space() }
 
 // enter marks the start of a call; it fails after Close.
 func (s *db) enter(ctx context.Context) error {
@@ -233,6 +242,7 @@ func (s *db) Close() error {
 		s.life.Lock()
 		s.closed.Store(true)
 		s.life.Unlock()
+		s.space.beforeClose()
 		if err := s.bdb.Close(); err != nil {
 			s.closeErr = fmt.Errorf("close badger: %w", err)
 		}
@@ -245,6 +255,9 @@ func (s *db) Close() error {
 // WriteBatch; the index is reconciled at Open, so a crash in between only
 // costs postings that are then rebuilt.
 func (s *db) write(fn func(w writer) error) error {
+	if err := s.space.check(); err != nil {
+		return err
+	}
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	err := s.bdb.Update(func(txn *badger.Txn) error { return fn(txnWriter{txn}) })
@@ -264,6 +277,9 @@ func (s *db) write(fn func(w writer) error) error {
 // db.Sync, so the memtable whose WAL Sync flushes is the one holding the
 // write. In-memory stores skip the sync.
 func (s *db) durable(fn func(txn *badger.Txn) error) error {
+	if err := s.space.check(); err != nil {
+		return err
+	}
 	s.gate.Lock()
 	defer s.gate.Unlock()
 	if err := s.bdb.Update(fn); err != nil {

@@ -164,9 +164,19 @@ func (s *db) dropLocked(cs []*centry) error {
 	})
 	if err != nil {
 		// Badger's TTL removes them anyway; the view is already right.
-		s.log.Warn("drop cache entries", "count", len(cs), "err", err)
+		s.warnWrite("drop cache entries", len(cs), err)
 	}
 	return err
+}
+
+// warnWrite logs a failed deletion of cache keys. While the disk is full
+// the sweep would log it every second; the guard has logged the state once.
+func (s *db) warnWrite(what string, n int, err error) {
+	if errors.Is(err, ErrNoSpace) {
+		s.log.Debug(what, "count", n, "err", err)
+		return
+	}
+	s.log.Warn(what, "count", n, "err", err)
 }
 
 // purgeLocked drops the entries whose grace window has passed.
@@ -189,7 +199,7 @@ func (s *db) purgeLocked(now time.Time) {
 		}
 		return nil
 	}); err != nil {
-		s.log.Warn("drop expired cache entries", "count", len(gone), "err", err)
+		s.warnWrite("drop expired cache entries", len(gone), err)
 	}
 }
 
@@ -213,7 +223,7 @@ func (s *db) evictLocked() {
 		}
 		return nil
 	}); err != nil {
-		s.log.Warn("evict cache entries", "count", len(victims), "err", err)
+		s.warnWrite("evict cache entries", len(victims), err)
 	}
 	s.log.Debug("evicted cache entries", "count", len(victims), "max_entries", s.opts.MaxEntries)
 }
@@ -649,7 +659,11 @@ func (s *db) load() error {
 				}
 			}
 			return nil
-		}); err != nil {
+		}); errors.Is(err, ErrNoSpace) {
+			// The postings are repaired at the next Open; a full disk
+			// must not keep the node from serving what it holds.
+			s.log.Warn("repair cache index postponed", "err", err)
+		} else if err != nil {
 			return fmt.Errorf("repair cache index: %w", err)
 		}
 	}

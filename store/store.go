@@ -128,6 +128,11 @@ type Options struct {
 	MaxPeers int
 	// Now returns the current time (default time.Now).
 	Now func() time.Time
+	// MinFreeBytes is the free space kept on the data directory's
+	// filesystem: writes fail with ErrNoSpace while less remains (0 means
+	// DefaultMinFree, a negative value turns the guard off). In-memory
+	// stores have no guard.
+	MinFreeBytes int64
 
 	// SweepInterval is how often the store's goroutine drops entries past
 	// their grace window and fires the refresh hooks (default 1 s).

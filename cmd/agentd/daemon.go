@@ -83,6 +83,14 @@ func nodeConfig(cfg config.Config, log *slog.Logger) (node.Config, error) {
 
 // startNetwork starts the peer-to-peer side of the daemon: the node (host,
 // DHT, gossip) on the store.
+// minFree maps storage.minFree onto store.Options (0 turns the guard off).
+func minFree(b config.ByteSize) int64 {
+	if b == 0 {
+		return -1
+	}
+	return int64(b) //nolint:gosec // validated <= config.MaxMinFree
+}
+
 func startNetwork(ctx context.Context, cfg config.Config, id *trust.Identity, st store.Store, m *metrics.Metrics, cat *skillcenter.Client, ver string, log *slog.Logger) (*node.Node, error) {
 	nc, err := nodeConfig(cfg, log)
 	if err != nil {
@@ -179,6 +187,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger, opts da
 		CacheTTL:      cfg.Cache.TTL.D(),
 		MaxEntries:    cfg.Cache.MaxSize,
 		RefreshBefore: cfg.Cache.RefreshBeforeExpiry.D(),
+		MinFreeBytes:  minFree(cfg.Storage.MinFree),
 		Logger:        log,
 	})
 	if err != nil {
@@ -188,6 +197,12 @@ func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger, opts da
 	log.Info("store opened", "dir", dbDir)
 
 	m := metrics.New(true)
+	if sr, ok := st.(store.SpaceReporter); ok && sr.Space().Guarded {
+		m.WatchSpace(func() (free, reserve, refused uint64) {
+			sp := sr.Space()
+			return sp.Free, sp.Reserve, sp.Refused
+		})
+	}
 	cat, err := newCatalog(cfg, opts.Version, log)
 	if err != nil {
 		return err

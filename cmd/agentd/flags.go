@@ -24,6 +24,7 @@ const (
 	flagLANInterface = "lan-interface"
 	flagClientMode   = "client-mode"
 	flagServeReg     = "serve-registry"
+	flagMinFree      = "min-free"
 	flagJSON         = "json"
 )
 
@@ -51,6 +52,7 @@ func nodeFlags() []cli.Flag {
 		&cli.StringFlag{Name: flagLANInterface, EnvVars: []string{config.EnvLANInterface}, Usage: "network `INTERFACE` for LAN discovery (default: every multicast-capable interface)"},
 		&cli.BoolFlag{Name: flagServeReg, EnvVars: []string{config.EnvServeRegistry}, Usage: "act as a seed-000 registry (POST /agents) for agents that cannot run P2P; needs api.jwtSecret or api.jwtPublicKey (auth is required)"},
 		&cli.BoolFlag{Name: flagClientMode, EnvVars: []string{config.EnvClientMode}, Usage: "DHT client mode, for hosts that cannot accept connections: the node queries the DHT but does not serve it"},
+		&cli.StringFlag{Name: flagMinFree, EnvVars: []string{config.EnvMinFree}, Usage: "free `SIZE` kept on the data directory's filesystem (\"64MiB\", bytes, 0 = off): below it registrations and other writes get HTTP 507 while reads and the network go on (default 64MiB)"},
 	}
 }
 
@@ -104,6 +106,7 @@ var flagHint = []struct{ field, hint string }{
 	{"log.level", "--log-level / " + config.EnvLogLevel},
 	{"log.format", "--log-format / " + config.EnvLogFormat},
 	{"api.serveRegistry", "--serve-registry / " + config.EnvServeRegistry},
+	{"storage.minFree", "--min-free / " + config.EnvMinFree},
 }
 
 // effectiveConfig builds the configuration of this invocation: defaults,
@@ -144,6 +147,18 @@ func effectiveConfig(c *cli.Context) (config.Config, error) {
 	set("discovery.interface", func(x *cli.Context, n string) { cfg.Discovery.Interface = x.String(n) })(flagLANInterface)
 	set("discovery.dht.clientMode", func(x *cli.Context, n string) { cfg.Discovery.DHT.ClientMode = x.Bool(n) })(flagClientMode)
 	set("api.serveRegistry", func(x *cli.Context, n string) { cfg.API.ServeRegistry = x.Bool(n) })(flagServeReg)
+	var sizeErr error
+	set("storage.minFree", func(x *cli.Context, n string) {
+		v, err := config.ParseByteSize(x.String(n))
+		if err != nil {
+			sizeErr = fmt.Errorf("--%s: %w", n, err)
+			return
+		}
+		cfg.Storage.MinFree = v
+	})(flagMinFree)
+	if sizeErr != nil {
+		return config.Config{}, sizeErr
+	}
 	set("discovery.udp.enabled", func(x *cli.Context, n string) {
 		if x.Bool(n) {
 			cfg.Discovery.UDP.Enabled = false

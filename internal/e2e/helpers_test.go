@@ -54,6 +54,7 @@ type daemon struct {
 	t    *testing.T
 	name string
 	dir  string
+	data string // data directory when not dir (dir then holds only the API address file)
 	args []string
 	api  string
 	cmd  *exec.Cmd
@@ -76,7 +77,11 @@ func (d *daemon) start() {
 	t.Helper()
 	addrFile := filepath.Join(d.dir, "api.addr")
 	_ = os.Remove(addrFile)
-	args := append([]string{"run", "--data-dir", d.dir, "--listen", "/ip4/127.0.0.1/tcp/0",
+	data := d.dir
+	if d.data != "" {
+		data = d.data
+	}
+	args := append([]string{"run", "--data-dir", data, "--listen", "/ip4/127.0.0.1/tcp/0",
 		"--api", "127.0.0.1:0", "--api-addr-file", addrFile, "--no-lan", "--log-level", "debug"}, d.args...)
 	d.out = &syncBuf{}
 	d.cmd = exec.Command(agentdBin, args...)

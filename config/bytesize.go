@@ -1,0 +1,87 @@
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+
+	humanize "github.com/dustin/go-humanize"
+	"gopkg.in/yaml.v3"
+)
+
+// ByteSize is a number of bytes, written as an integer (67108864) or with a
+// unit ("64MiB", "64MB", "512KiB"; go-humanize's forms, SI and IEC).
+type ByteSize uint64
+
+// MaxMinFree bounds storage.minFree (a larger reserve is a typo).
+const MaxMinFree ByteSize = 1 << 40
+
+// maxByteSizeText bounds the textual form, as for durations.
+const maxByteSizeText = 32
+
+// ParseByteSize parses the forms a ByteSize accepts.
+func ParseByteSize(s string) (ByteSize, error) {
+	if s == "" {
+		return 0, errors.New("is empty; give bytes (67108864) or a size (\"64MiB\")")
+	}
+	if len(s) > maxByteSizeText {
+		return 0, fmt.Errorf("is %d characters long; a size has at most %d", len(s), maxByteSizeText)
+	}
+	n, err := humanize.ParseBytes(s)
+	if err != nil || n > math.MaxInt64 {
+		return 0, fmt.Errorf("%q is not a size: give bytes (67108864) or a size with a unit (\"64MiB\", \"500MB\")", clip(s))
+	}
+	return ByteSize(n), nil
+}
+
+// String formats the size with an IEC unit ("64 MiB"), which ParseByteSize
+// reads back to the same value when it is a whole number of that unit.
+func (b ByteSize) String() string {
+	if uint64(b)%(1<<10) != 0 {
+		return fmt.Sprintf("%d", uint64(b))
+	}
+	return humanize.IBytes(uint64(b))
+}
+
+// UnmarshalYAML reads an integer or a size string.
+func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return errors.New("must be bytes (67108864) or a size (\"64MiB\"), not a " + kindName(n))
+	}
+	switch n.ShortTag() {
+	case "!!int", "!!str":
+	default:
+		return fmt.Errorf("must be bytes (67108864) or a size (\"64MiB\"), not %s %q", tagName(n), clip(n.Value))
+	}
+	v, err := ParseByteSize(n.Value)
+	if err != nil {
+		return err
+	}
+	*b = v
+	return nil
+}
+
+// MarshalYAML writes the size string.
+func (b ByteSize) MarshalYAML() (any, error) { return b.String(), nil }
+
+// MarshalJSON writes the size string.
+func (b ByteSize) MarshalJSON() ([]byte, error) { return json.Marshal(b.String()) }
+
+// UnmarshalJSON reads a number of bytes or a size string.
+func (b *ByteSize) UnmarshalJSON(data []byte) error {
+	var s string
+	if len(data) > 0 && data[0] == '"' {
+		if err := json.Unmarshal(data, &s); err != nil {
+			return err
+		}
+	} else {
+		s = string(data)
+	}
+	v, err := ParseByteSize(s)
+	if err != nil {
+		return fmt.Errorf("size %w", err)
+	}
+	*b = v
+	return nil
+}
