@@ -101,7 +101,11 @@ func TestInMemoryStoreHasNoGuard(t *testing.T) {
 // fail cleanly, Close flushes into the freed ballast, and every
 // acknowledged write is there after a reopen.
 func TestFullFilesystemRefusesWritesWithoutCrashing(t *testing.T) {
-	dir := smallFS(t, "4m")
+	t.Run("tmpfs 4 MiB", func(t *testing.T) { fullFilesystem(t, smallFS(t, "4m")) })
+	t.Run("ext4 loop 12 MiB", func(t *testing.T) { fullFilesystem(t, loopExt4(t, 12<<20)) })
+}
+
+func fullFilesystem(t *testing.T, dir string) {
 	ctx := context.Background()
 	opts := Options{Dir: filepath.Join(dir, "db"), MinFreeBytes: 512 << 10, Logger: testLogger(t)}
 	s, err := open(opts, false)
@@ -189,6 +193,35 @@ func smallFS(t *testing.T, size string) string {
 	}
 	t.Cleanup(func() {
 		if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+	})
+	return dir
+}
+
+// loopExt4 mounts a fresh ext4 filesystem of size bytes from a loop device
+// (root only, no blocks reserved for root) and returns its path.
+func loopExt4(t *testing.T, size int64) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("SKIP (environment): mounting a loop device needs root; the full-disk test did not run")
+	}
+	img := filepath.Join(t.TempDir(), "fs.img")
+	if err := os.WriteFile(img, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, size); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0", img).CombinedOutput(); err != nil {
+		t.Skipf("SKIP (environment): mkfs.ext4 (%v: %s); the full-disk test did not run", err, strings.TrimSpace(string(out)))
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-o", "loop", img, dir).CombinedOutput(); err != nil {
+		t.Skipf("SKIP (environment): cannot mount a loop device (%v: %s); the full-disk test did not run", err, strings.TrimSpace(string(out)))
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", "-d", dir).CombinedOutput(); err != nil {
 			t.Errorf("umount %s: %v: %s", dir, err, out)
 		}
 	})
