@@ -170,6 +170,10 @@ func New(h host.Host, cfg Config, v *trust.Verifier, hosted Hosted, m *metrics.M
 		changed:    make(chan struct{}, 1),
 		reannounce: make(chan struct{}, 1),
 	}
+	d.val.OnReject = func(key string, err error) {
+		d.m.Reject("dht_value", ValueRejectReason(err))
+		d.log.Debug("DHT value refused", "key", truncate(key), "err", err)
+	}
 	d.bootPeers = slices.Clone(cfg.BootstrapPeers)
 	d.status.ClientMode = cfg.ClientMode
 	return d, nil

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/trust"
 	lprecord "github.com/libp2p/go-libp2p-record"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -30,6 +31,10 @@ type Validator struct {
 	Now func() time.Time
 	// ClockSkew is how far in the future issued_at may be (default 5 min).
 	ClockSkew time.Duration
+	// OnReject, when set, is told of every value Validate refuses: kad-dht
+	// validates through it both the values peers PUT here and the values
+	// peers answer a GET with, so a forged value is counted either way.
+	OnReject func(key string, err error)
 }
 
 var _ lprecord.Validator = Validator{}
@@ -90,7 +95,25 @@ func (v Validator) Parse(value []byte) (*record.SignedAgent, error) {
 // peer_id is exactly id.
 func (v Validator) Validate(key string, value []byte) error {
 	_, err := v.validate(key, value)
+	if err != nil && v.OnReject != nil {
+		v.OnReject(key, err)
+	}
 	return err
+}
+
+// ValueRejectReason names a refused DHT value for the rejects metric: a
+// key that does not match the record is bad_key, the rest are the trust
+// reasons (bad_signature, malformed, expired, ...).
+func ValueRejectReason(err error) string {
+	switch {
+	case errors.Is(err, ErrBadKey):
+		return "bad_key"
+	case record.FieldOf(err) == "ttl_seconds":
+		return "expired"
+	case record.FieldOf(err) == "issued_at":
+		return "future"
+	}
+	return string(trust.ReasonOf(err))
 }
 
 func (v Validator) validate(key string, value []byte) (*record.SignedAgent, error) {
