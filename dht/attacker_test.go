@@ -17,7 +17,7 @@ import (
 // acceptAll is a rogue's validator: it stores and serves whatever it gets.
 type acceptAll struct{}
 
-func (acceptAll) Validate(string, []byte) error         { return nil }
+func (acceptAll) Validate(string, []byte) error        { return nil }
 func (acceptAll) Select(string, [][]byte) (int, error) { return 0, nil }
 
 // rogueKad joins the cluster as a kad-dht server that keeps and answers
