@@ -501,11 +501,19 @@ func (g *Gossip) fetchLive(ctx context.Context, p peer.ID) ([]LiveRecord, error)
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("read sync answer: %w", ctx.Err())
 		}
+		if errors.Is(err, record.ErrTooLarge) || errors.Is(err, record.ErrMalformed) {
+			g.m.Reject("sync", string(trust.ReasonOf(err)))
+		}
 		return nil, fmt.Errorf("read sync answer: %w", err)
 	}
 	_ = s.Close()
 	recs, bad, err := decodeSyncResponse(b, limit)
 	if err != nil {
+		// A refusal (ErrSyncRefused: busy, rate limited) is the
+		// neighbour's right; a malformed answer is counted against it.
+		if !errors.Is(err, ErrSyncRefused) {
+			g.m.Reject("sync", string(trust.ReasonOf(err)))
+		}
 		return nil, err
 	}
 	if bad > 0 {
