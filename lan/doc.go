@@ -122,7 +122,8 @@
 // once, then at 1, 2, 4 ... seconds up to 30 s, and any instance at 80% of
 // its TTL (RFC 6762 §5.2), with known answers. A complete instance with a
 // valid summary is acted on: when the record with that hash is already
-// held, the agent is learnt again (proof of life); otherwise a worker
+// held and the response came from an address the agent was verified at,
+// the agent is learnt again (proof of life); otherwise a worker
 // obtains the record the summary points at (from the node, else fetched
 // from the summary's peer at the instance's address and port) and accepts
 // it only if it verifies and its hash is h (or its seq is newer). A
@@ -153,7 +154,7 @@
 // replay, stale, own, malformed, oversize, rate_limited, bad_signature,
 // unsigned, unknown_key, foreign, unregister, discover_answered,
 // discover_no_match, response, sent_<type>, ack_sent_<status>, fetched,
-// refreshed, fetch_failed, goodbye, goodbye_refused, expired, txt_invalid,
+// refreshed, refresh_unproven, fetch_failed, goodbye, goodbye_refused, expired, txt_invalid,
 // query_answered, announce_sent, goodbye_sent, socket_up, socket_down,
 // queue_full, ...); refused inputs are also counted in
 // agentd_validation_rejects_total{transport="udp"|"mdns", reason}.

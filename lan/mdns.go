@@ -775,6 +775,7 @@ func (p *mdnsProto) found(in *instance, now time.Time) {
 	addrs := p.addrsLocked(in, now)
 	port := in.port
 	name := in.name
+	src := in.src
 	p.mu.Unlock()
 	if l.hosted.has(sum.AgentID) || len(addrs) == 0 {
 		return
@@ -793,7 +794,17 @@ func (p *mdnsProto) found(in *instance, now time.Time) {
 		}
 	}
 	l.peers.add(pid, mas, now)
-	if h, ok := l.agents.hash(sum.AgentID); ok && h == sum.Hash {
+	direct := false
+	if h, ok := l.agents.hash(sum.AgentID); ok && h == sum.Hash && !l.provenAt(sum.AgentID, src) {
+		// mDNS answers are unsigned (RFC 6762) and the summary of a held
+		// record is public: anyone on the link can replay it, from any
+		// address, to keep a dead agent alive. A refresh proves life only
+		// from an address the agent was verified at; from another one the
+		// record is fetched from the peer itself (a challenge-bound,
+		// authenticated fetch), and only that answer counts.
+		l.count(mechMDNS, "refresh_unproven")
+		direct = true
+	} else if ok && h == sum.Hash {
 		l.agents.mu.Lock()
 		e := l.agents.entryLocked(sum.AgentID, now)
 		e.lastSeen = now
@@ -826,7 +837,7 @@ func (p *mdnsProto) found(in *instance, now time.Time) {
 	ok := l.enqueue(func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
 		defer cancel()
-		sa, err := p.obtain(ctx, sum, ai)
+		sa, err := p.obtain(ctx, sum, ai, direct)
 		p.mu.Lock()
 		in.fetching = false
 		in.handled = sum.Hash
@@ -839,7 +850,11 @@ func (p *mdnsProto) found(in *instance, now time.Time) {
 			l.log.Debug("no verified record for an mDNS instance", "instance", name, "agent", sum.AgentID, "err", err)
 			return
 		}
-		l.remember(sa, addrs[0])
+		at := addrs[0]
+		if slices.Contains(addrs, src) {
+			at = src // the address later refreshes come from
+		}
+		l.remember(sa, at)
 		l.count(mechMDNS, "fetched")
 		l.learn(sa)
 	})
@@ -852,15 +867,15 @@ func (p *mdnsProto) found(in *instance, now time.Time) {
 }
 
 // obtain returns the verified record a summary points at: from the node
-// when it holds it, else fetched from the summary's peer. The record must
+// when it holds it (unless direct), else fetched from the summary's peer. The record must
 // hash to h, or be newer than seq (the summary lags a re-signing).
-func (p *mdnsProto) obtain(ctx context.Context, sum Summary, ai peer.AddrInfo) (*record.SignedAgent, error) {
+func (p *mdnsProto) obtain(ctx context.Context, sum Summary, ai peer.AddrInfo, direct bool) (*record.SignedAgent, error) {
 	l := p.l
 	want := func(sa *record.SignedAgent) bool {
 		return sa.Agent.PeerID == sum.PeerID && (sa.Hash() == sum.Hash || sa.Agent.Seq > sum.Seq)
 	}
 	var errs []error
-	if l.d.Resolve != nil {
+	if l.d.Resolve != nil && !direct {
 		if sa, err := l.d.Resolve(ctx, sum.AgentID); err == nil && sa != nil && sa.Agent.AgentID == sum.AgentID && want(sa) {
 			if err := l.verify(sa, ""); err == nil {
 				return sa, nil

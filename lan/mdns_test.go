@@ -380,3 +380,55 @@ func TestMDNSHostileInput(t *testing.T) {
 		}
 	})
 }
+
+// mDNS answers are unsigned: a host elsewhere on the link that replays the
+// public summary of a held record (naming the agent's own address in its A
+// record) must not keep a dead agent alive. From an address the agent was
+// not verified at, the refresh is counted as unproven and the record is
+// fetched from the peer itself; a dead peer answers nothing (issue 12
+// item 7).
+func TestSpoofedMDNSRefreshDoesNotProveLife(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		n := newMemNet()
+		a := newNode(t, n, "10.0.0.1", mdnsOnly)
+		b := newNode(t, n, "10.0.0.2", func(c *Config) { c.UDP.Enabled, c.MDNS.Enabled = false, false })
+		rb := b.host("beta", 1, skill("skill-b", record.SkillTool, nil, "cap-b"))
+		id := rb.Agent.AgentID
+		a.start()
+		synctestWait()
+		txt, err := SummaryOf(rb).TXT()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub := publication("Beta Service", "beta-host.local.", "10.0.0.2", 4777, txt, 4500)
+		mdnsPeer(t, n, "10.0.0.2").sendMsg(t, pub)
+		eventually(t, time.Second, "learnt", func() bool { return a.learnedRec(id) != nil })
+
+		// The agent's node dies; a forgets having learnt it.
+		b.mu.Lock()
+		saved := b.locals
+		b.locals = nil
+		b.mu.Unlock()
+		a.mu.Lock()
+		delete(a.learned, id)
+		a.mu.Unlock()
+		time.Sleep(testConfig().MDNS.TTL.D())
+
+		mdnsPeer(t, n, "10.0.0.66").sendMsg(t, pub)
+		time.Sleep(2 * time.Second)
+		if a.learnedRec(id) != nil {
+			t.Fatal("a replayed mDNS answer from another host proved the dead agent alive")
+		}
+		if a.counter(mechMDNS, "refresh_unproven") != 1 || a.counter(mechMDNS, "fetch_failed") < 1 {
+			t.Fatalf("refresh_unproven = %v, fetch_failed = %v; want 1 and >= 1",
+				a.counter(mechMDNS, "refresh_unproven"), a.counter(mechMDNS, "fetch_failed"))
+		}
+
+		// From the agent's own address, with the agent alive, it still works.
+		b.mu.Lock()
+		b.locals = saved
+		b.mu.Unlock()
+		mdnsPeer(t, n, "10.0.0.2").sendMsg(t, pub)
+		eventually(t, 2*time.Second, "refreshed from its own address", func() bool { return a.learnedRec(id) != nil })
+	})
+}

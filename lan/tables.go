@@ -512,3 +512,16 @@ func addrIP(a ma.Multiaddr) (netip.Addr, bool) {
 	}
 	return ip, true
 }
+
+// provenAt reports whether the agent's record was verified as coming from
+// ip (a verified datagram, or a record fetched from its peer there).
+func (l *LAN) provenAt(agentID string, ip netip.Addr) bool {
+	if !ip.IsValid() {
+		return false
+	}
+	t := l.agents
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.m[agentID]
+	return ok && slices.Contains(e.addrs, ip)
+}
