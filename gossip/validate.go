@@ -38,6 +38,12 @@ type accepted struct {
 // the checks and which outcome each failure has.
 func (g *Gossip) validate(topic, scene string, msg *pubsub.Message) pubsub.ValidationResult {
 	a, res, reason, err := g.check(topic, scene, msg.Data, msg.GetFrom())
+	if err != nil && reason == trust.ReasonPeerQuota && msg.ReceivedFrom == msg.GetFrom() {
+		// The author itself sends more agents than one peer may have:
+		// every node applies the same quota, so honest relays never
+		// forward them, and the flooding peer pays for each (P4).
+		res = pubsub.ValidationReject
+	}
 	if err != nil {
 		g.m.Reject(metricsTransport, string(reason))
 		g.log.Debug("gossip message refused", "topic", topic, "author", msg.GetFrom(), "via", msg.ReceivedFrom, "reason", reason, "result", resultName(res), "err", err)

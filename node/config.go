@@ -23,6 +23,9 @@ type Config struct {
 	// Default 100; a negative value keeps the base interval at any size.
 	// See docs/scaling.md.
 	HeartbeatMaxRate float64
+	// MaxAgentsPerPeer bounds the remote agents one peer may have in the
+	// live view (default view.DefaultMaxAgentsPerPeer, 256).
+	MaxAgentsPerPeer int
 	// Timeout removes a silent agent from the live view (default 30 s).
 	Timeout time.Duration
 	// UnhealthyAfter marks an agent UNHEALTHY after this many missed

@@ -169,6 +169,11 @@ func New(cfg Config, opts Options) (n *Node, err error) {
 	n.view = view.New(view.Config{
 		HeartbeatInterval: cfg.HeartbeatInterval, UnhealthyAfter: cfg.UnhealthyAfter,
 		Timeout: cfg.Timeout, CacheTTL: cfg.CacheTTL,
+		MaxAgentsPerPeer: cfg.MaxAgentsPerPeer,
+		// A sender may claim at most twice the interval this node's own
+		// budget gives (views differ in size; an honest sender is removed
+		// only if it beats twelve times slower than this node would).
+		MaxInterval: func() time.Duration { return 2 * n.heartbeatInterval() },
 	}, n.st, n.ver, m, log)
 	n.view.OnUnknownAgent(n.fetchUnknown)
 	n.st.OnRefresh(n.refreshEntry)

@@ -60,6 +60,9 @@ const (
 	ReasonBadCertificate   Reason = "bad_certificate"
 	ReasonKeyRetired       Reason = "key_retired"
 	ReasonReplay           Reason = "replay"
+	// ReasonPeerQuota: the record's peer already has as many agents in
+	// the live view as one peer may (an open network's admission bound).
+	ReasonPeerQuota Reason = "peer_quota"
 	ReasonTooLarge         Reason = "too_large"
 	ReasonVersion          Reason = "unsupported_version"
 	// ReasonNameMismatch: the certificate names another agent or skill.

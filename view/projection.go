@@ -138,8 +138,8 @@ func (p *projection) setStatus(sa *record.SignedAgent, status record.Status) []E
 	return nil
 }
 
-// lookup returns the providers of a capability ranked for routing: by
-// health, then by confidence_hint (highest first), then by agent id.
+// lookup returns the providers of a capability ranked for routing (see
+// rank).
 func (p *projection) lookup(c string) []Provider {
 	var out []Provider
 	for _, ps := range p.byCap[c] {
@@ -149,7 +149,45 @@ func (p *projection) lookup(c string) []Provider {
 	return out
 }
 
+// rank orders providers: by health, then round-robin across peers (the
+// record's peer_id; peers in the order of their best provider), each
+// peer's providers by confidence_hint. confidence_hint is a claim the
+// agent makes about itself: it orders a peer's own providers and decides
+// which peer goes first in a round, but a peer whose agents all claim 1.0
+// still gets one place per round (docs/protocol.md, "Ranking").
 func rank(ps []Provider) {
+	byConfidence(ps)
+	out := make([]Provider, 0, len(ps))
+	for i := 0; i < len(ps); {
+		j := i
+		for j < len(ps) && ps[j].Status.Rank() == ps[i].Status.Rank() {
+			j++
+		}
+		var peers []string
+		queues := map[string][]Provider{}
+		for _, p := range ps[i:j] {
+			if _, ok := queues[p.PeerID]; !ok {
+				peers = append(peers, p.PeerID)
+			}
+			queues[p.PeerID] = append(queues[p.PeerID], p)
+		}
+		for len(peers) > 0 {
+			next := peers[:0]
+			for _, id := range peers {
+				q := queues[id]
+				out = append(out, q[0])
+				if queues[id] = q[1:]; len(q) > 1 {
+					next = append(next, id)
+				}
+			}
+			peers = next
+		}
+		i = j
+	}
+	copy(ps, out)
+}
+
+func byConfidence(ps []Provider) {
 	slices.SortFunc(ps, func(a, b Provider) int {
 		if r := a.Status.Rank() - b.Status.Rank(); r != 0 {
 			return r

@@ -54,6 +54,18 @@ type Config struct {
 	CacheTTL time.Duration
 	// Now returns the current time (default time.Now).
 	Now func() time.Time
+	// MaxAgentsPerPeer bounds the remote agents one peer (the record's
+	// peer_id, the peer that signed it) may have in the live view
+	// (default 256). A record beyond it is refused and counted
+	// (peer_quota): one peer cannot fill the view, the cache or the
+	// heartbeat budget with agents it mints.
+	MaxAgentsPerPeer int
+	// MaxInterval returns the longest heartbeat interval a sender may
+	// claim (default 12 x HeartbeatInterval). A longer claim is clamped to
+	// it: a claim of a day would otherwise keep a silent agent live for
+	// days. The node passes a bound derived from its own heartbeat budget.
+	// It is called without the view's lock held (it may read the view).
+	MaxInterval func() time.Duration
 }
 
 func (c *Config) defaults() {
@@ -75,6 +87,28 @@ func (c *Config) defaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.MaxAgentsPerPeer <= 0 {
+		c.MaxAgentsPerPeer = DefaultMaxAgentsPerPeer
+	}
+	if c.MaxInterval == nil {
+		hb := c.HeartbeatInterval
+		c.MaxInterval = func() time.Duration { return 12 * hb }
+	}
+}
+
+// DefaultMaxAgentsPerPeer is Config.MaxAgentsPerPeer's default.
+const DefaultMaxAgentsPerPeer = 256
+
+// clampInterval bounds a sender's claimed heartbeat interval (see
+// Config.MaxInterval) and counts the clamp.
+func (v *View) clampInterval(d time.Duration) time.Duration {
+	if lim := max(v.cfg.MaxInterval(), v.cfg.HeartbeatInterval); d > lim {
+		if v.m != nil {
+			v.m.Reject("view", "interval_clamped")
+		}
+		return lim
+	}
+	return d
 }
 
 // Kind is the kind of a gossip message (mirrors gossip.Kind so this package
@@ -131,9 +165,10 @@ type View struct {
 	hub     hub
 	unknown func(agentID string, from peer.ID)
 
-	mu     sync.Mutex
-	agents map[string]*agentState
-	proj   projection
+	mu      sync.Mutex
+	agents  map[string]*agentState
+	perPeer map[string]int // remote agents by the record's peer_id
+	proj    projection
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -150,8 +185,9 @@ func New(cfg Config, st store.Store, ver *trust.Verifier, m *metrics.Metrics, lo
 	}
 	return &View{
 		cfg: cfg, st: st, ver: ver, m: m, log: log.With("component", "view"),
-		agents: map[string]*agentState{},
-		proj:   newProjection(),
+		agents:  map[string]*agentState{},
+		perPeer: map[string]int{},
+		proj:    newProjection(),
 	}
 }
 
@@ -219,9 +255,42 @@ func (v *View) CheckAnnounce(sa *record.SignedAgent) error {
 			v.mu.Unlock()
 			return replay("record seq %d of %s is not newer than %d", seq, id, held)
 		}
+	} else if err := v.quotaLocked(sa.Agent.PeerID); err != nil {
+		v.mu.Unlock()
+		return err
 	}
 	v.mu.Unlock()
 	return v.checkStored(id, seq)
+}
+
+// quotaLocked refuses a new remote agent of a peer at its quota.
+func (v *View) quotaLocked(peerID string) error {
+	if n := v.perPeer[peerID]; n >= v.cfg.MaxAgentsPerPeer {
+		return &trust.RejectError{Reason: trust.ReasonPeerQuota,
+			Detail: fmt.Sprintf("peer %s already has %d agents in the live view, the most one peer may have", record.Truncate(peerID, 64), n)}
+	}
+	return nil
+}
+
+// addLocked and delLocked keep the per-peer counts of remote agents.
+func (v *View) addLocked(s *agentState) {
+	v.agents[s.rec.Agent.AgentID] = s
+	if !s.local {
+		v.perPeer[s.rec.Agent.PeerID]++
+	}
+}
+
+func (v *View) delLocked(s *agentState) {
+	delete(v.agents, s.rec.Agent.AgentID)
+	if !s.local {
+		v.uncountLocked(s.rec.Agent.PeerID)
+	}
+}
+
+func (v *View) uncountLocked(peerID string) {
+	if v.perPeer[peerID]--; v.perPeer[peerID] <= 0 {
+		delete(v.perPeer, peerID)
+	}
 }
 
 func (v *View) checkStored(id string, seq uint64) error {
@@ -330,6 +399,18 @@ func (v *View) learnHeard(sa *record.SignedAgent, src store.Source, live bool, a
 	if interval <= 0 {
 		interval = v.cfg.HeartbeatInterval
 	}
+	interval = v.clampInterval(interval)
+	// A new agent of a peer at its quota is refused before it costs a
+	// cache write (checked again on insertion).
+	v.mu.Lock()
+	if s := v.agents[a.AgentID]; s == nil || s.rec.Agent.PeerID != a.PeerID {
+		if err := v.quotaLocked(a.PeerID); err != nil {
+			v.mu.Unlock()
+			v.m.Reject("view", string(trust.ReasonPeerQuota))
+			return err
+		}
+	}
+	v.mu.Unlock()
 	silent := live && age > v.timeoutFor(interval)
 	heard := now.Add(-age)
 	if err := v.putStore(sa, src, now); err != nil && !errors.Is(err, store.ErrOlder) {
@@ -368,6 +449,15 @@ func (v *View) learnHeard(sa *record.SignedAgent, src store.Source, live bool, a
 		}
 	case s != nil:
 		old := s.rec
+		if old.Agent.PeerID != a.PeerID {
+			if err := v.quotaLocked(a.PeerID); err != nil {
+				v.mu.Unlock()
+				v.m.Reject("view", string(trust.ReasonPeerQuota))
+				return err
+			}
+			v.uncountLocked(old.Agent.PeerID)
+			v.perPeer[a.PeerID]++
+		}
 		s.rec, s.source = sa, src
 		if heard.After(s.lastHeard) {
 			s.lastHeard = heard
@@ -378,11 +468,16 @@ func (v *View) learnHeard(sa *record.SignedAgent, src store.Source, live bool, a
 			events = append(events, v.agentEvent(EventRegistered, s, now, ""))
 		}
 	default:
+		if err := v.quotaLocked(a.PeerID); err != nil {
+			v.mu.Unlock()
+			v.m.Reject("view", string(trust.ReasonPeerQuota))
+			return err
+		}
 		s = &agentState{rec: sa, source: src, firstSeen: now, lastHeard: heard, interval: interval}
 		// Silent for long already (a synced record): UNHEALTHY from the
 		// start, as the liveness clock would mark it.
 		s.unhealthy = age > time.Duration(v.cfg.UnhealthyAfter)*max(interval, v.cfg.HeartbeatInterval)
-		v.agents[a.AgentID] = s
+		v.addLocked(s)
 		events = append(events, v.agentEvent(EventRegistered, s, now, ""))
 		events = append(events, v.proj.update(nil, sa, v.effective(s), now)...)
 	}
@@ -401,6 +496,10 @@ func (v *View) Beat(kind Kind, sb *record.SignedBeat, from peer.ID, _ string) {
 	if kind == KindUnregister {
 		v.unregister(b.AgentID, b.Seq, b.Reason, now)
 		return
+	}
+	var claimed time.Duration // clamped outside the lock: MaxInterval may read the view
+	if b.IntervalMS > 0 {
+		claimed = v.clampInterval(time.Duration(b.IntervalMS) * time.Millisecond)
 	}
 	v.mu.Lock()
 	s := v.agents[b.AgentID]
@@ -432,8 +531,8 @@ func (v *View) Beat(kind Kind, sb *record.SignedBeat, from peer.ID, _ string) {
 	var events []Event
 	s.beatSeq = b.Seq
 	s.lastHeard = now
-	if b.IntervalMS > 0 {
-		s.interval = time.Duration(b.IntervalMS) * time.Millisecond
+	if claimed > 0 {
+		s.interval = claimed
 	}
 	before := v.effective(s)
 	s.unhealthy = false
@@ -477,11 +576,14 @@ func (v *View) ApplyLocal(sa *record.SignedAgent) {
 	s := v.agents[sa.Agent.AgentID]
 	if s == nil {
 		s = &agentState{rec: sa, source: store.SourceLocal, local: true, firstSeen: now, lastHeard: now, interval: v.cfg.HeartbeatInterval}
-		v.agents[sa.Agent.AgentID] = s
+		v.addLocked(s)
 		events = append(events, v.agentEvent(EventRegistered, s, now, ""))
 		events = append(events, v.proj.update(nil, sa, v.effective(s), now)...)
 	} else {
 		old := s.rec
+		if !s.local {
+			v.uncountLocked(old.Agent.PeerID)
+		}
 		s.rec, s.local, s.source, s.lastHeard, s.unhealthy = sa, true, store.SourceLocal, now, false
 		events = append(events, v.proj.update(old, sa, v.effective(s), now)...)
 		events = append(events, v.agentEvent(EventRegistered, s, now, ""))
@@ -514,7 +616,7 @@ func (v *View) Forget(agentID, reason string) {
 	s := v.agents[agentID]
 	forgot := s != nil && !s.local
 	if forgot {
-		delete(v.agents, agentID)
+		v.delLocked(s)
 		events = append(events, v.agentEvent(EventDeregistered, s, now, reason))
 		events = append(events, v.proj.update(s.rec, nil, "", now)...)
 	}
@@ -566,7 +668,7 @@ func (v *View) remove(agentID, reason string, now time.Time, localOnly bool) {
 	v.mu.Lock()
 	s := v.agents[agentID]
 	if s != nil && (!localOnly || s.local) {
-		delete(v.agents, agentID)
+		v.delLocked(s)
 		events = append(events, v.agentEvent(EventDeregistered, s, now, reason))
 		events = append(events, v.proj.update(s.rec, nil, "", now)...)
 	}
@@ -590,7 +692,7 @@ func (v *View) sweep() {
 		silent := now.Sub(s.lastHeard)
 		interval := max(s.interval, v.cfg.HeartbeatInterval)
 		if silent > v.timeoutFor(interval) {
-			delete(v.agents, id)
+			v.delLocked(s)
 			gone = append(gone, id)
 			events = append(events, v.agentEvent(EventDeregistered, s, now, ReasonTimeout))
 			events = append(events, v.proj.update(s.rec, nil, "", now)...)
@@ -629,8 +731,8 @@ func (v *View) Get(agentID string) (Agent, bool) {
 	return v.snapshot(s), true
 }
 
-// Query returns the live agents matching m, local first then by agent id,
-// at most limit (0 = all).
+// Query returns the live agents matching m in the order of rank, at most
+// limit (0 = all).
 func (v *View) Query(m *store.Matcher, limit int) []Agent {
 	v.mu.Lock()
 	out := make([]Agent, 0)
@@ -653,7 +755,22 @@ func (v *View) Query(m *store.Matcher, limit int) []Agent {
 		}
 	}
 	v.mu.Unlock()
-	slices.SortFunc(out, func(a, b Agent) int {
+	out = rankAgents(out)
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out
+}
+
+// rankAgents orders query answers so that no peer's claims can crowd the others
+// out of a limited answer (docs/protocol.md, "Ranking"): local agents
+// first, then by status (HEALTHY, DEGRADED, MAINTENANCE, UNHEALTHY), and
+// within a status round-robin across origin peers (the records' peer_id):
+// each round takes one agent of every peer, peers with the longest history
+// in this view first, each peer's agents oldest first. An agent's claims
+// about itself (confidence_hint, its count of agents) play no part.
+func rankAgents(as []Agent) []Agent {
+	slices.SortFunc(as, func(a, b Agent) int {
 		if a.Local != b.Local {
 			if a.Local {
 				return -1
@@ -663,10 +780,45 @@ func (v *View) Query(m *store.Matcher, limit int) []Agent {
 		if r := a.Status.Rank() - b.Status.Rank(); r != 0 {
 			return r
 		}
+		if c := a.FirstSeen.Compare(b.FirstSeen); c != 0 {
+			return c
+		}
 		return compareStrings(a.Record.Agent.AgentID, b.Record.Agent.AgentID)
 	})
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
+	out := make([]Agent, 0, len(as))
+	for i := 0; i < len(as); {
+		j := i
+		for j < len(as) && as[j].Local == as[i].Local && as[j].Status.Rank() == as[i].Status.Rank() {
+			j++
+		}
+		out = roundRobin(out, as[i:j])
+		i = j
+	}
+	return out
+}
+
+// roundRobin appends tier (sorted oldest first) taking one agent per peer
+// per round; peers keep the order of their oldest agent.
+func roundRobin(out, tier []Agent) []Agent {
+	var peers []string
+	queues := map[string][]Agent{}
+	for _, a := range tier {
+		p := a.Record.Agent.PeerID
+		if _, ok := queues[p]; !ok {
+			peers = append(peers, p)
+		}
+		queues[p] = append(queues[p], a)
+	}
+	for len(peers) > 0 {
+		next := peers[:0]
+		for _, p := range peers {
+			q := queues[p]
+			out = append(out, q[0])
+			if queues[p] = q[1:]; len(q) > 1 {
+				next = append(next, p)
+			}
+		}
+		peers = next
 	}
 	return out
 }

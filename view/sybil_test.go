@@ -1,0 +1,168 @@
+package view
+
+import (
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/metrics"
+	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/store"
+	"github.com/agentd/agentd/trust"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// mintedBy signs a record of a fresh agent (its own agent id and key) with
+// the peer key of host: what one peer flooding fake agents publishes.
+func mintedBy(t *testing.T, host *trust.Identity, now time.Time, confidence float64) *record.SignedAgent {
+	t.Helper()
+	k := newAgent(t)
+	sk := record.Skill{SkillID: "skill-x", Version: "1.0.0", SkillType: record.SkillTool, Endpoint: "10.0.0.1:8080",
+		Capabilities: []record.Capability{{ID: "x", ConfidenceHint: conf(confidence)}}}
+	a := &record.Agent{Transport: record.Transport{Type: "tcp", Endpoint: "10.0.0.1:9000"}, Skills: []record.Skill{sk}}
+	a.Fill(k.id.AgentID, host.PeerID.String(), k.id.PublicKeyPEM(), 1, now, time.Hour)
+	sa, err := record.Sign(a, k.id.AgentKey, host.PeerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sa
+}
+
+func newSybilFixture(t *testing.T, perPeer int) (*fixture, *metrics.Metrics) {
+	t.Helper()
+	f := newFixture(t)
+	m := metrics.New(false)
+	_ = f.v.Close()
+	f.v = New(Config{Now: f.clk.Now, MaxAgentsPerPeer: perPeer}, f.st, nil, m, nil)
+	t.Cleanup(func() { _ = f.v.Close() })
+	return f, m
+}
+
+// One peer cannot put more than MaxAgentsPerPeer agents into the live view
+// (issue 12 item 1: 9 000 of 10 000 minted agents got in); others are not
+// affected, each refusal is counted, and room frees up as agents leave.
+func TestOnePeerCannotFillTheView(t *testing.T) {
+	f, m := newSybilFixture(t, 4)
+	flooder := newAgent(t).id
+	var minted []*record.SignedAgent
+	for range 10 {
+		sa := mintedBy(t, flooder, f.clk.Now(), 1)
+		minted = append(minted, sa)
+		f.v.Announce(sa, flooder.PeerID, "")
+	}
+	honest := newAgent(t)
+	f.v.Announce(honest.sign(t, 1, f.clk.Now(), nil, map[string]float64{"x": 0.1}), honest.id.PeerID, "")
+	if got := f.v.Len(); got != 5 {
+		t.Fatalf("live view holds %d agents, want 4 of the flooder and the honest one", got)
+	}
+	if _, ok := f.v.Get(honest.id.AgentID); !ok {
+		t.Fatal("the honest agent is not in the view")
+	}
+	err := f.v.CheckAnnounce(minted[9])
+	if trust.ReasonOf(err) != trust.ReasonPeerQuota {
+		t.Fatalf("CheckAnnounce beyond the quota = %v, want peer_quota", err)
+	}
+	if got := counter(m.Rejects.WithLabelValues("view", "peer_quota")); got != 6 {
+		t.Fatalf("peer_quota rejects = %v, want 6", got)
+	}
+	if n := f.st.Len(); n != 5 {
+		t.Fatalf("the cache holds %d records; refused records must not cost a cache entry", n)
+	}
+	// A newer record of an admitted agent is not a new agent.
+	if err := f.v.CheckAnnounce(minted[0]); trust.ReasonOf(err) != trust.ReasonReplay {
+		t.Fatalf("same record again: %v", err)
+	}
+	f.v.Forget(minted[0].Agent.AgentID, "test")
+	if err := f.v.CheckAnnounce(minted[9]); err != nil {
+		t.Fatalf("after one left: %v", err)
+	}
+	f.v.Announce(minted[9], flooder.PeerID, "")
+	if _, ok := f.v.Get(minted[9].Agent.AgentID); !ok || f.v.Len() != 5 {
+		t.Fatalf("room freed by a departure was not used (len %d)", f.v.Len())
+	}
+}
+
+// A claimed heartbeat interval is clamped: an agent that claims to beat
+// once a day and then stays silent leaves the view within the liveness
+// timeout of the bound, not after days; sync claims are clamped the same
+// way.
+func TestClaimedIntervalIsBounded(t *testing.T) {
+	f, m := newSybilFixture(t, 0)
+	k := newAgent(t)
+	f.v.Announce(k.sign(t, 1, f.clk.Now(), nil, map[string]float64{"x": 1}), k.id.PeerID, "")
+	day := record.Beat{AgentID: k.id.AgentID, PeerID: k.id.PeerID.String(), Seq: 2, Timestamp: time.Now().UnixMilli(), IntervalMS: 86_400_000}
+	sb, err := record.SignBeat(day, k.id.AgentKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.v.Beat(KindHeartbeat, sb, k.id.PeerID, "")
+	a, _ := f.v.Get(k.id.AgentID)
+	if lim := 12 * 5 * time.Second; a.Interval != lim {
+		t.Fatalf("claimed interval of a day kept as %v, want the bound %v", a.Interval, lim)
+	}
+	if got := counter(m.Rejects.WithLabelValues("view", "interval_clamped")); got != 1 {
+		t.Fatalf("interval_clamped = %v", got)
+	}
+	f.clk.Add(f.v.timeoutFor(12*5*time.Second) + time.Second)
+	f.v.sweep()
+	if _, ok := f.v.Get(k.id.AgentID); ok {
+		t.Fatal("an agent silent past the bound's timeout is still live")
+	}
+
+	s := newAgent(t)
+	if err := f.v.Synced(s.sign(t, 1, f.clk.Now(), nil, map[string]float64{"x": 1}), time.Second, 24*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := f.v.Get(s.id.AgentID); a.Interval != 12*5*time.Second {
+		t.Fatalf("synced interval claim kept as %v", a.Interval)
+	}
+}
+
+// Answers are ranked so that one peer's many agents claiming the highest
+// confidence cannot push other peers' agents out of a limited answer.
+func TestRankingRoundRobinsAcrossPeers(t *testing.T) {
+	f, _ := newSybilFixture(t, 64)
+	flooder := newAgent(t).id
+	for range 30 {
+		f.v.Announce(mintedBy(t, flooder, f.clk.Now(), 1), flooder.PeerID, "")
+	}
+	h1, h2 := newAgent(t), newAgent(t)
+	f.clk.Add(time.Second) // the honest agents are even newer than the flood
+	f.v.Announce(h1.sign(t, 1, f.clk.Now(), nil, map[string]float64{"x": 0.1}), h1.id.PeerID, "")
+	f.v.Announce(h2.sign(t, 1, f.clk.Now(), nil, map[string]float64{"x": 0.05}), h2.id.PeerID, "")
+
+	m, err := store.Filter{Capability: "x"}.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := f.v.Query(m, 3)
+	seen := map[string]bool{}
+	for _, a := range got {
+		seen[a.Record.Agent.PeerID] = true
+	}
+	if len(got) != 3 || !seen[h1.id.PeerID.String()] || !seen[h2.id.PeerID.String()] || !seen[flooder.PeerID.String()] {
+		t.Fatalf("limit-3 answer does not hold one agent of each peer: %d answers, peers %v", len(got), seen)
+	}
+	ps := f.v.Lookup("x")
+	top := map[string]bool{}
+	for _, p := range ps[:3] {
+		top[p.PeerID] = true
+	}
+	if len(top) != 3 {
+		t.Fatalf("the three best providers come from %d peers, want 3", len(top))
+	}
+	if ps[0].PeerID != flooder.PeerID.String() || ps[1].AgentID != h1.id.AgentID || ps[2].AgentID != h2.id.AgentID {
+		t.Fatalf("within a round peers go by their best confidence: got %s %s %s", ps[0].AgentID, ps[1].AgentID, ps[2].AgentID)
+	}
+	if len(ps) != 32 {
+		t.Fatalf("Lookup lost providers: %d", len(ps))
+	}
+}
+
+func counter(c prometheus.Counter) float64 {
+	var d dto.Metric
+	if err := c.Write(&d); err != nil {
+		return -1
+	}
+	return d.GetCounter().GetValue()
+}
