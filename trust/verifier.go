@@ -63,8 +63,8 @@ const (
 	// ReasonPeerQuota: the record's peer already has as many agents in
 	// the live view as one peer may (an open network's admission bound).
 	ReasonPeerQuota Reason = "peer_quota"
-	ReasonTooLarge         Reason = "too_large"
-	ReasonVersion          Reason = "unsupported_version"
+	ReasonTooLarge  Reason = "too_large"
+	ReasonVersion   Reason = "unsupported_version"
 	// ReasonNameMismatch: the certificate names another agent or skill.
 	ReasonNameMismatch Reason = "name_mismatch"
 	// ReasonRevocationUnknown: a CRL of the certificate's issuer is not
