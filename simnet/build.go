@@ -34,6 +34,15 @@ func (sm *sim) report(setup SetupInfo) *Report {
 		r.Scenario.PartitionAtS, r.Scenario.PartitionForS = sec(s.PartitionAt), sec(s.PartitionFor)
 	case KindMassJoin:
 		r.Scenario.MassJoin, r.Scenario.MassJoinAtS = s.MassJoin, sec(s.MassJoinAt)
+	case KindSybil:
+		r.Scenario.SybilAgents, r.Scenario.SybilRate, r.Scenario.SybilAtS = s.SybilAgents, s.SybilRate, sec(s.SybilAt)
+	}
+	sm.mu.Lock()
+	sr := sm.sybil
+	sm.mu.Unlock()
+	if sr != nil {
+		y := sr.finish()
+		r.Sybil = &y
 	}
 
 	sm.mu.Lock()

@@ -29,7 +29,9 @@ type Report struct {
 	Traffic     TrafficInfo `json:"traffic"`
 	Resources   Resources   `json:"resources"`
 	Timeline    []Bucket    `json:"timeline"`
-	Marks       []Mark      `json:"events"`
+	// Sybil is what KindSybil's hostile peer achieved.
+	Sybil *SybilStats `json:"sybil,omitempty"`
+	Marks []Mark      `json:"events"`
 	// NodeErrors lists node operations that failed (a node that could not
 	// start or restart); Check fails the run when there is any.
 	NodeErrors []string `json:"node_errors,omitempty"`
@@ -54,6 +56,9 @@ type ScenarioInfo struct {
 	PartitionForS     float64 `json:"partition_for_s,omitempty"`
 	MassJoin          int     `json:"mass_join,omitempty"`
 	MassJoinAtS       float64 `json:"mass_join_at_s,omitempty"`
+	SybilAgents       int     `json:"sybil_agents,omitempty"`
+	SybilRate         float64 `json:"sybil_rate_per_s,omitempty"`
+	SybilAtS          float64 `json:"sybil_at_s,omitempty"`
 	QueryRate         float64 `json:"query_rate_per_s"`
 	Skills            int     `json:"catalog_skills"`
 	Capabilities      int     `json:"catalog_capabilities"`
@@ -244,6 +249,14 @@ type Mark struct {
 	Detail string    `json:"detail,omitempty"`
 }
 
+// Fixed pass criteria of KindSybil (issue 12): the per-peer quota of the
+// live view, and the growth of the live heap per node (the process's
+// growth shared by its nodes: every honest node receives the whole flood).
+const (
+	SybilMaxAdmitted     = 256
+	SybilMaxHeapGrowthMB = 50
+)
+
 // Thresholds are the pass criteria of a run.
 type Thresholds struct {
 	MinRecall float64 `json:"min_recall"`
@@ -264,6 +277,26 @@ func (r *Report) Check(t Thresholds) []string {
 	}
 	if q.StaleRate > t.MaxStale {
 		r.Failures = append(r.Failures, fmt.Sprintf("stale rate %.4f is above the maximum %.4f (%d of %d returned providers dead for more than %gs)", q.StaleRate, t.MaxStale, q.Stale, q.Returned, r.Scenario.StaleAfterS))
+	}
+	if y := r.Sybil; y != nil {
+		switch {
+		case y.Published == 0:
+			r.Failures = append(r.Failures, "sybil: the hostile peer published nothing")
+		case y.GoneS < 0:
+			r.Failures = append(r.Failures, fmt.Sprintf("sybil: %d fake agents were still in honest views at the end", y.Left))
+		}
+		if y.MaxAdmitted > SybilMaxAdmitted {
+			r.Failures = append(r.Failures, fmt.Sprintf("sybil: an honest view held %d fakes, more than the per-peer quota %d", y.MaxAdmitted, SybilMaxAdmitted))
+		}
+		if y.IntervalMaxS > y.IntervalBeforeS {
+			r.Failures = append(r.Failures, fmt.Sprintf("sybil: honest heartbeat interval stretched from %gs to %gs", y.IntervalBeforeS, y.IntervalMaxS))
+		}
+		if y.AnswersMissed > 0 {
+			r.Failures = append(r.Failures, fmt.Sprintf("sybil: %d of %d default-limit answers left out an honest agent", y.AnswersMissed, y.Answers))
+		}
+		if y.HeapGrowthPerNodeMB > SybilMaxHeapGrowthMB {
+			r.Failures = append(r.Failures, fmt.Sprintf("sybil: the live heap grew by %.1f MB per node during the flood, more than %d MB", y.HeapGrowthPerNodeMB, SybilMaxHeapGrowthMB))
+		}
 	}
 	if r.Interrupted {
 		r.Failures = append(r.Failures, "the run was interrupted before its end")
@@ -370,6 +403,26 @@ func (r *Report) WriteText(w io.Writer) error {
 		row(fmt.Sprintf("complete views after %s at %s", rc.Event, secs(rc.AtS)), v)
 	}
 	tf("\t\n")
+	if y := r.Sybil; y != nil {
+		tf("SYBIL (one hostile peer)\t\n")
+		row("flood", fmt.Sprintf("%d fake agents announced in %s, each with a heartbeat claiming a 1-day interval; then the peer crashed", y.Published, secs(y.FloodS)))
+		row("admitted", fmt.Sprintf("at most %d fakes in one honest view (quota %d), %d summed over all nodes", y.MaxAdmitted, SybilMaxAdmitted, y.MaxAdmittedSum))
+		gone := "not before the end"
+		if y.GoneS >= 0 {
+			gone = secs(y.GoneS) + " after the peer stopped"
+		}
+		row("fakes gone", fmt.Sprintf("%s (%d left at the end)", gone, y.Left))
+		row("honest heartbeat interval", fmt.Sprintf("%gs before, at most %gs during", y.IntervalBeforeS, y.IntervalMaxS))
+		row("default-limit answers", fmt.Sprintf("%d checked, %d left out an honest agent", y.Answers, y.AnswersMissed))
+		row("live heap (all nodes)", fmt.Sprintf("%.0f MB before, at most %.0f MB during (+%.0f MB, %.1f MB per node)", y.HeapBeforeMB, y.HeapMaxMB, y.HeapMaxMB-y.HeapBeforeMB, y.HeapGrowthPerNodeMB))
+		var rs []string
+		for _, k := range sortedKeys(y.Refused) {
+			rs = append(rs, fmt.Sprintf("%s %.0f", k, y.Refused[k]))
+		}
+		row("refusals (all nodes)", strings.Join(rs, ", "))
+		row("hostile gossip score", fmt.Sprintf("lowest %.0f at an honest node", y.MinScore))
+		tf("\t\n")
+	}
 	t := r.Traffic
 	tf("COST (per node)\t\n")
 	row("traffic", fmt.Sprintf("%.1f msg/s, %s/s out, %s/s in (%.0f node-seconds)", t.MsgsPerNodeS, bytesStr(t.BytesOutPerNode), bytesStr(t.BytesInPerNode), t.NodeSeconds))

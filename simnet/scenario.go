@@ -27,10 +27,15 @@ const (
 	KindMassJoin Kind = "massjoin"
 	// KindSteady: no churn; queries only.
 	KindSteady Kind = "steady"
+	// KindSybil: no churn; at SybilAt a hostile peer joins and publishes
+	// SybilAgents records of agents it mints (each with its own agent key,
+	// all signed by its peer key) at SybilRate per second, each followed
+	// by a heartbeat claiming a one-day interval, then crashes.
+	KindSybil Kind = "sybil"
 )
 
 // Kinds lists the scenarios.
-var Kinds = []Kind{KindChurn, KindPartition, KindMassJoin, KindSteady}
+var Kinds = []Kind{KindChurn, KindPartition, KindMassJoin, KindSteady, KindSybil}
 
 // ErrConfig is wrapped by every configuration error; the message names the
 // field.
@@ -43,7 +48,7 @@ func ParseKind(s string) (Kind, error) {
 			return k, nil
 		}
 	}
-	return "", fmt.Errorf("%w: scenario %q is not one of churn, partition, massjoin, steady", ErrConfig, s)
+	return "", fmt.Errorf("%w: scenario %q is not one of churn, partition, massjoin, steady, sybil", ErrConfig, s)
 }
 
 // Scenario describes one simulation run. The zero value of a field takes
@@ -91,6 +96,11 @@ type Scenario struct {
 	// quarter of Duration).
 	MassJoin   int
 	MassJoinAt time.Duration
+	// SybilAgents, SybilRate and SybilAt drive KindSybil (default 10 000
+	// agents at 500 per second from a quarter of Duration).
+	SybilAgents int
+	SybilRate   float64
+	SybilAt     time.Duration
 
 	// QueryRate is the number of discover queries per second over the
 	// whole network (default 20), Poisson arrivals; each is issued by a
@@ -203,6 +213,13 @@ func (s Scenario) withDefaults() (Scenario, error) {
 		s.MassJoin = 50
 	}
 	def(&s.MassJoinAt, s.Duration/4)
+	if s.SybilAgents == 0 {
+		s.SybilAgents = 10000
+	}
+	if s.SybilRate == 0 {
+		s.SybilRate = 500
+	}
+	def(&s.SybilAt, s.Duration/4)
 	if s.QueryRate == 0 {
 		s.QueryRate = 20
 	}
@@ -282,6 +299,12 @@ func (s *Scenario) validate() error {
 		return bad("partition for", "is %s; must be positive", s.PartitionFor)
 	case s.MassJoin < 1 || s.MassJoin > MaxNodes:
 		return bad("mass join", "is %d; must be between 1 and %d", s.MassJoin, MaxNodes)
+	case s.SybilAgents < 1 || s.SybilAgents > 1_000_000:
+		return bad("sybil agents", "is %d; must be between 1 and 1000000", s.SybilAgents)
+	case !finite(s.SybilRate) || s.SybilRate < 1 || s.SybilRate > 100_000:
+		return bad("sybil rate", "is %v; must be between 1 and 100000 per second", s.SybilRate)
+	case s.SybilAt < 0 || s.SybilAt >= s.Duration:
+		return bad("sybil at", "is %s; must be inside the duration %s", s.SybilAt, s.Duration)
 	case s.MassJoinAt < 0 || s.MassJoinAt >= s.Duration:
 		return bad("mass join at", "is %s; must be inside the duration %s", s.MassJoinAt, s.Duration)
 	case !finite(s.QueryRate) || s.QueryRate < 0 || s.QueryRate > MaxQueryRate:

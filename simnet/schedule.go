@@ -17,6 +17,7 @@ const (
 	EventHeal      EventKind = "heal"      // the halves are linked again
 	EventMassJoin  EventKind = "massjoin"  // Fresh nodes join at once
 	EventQuery     EventKind = "query"     // one discover query
+	EventSybil     EventKind = "sybil"     // the hostile peer joins and floods
 )
 
 // Event is one scheduled action, at an offset from the start of the
@@ -92,6 +93,8 @@ func newSchedule(s Scenario, cat *Catalog) *Schedule {
 		}
 	case KindMassJoin:
 		add(Event{At: s.MassJoinAt, Kind: EventMassJoin, Fresh: s.MassJoin})
+	case KindSybil:
+		add(Event{At: s.SybilAt, Kind: EventSybil})
 	}
 	if s.QueryRate > 0 {
 		capZipf := newZipf(r, s.Zipf, len(cat.Offered))

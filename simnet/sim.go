@@ -143,6 +143,7 @@ type sim struct {
 	heapSum      float64
 	lastSample   trafficTotals
 	lastSampleAt time.Time
+	sybil        *sybilRun // KindSybil's hostile peer, once it has joined
 }
 
 // Run runs the scenario and returns its report. The run is complete and
@@ -657,6 +658,8 @@ func (sm *sim) dispatch(i int, ev Event) {
 		sm.doHeal(ev)
 	case EventMassJoin:
 		sm.doMassJoin(ev)
+	case EventSybil:
+		sm.doSybil(ev)
 	default:
 		sm.opFailed(fmt.Errorf("event %d: unknown kind %q", i, ev.Kind))
 	}
@@ -883,6 +886,12 @@ func (sm *sim) query(ev Event) {
 		}
 		o, hits := sm.truth.score(q, vn.idx, start, ret)
 		sm.recordQuery(start, upSince, lat, src, o, hits, err)
+		sm.mu.Lock()
+		sr := sm.sybil
+		sm.mu.Unlock()
+		if sr != nil && q.Capability != "" {
+			sr.checkAnswer(n, q.Capability)
+		}
 	}()
 }
 
@@ -1178,6 +1187,13 @@ func liveHeapBytes() uint64 {
 func (sm *sim) teardown() error {
 	sm.ops.Wait()
 	sm.mu.Lock()
+	sr := sm.sybil
+	sm.mu.Unlock()
+	var sybilErr error
+	if sr != nil {
+		sybilErr = sr.close()
+	}
+	sm.mu.Lock()
 	var nodes []*node.Node
 	var boots []*bootstrap.Node
 	var stores []store.Store
@@ -1248,6 +1264,9 @@ func (sm *sim) teardown() error {
 		fs = append(fs, st.Close)
 	}
 	closeAll(fs)
+	if sybilErr != nil {
+		sm.closeFailed(fmt.Errorf("close the hostile peer: %w", sybilErr))
+	}
 	if err := sm.net.close(); err != nil {
 		errs = append(errs, err)
 	}

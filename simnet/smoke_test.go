@@ -171,3 +171,39 @@ func (w testLog) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+// TestSmokeSybil is the small sybil run of `make test` (issue 12 item 1):
+// 10 honest nodes, one hostile peer announcing 1 000 fake agents at 200/s
+// with one-day interval claims. The per-peer quota holds, the honest
+// nodes' heartbeat interval does not move, every default-limit answer
+// holds every honest agent, and the fakes leave once the peer is gone.
+// Without the quota (MaxAgentsPerPeer 1<<20) 997 fakes got into each view,
+// honest intervals stretched to 10 s and 373 fakes outlived the run.
+func TestSmokeSybil(t *testing.T) {
+	skipUnderRace(t)
+	bubble(t, func(t *testing.T) {
+		rep := runScenario(t, Scenario{Kind: KindSybil, Nodes: 10, Duration: 90 * time.Second, Seed: 1, QueryRate: 5,
+			SybilAgents: 1000, SybilRate: 200, SybilAt: 5 * time.Second})
+		// Not checkRun: answers naming agents that do not exist are the
+		// admitted fakes, expected here.
+		if f := rep.Check(Thresholds{MinRecall: 0.999, MaxStale: 0.01}); len(f) > 0 {
+			t.Errorf("thresholds: %v", f)
+		}
+		if !rep.Setup.Converged || rep.Queries.Scored < 20 {
+			t.Errorf("converged %v, %d queries scored", rep.Setup.Converged, rep.Queries.Scored)
+		}
+		y := rep.Sybil
+		if y == nil {
+			t.Fatal("no sybil section")
+		}
+		if y.Published != 1000 || y.MaxAdmitted == 0 || y.MaxAdmitted > SybilMaxAdmitted {
+			t.Errorf("published %d, at most %d admitted per node: want 1000 and 1..%d", y.Published, y.MaxAdmitted, SybilMaxAdmitted)
+		}
+		if y.Refused["gossip/peer_quota"] == 0 || y.Refused["view/interval_clamped"] == 0 {
+			t.Errorf("refusals not counted: %v", y.Refused)
+		}
+		if y.MinScore >= 0 {
+			t.Errorf("the flooding peer's gossip score stayed at %v", y.MinScore)
+		}
+	})
+}

@@ -844,6 +844,14 @@ func (v *View) Locals() []*record.SignedAgent {
 	return out
 }
 
+// CountByPeer returns the number of remote agents of peer p in the live
+// view (healthy or not): what the per-peer quota counts.
+func (v *View) CountByPeer(p peer.ID) int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.perPeer[p.String()]
+}
+
 // ByPeer returns the live records hosted by peer p (for the DHT's "live in
 // the local view" shortcut).
 func (v *View) ByPeer(p peer.ID) []*record.SignedAgent {

@@ -31,6 +31,8 @@ const (
 	flagSimScenario      = "scenario"
 	flagSimPartitionFor  = "partition-for"
 	flagSimMassJoin      = "mass-join"
+	flagSimSybilAgents   = "sybil-agents"
+	flagSimSybilRate     = "sybil-rate"
 	flagSimQueryRate     = "query-rate"
 	flagSimMinRecall     = "min-recall"
 	flagSimMaxStale      = "max-stale"
@@ -64,7 +66,9 @@ func simnetCommand() *cli.Command {
 			"for --duration: churn (every --churn-interval, --churn-fraction of the nodes leave,\n" +
 			"half gracefully and half by crash, and as many join, half restarting a departed\n" +
 			"node with its identity and store), partition (two halves for --partition-for, then\n" +
-			"heal), massjoin (--mass-join fresh nodes at once) or steady. Nodes issue discover\n" +
+			"heal), massjoin (--mass-join fresh nodes at once), steady, or sybil (at a quarter\n" +
+			"of the run one hostile peer floods --sybil-agents fake agents at --sybil-rate per\n" +
+			"second, each claiming a one-day heartbeat interval, then crashes). Nodes issue discover\n" +
 			"queries at --query-rate per second; every answer is scored against ground truth.\n\n" +
 			"The report goes to stdout (a table), --json FILE and --svg FILE. Progress goes to\n" +
 			"stderr: a bar on a terminal, a log line every 10 s otherwise, nothing with --quiet.\n" +
@@ -77,7 +81,7 @@ func simnetCommand() *cli.Command {
 			"against the wall clock: when the machine cannot keep up, the delays show up in\n" +
 			"the results. See docs/simnet.md.",
 		Flags: withGlobal(
-			&cli.StringFlag{Name: flagSimScenario, Value: string(simnet.KindChurn), Usage: "`SCENARIO`: churn, partition, massjoin or steady"},
+			&cli.StringFlag{Name: flagSimScenario, Value: string(simnet.KindChurn), Usage: "`SCENARIO`: churn, partition, massjoin, steady or sybil"},
 			&cli.StringFlag{Name: flagSimClock, Value: clockVirtual, Usage: "`CLOCK`: virtual (simulated time; the clock waits for the CPU) or real (wall-clock time)"},
 			&cli.IntFlag{Name: flagSimNodes, Value: 100, Usage: "agent nodes at the start"},
 			&cli.IntFlag{Name: flagSimBootstrap, Value: 3, Usage: "bootstrap nodes (no agent, never churn)"},
@@ -90,6 +94,8 @@ func simnetCommand() *cli.Command {
 			&cli.Float64Flag{Name: flagSimChurnFraction, Value: 0.1, Usage: "churn: fraction of the nodes that leave (and join) at each event"},
 			&cli.DurationFlag{Name: flagSimPartitionFor, Value: 30 * time.Second, Usage: "partition: how long the halves stay apart (it starts at a quarter of the run)"},
 			&cli.IntFlag{Name: flagSimMassJoin, Value: 50, Usage: "massjoin: fresh nodes that join at once (at a quarter of the run)"},
+			&cli.IntFlag{Name: flagSimSybilAgents, Value: 10000, Usage: "sybil: fake agents the hostile peer announces"},
+			&cli.Float64Flag{Name: flagSimSybilRate, Value: 500, Usage: "sybil: fake agents announced per second"},
 			&cli.Float64Flag{Name: flagSimQueryRate, Value: 20, Usage: "discover queries per second over the whole network"},
 			&cli.Float64Flag{Name: flagSimMinRecall, Value: 0.99, Usage: "fail (exit 1) when recall is below this"},
 			&cli.Float64Flag{Name: flagSimMaxStale, Value: 0.01, Usage: "fail (exit 1) when the stale rate is above this"},
@@ -109,7 +115,7 @@ func simnetScenario(c *cli.Context) (simnet.Scenario, simnet.Thresholds, error) 
 	var th simnet.Thresholds
 	kind, err := simnet.ParseKind(c.String(flagSimScenario))
 	if err != nil {
-		return simnet.Scenario{}, th, usagef("--%s: %q is not one of churn, partition, massjoin, steady", flagSimScenario, c.String(flagSimScenario))
+		return simnet.Scenario{}, th, usagef("--%s: %q is not one of churn, partition, massjoin, steady, sybil", flagSimScenario, c.String(flagSimScenario))
 	}
 	s := simnet.Scenario{
 		Kind:           kind,
@@ -124,6 +130,8 @@ func simnetScenario(c *cli.Context) (simnet.Scenario, simnet.Thresholds, error) 
 		ChurnFraction:  c.Float64(flagSimChurnFraction),
 		PartitionFor:   c.Duration(flagSimPartitionFor),
 		MassJoin:       c.Int(flagSimMassJoin),
+		SybilAgents:    c.Int(flagSimSybilAgents),
+		SybilRate:      c.Float64(flagSimSybilRate),
 		QueryRate:      c.Float64(flagSimQueryRate),
 	}
 	// Zero means "default" in a Scenario; on the command line it means zero.
