@@ -378,3 +378,14 @@ func (d *DHT) countFetch(outcome string) {
 	}
 	d.m.Fetches.WithLabelValues(outcome).Inc()
 }
+
+// FindPeer looks a peer's addresses up in the DHT.
+func (d *DHT) FindPeer(ctx context.Context, p peer.ID) (peer.AddrInfo, error) {
+	kad, _, err := d.running()
+	if err != nil {
+		return peer.AddrInfo{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.QueryTimeout)
+	defer cancel()
+	return kad.FindPeer(ctx, p)
+}

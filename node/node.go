@@ -96,6 +96,8 @@ type Node struct {
 	dht  *dht.DHT
 	book *bootstrap.Book
 	gsp  *gossip.Gossip
+	vet  *vetter
+	vetN *network.NotifyBundle
 	lan  LAN
 	cat  Catalog
 	m    *metrics.Metrics
@@ -166,6 +168,8 @@ func New(cfg Config, opts Options) (n *Node, err error) {
 	if n.host.ID() != opts.Identity.PeerID {
 		return nil, fmt.Errorf("node: host id %s is not the identity's peer id %s", n.host.ID(), opts.Identity.PeerID)
 	}
+	n.vet = newVetter(n)
+	n.vetN = &network.NotifyBundle{ConnectedF: n.vet.connected}
 	n.view = view.New(view.Config{
 		HeartbeatInterval: cfg.HeartbeatInterval, UnhealthyAfter: cfg.UnhealthyAfter,
 		Timeout: cfg.Timeout, CacheTTL: cfg.CacheTTL,
@@ -174,6 +178,7 @@ func New(cfg Config, opts Options) (n *Node, err error) {
 		// budget gives (views differ in size; an honest sender is removed
 		// only if it beats twelve times slower than this node would).
 		MaxInterval: func() time.Duration { return 2 * n.heartbeatInterval() },
+		Vetted:      n.vet.vetted, RequestVet: n.vet.request, PrefixOf: n.vet.prefixOf,
 	}, n.st, n.ver, m, log)
 	n.view.OnUnknownAgent(n.fetchUnknown)
 	n.st.OnRefresh(n.refreshEntry)
@@ -225,6 +230,8 @@ func (n *Node) Start(ctx context.Context) error {
 	n.mu.Unlock()
 
 	n.view.Start(n.ctx)
+	n.host.Network().Notify(n.vetN)
+	n.vet.run(n.ctx, &n.wg)
 	if n.dht != nil {
 		if err := n.dht.Start(n.ctx); err != nil {
 			return fmt.Errorf("start dht: %w", err)
@@ -342,6 +349,7 @@ func (n *Node) Close() error {
 	if cancel != nil {
 		cancel()
 	}
+	n.host.Network().StopNotify(n.vetN)
 	n.wg.Wait()
 	return n.closeParts()
 }

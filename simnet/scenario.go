@@ -101,6 +101,11 @@ type Scenario struct {
 	SybilAgents int
 	SybilRate   float64
 	SybilAt     time.Duration
+	// SybilFreshPeers makes the hostile peer sign every fake with a peer
+	// key of its own (and author its gossip messages with it), so no
+	// defence keyed on the record's peer_id alone can bound it; it runs a
+	// bare GossipSub router instead of an agentd node.
+	SybilFreshPeers bool
 
 	// QueryRate is the number of discover queries per second over the
 	// whole network (default 20), Poisson arrivals; each is issued by a

@@ -1,6 +1,7 @@
 package simnet
 
 import (
+	"context"
 	"fmt"
 	"runtime/metrics"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/trust"
 	"github.com/google/uuid"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/peer"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -27,6 +29,8 @@ const sybilDayMS = 86_400_000
 
 // SybilStats is what the hostile peer of KindSybil achieved.
 type SybilStats struct {
+	// FreshPeers: every fake was signed by a peer key of its own.
+	FreshPeers bool `json:"fresh_peer_keys"`
 	// Published is the number of fake agents announced (each followed by
 	// a heartbeat claiming a one-day interval).
 	Published int `json:"published"`
@@ -72,10 +76,14 @@ const sybilAnswerLimit = 100
 // sybilRun is the hostile peer and its measurements.
 type sybilRun struct {
 	sm   *sim
-	n    *node.Node
+	n    *node.Node // the hostile agentd node (nil with fresh peer keys)
 	vn   *vnode
 	pid  peer.ID
 	stop chan struct{}
+	// With fresh peer keys: a bare GossipSub router on the hostile host.
+	ps    *pubsub.PubSub
+	topic *pubsub.Topic
+	fakes sync.Map // fake agent id -> struct{}
 
 	mu      sync.Mutex
 	stats   SybilStats
@@ -97,6 +105,10 @@ func (sm *sim) doSybil(ev Event) {
 		return
 	}
 	vn := &vnode{idx: hostileIdx, id: id, raw: h, tr: &traffic{}}
+	if sm.s.SybilFreshPeers {
+		sm.startFreshSybil(vn)
+		return
+	}
 	st, err := store.Open(store.Options{CacheTTL: sm.s.Node.CacheTTL, Logger: sm.s.NodeLogger})
 	if err != nil {
 		sm.opFailed(err)
@@ -127,9 +139,48 @@ func (sm *sim) doSybil(ev Event) {
 	}
 	vn.n, vn.st = n, st
 	sr := &sybilRun{sm: sm, n: n, vn: vn, pid: id.PeerID, stop: make(chan struct{})}
+	sr.begin()
+}
+
+// startFreshSybil starts the fresh-peer-key attacker: a bare GossipSub
+// router on the hostile host, connected to the bootstrap nodes and to a
+// few honest nodes, that authors each fake's messages with the fake's own
+// peer key.
+func (sm *sim) startFreshSybil(vn *vnode) {
+	sh, err := sm.attachHost(vn)
+	if err != nil {
+		sm.opFailed(err)
+		return
+	}
+	ps, err := pubsub.NewGossipSub(sm.ctx, sh, pubsub.WithMessageIdFn(gossip.MessageID),
+		pubsub.WithMessageSignaturePolicy(pubsub.StrictSign), pubsub.WithFloodPublish(true))
+	if err == nil {
+		var topic *pubsub.Topic
+		topic, err = ps.Join(gossip.AnnounceTopic)
+		if err == nil {
+			sr := &sybilRun{sm: sm, vn: vn, pid: vn.id.PeerID, stop: make(chan struct{}), ps: ps, topic: topic}
+			sr.stats.FreshPeers = true
+			sr.begin()
+			ctx, cancel := context.WithTimeout(sm.ctx, 10*time.Second)
+			defer cancel()
+			for i, n := range sm.upNodes() {
+				if i >= 5 {
+					break
+				}
+				_ = sh.Connect(ctx, peer.AddrInfo{ID: n.Host().ID(), Addrs: n.Host().Addrs()})
+			}
+			return
+		}
+	}
+	sm.opFailed(fmt.Errorf("start the fresh-key hostile peer: %w", err))
+	_ = sm.detachHost(vn)
+}
+
+// begin records the state before the flood and starts it.
+func (sr *sybilRun) begin() {
+	sm := sr.sm
 	sr.stats.Refused = map[string]float64{}
 	sr.stats.GoneS = -1
-	sr.stats.MinScore = 0
 	sr.stats.IntervalBeforeS = sr.honestInterval().Seconds()
 	sr.stats.HeapBeforeMB = heapMB()
 	sm.mu.Lock()
@@ -181,15 +232,33 @@ func (sr *sybilRun) flood() {
 			sk.Capabilities = append(sk.Capabilities, record.Capability{ID: c, ConfidenceHint: &one})
 		}
 		a := &record.Agent{AgentName: fmt.Sprintf("fake-%d", i), Transport: record.Transport{Type: "tcp", Endpoint: "10.255.255.1:9000"}, Skills: []record.Skill{sk}}
-		a.Fill(uuid.NewString(), sr.pid.String(), k.PublicKeyPEM(), 1, time.Now(), time.Hour)
-		sa, err := record.Sign(a, k.AgentKey, sr.vn.id.PeerKey)
-		if err == nil {
-			err = sr.n.Gossip().PublishAnnounce(ctx, sa)
+		peerKey := sr.vn.id.PeerKey
+		if sr.ps != nil {
+			peerKey = k.PeerKey // a peer key of its own
 		}
+		pid, _ := peer.IDFromPrivateKey(peerKey)
+		a.Fill(uuid.NewString(), pid.String(), k.PublicKeyPEM(), 1, time.Now(), time.Hour)
+		sr.fakes.Store(a.AgentID, struct{}{})
+		sa, err := record.Sign(a, k.AgentKey, peerKey)
+		var sb *record.SignedBeat
 		if err == nil {
-			var sb *record.SignedBeat
 			sb, err = record.SignBeat(record.Beat{AgentID: a.AgentID, PeerID: a.PeerID, Seq: 2, Status: record.StatusHealthy,
 				Timestamp: time.Now().UnixMilli(), IntervalMS: sybilDayMS}, k.AgentKey)
+		}
+		switch {
+		case err != nil:
+		case sr.ps != nil:
+			var data []byte
+			if data, err = gossip.EncodeAnnounce(sa); err == nil {
+				err = sr.topic.Publish(ctx, data, pubsub.WithSecretKeyAndPeerId(peerKey, pid))
+			}
+			if err == nil {
+				if data, err = gossip.EncodeBeat(gossip.KindHeartbeat, sb); err == nil {
+					err = sr.topic.Publish(ctx, data, pubsub.WithSecretKeyAndPeerId(peerKey, pid))
+				}
+			}
+		default:
+			err = sr.n.Gossip().PublishAnnounce(ctx, sa)
 			if err == nil {
 				err = sr.n.Gossip().PublishBeat(ctx, gossip.KindHeartbeat, sb)
 			}
@@ -246,7 +315,7 @@ func (sr *sybilRun) sample() {
 	var scores []float64
 	nodes := sr.sm.upNodes()
 	for _, n := range nodes {
-		c := n.View().CountByPeer(sr.pid)
+		c := sr.count(n)
 		sum += c
 		most = max(most, c)
 		iv = max(iv, n.HeartbeatInterval())
@@ -274,6 +343,28 @@ func (sr *sybilRun) sample() {
 	}
 }
 
+// count is the number of fakes in n's live view.
+func (sr *sybilRun) count(n *node.Node) int {
+	if sr.ps == nil {
+		return n.View().CountByPeer(sr.pid)
+	}
+	c := 0
+	for _, a := range n.View().Query(matchAll, 0) {
+		if _, ok := sr.fakes.Load(a.Record.Agent.AgentID); ok {
+			c++
+		}
+	}
+	return c
+}
+
+var matchAll = func() *store.Matcher {
+	m, err := store.Filter{}.Compile()
+	if err != nil {
+		panic(err)
+	}
+	return m
+}()
+
 // checkAnswer asks node n by capability with the API's default limit and
 // reports whether every honest provider its live view holds is in the
 // answer.
@@ -290,7 +381,7 @@ func (sr *sybilRun) checkAnswer(n *node.Node, capability string) {
 	}
 	missed := false
 	for _, a := range all {
-		if a.Record.Agent.PeerID != sr.pid.String() && !in[a.Record.Agent.AgentID] {
+		if _, fake := sr.fakes.Load(a.Record.Agent.AgentID); !fake && !in[a.Record.Agent.AgentID] {
 			missed = true
 		}
 	}
@@ -362,9 +453,17 @@ func (sr *sybilRun) close() error {
 	sr.done = true
 	sr.mu.Unlock()
 	sr.sm.net.detach(hostileIdx)
-	err := sr.n.Close()
-	if cerr := sr.vn.st.Close(); err == nil {
-		err = cerr
+	var err error
+	if sr.n != nil {
+		err = sr.n.Close()
+		if cerr := sr.vn.st.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if sr.topic != nil {
+		if terr := sr.topic.Close(); err == nil {
+			err = terr
+		}
 	}
 	if derr := sr.sm.detachHost(sr.vn); err == nil {
 		err = derr

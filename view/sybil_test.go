@@ -166,3 +166,80 @@ func counter(c prometheus.Counter) float64 {
 	}
 	return d.GetCounter().GetValue()
 }
+
+// A record whose peer has not been reached is held outside the live view
+// (no cache write, not in answers) until the node reaches that peer; a
+// peer key minted for every fake therefore buys nothing. Held records
+// expire after the timeout and are counted; the hold is bounded.
+func TestUnvettedPeersAreHeldOutside(t *testing.T) {
+	f := newFixture(t)
+	m := metrics.New(false)
+	_ = f.v.Close()
+	vetted := map[string]bool{}
+	var asked []string
+	f.v = New(Config{Now: f.clk.Now, MaxPending: 3,
+		Vetted:     func(p string) bool { return vetted[p] },
+		RequestVet: func(p string) { asked = append(asked, p) },
+	}, f.st, nil, m, nil)
+	t.Cleanup(func() { _ = f.v.Close() })
+
+	a, b := newAgent(t), newAgent(t)
+	f.v.Announce(a.sign(t, 1, f.clk.Now(), nil, map[string]float64{"x": 1}), a.id.PeerID, "")
+	if f.v.Len() != 0 || f.v.Pending() != 1 || f.st.Len() != 0 {
+		t.Fatalf("unvetted record: view %d, held %d, cached %d; want 0, 1, 0", f.v.Len(), f.v.Pending(), f.st.Len())
+	}
+	if len(asked) != 1 || asked[0] != a.id.PeerID.String() {
+		t.Fatalf("vetting asked for %v", asked)
+	}
+	vetted[a.id.PeerID.String()] = true
+	f.v.PeerVetted(a.id.PeerID.String())
+	if _, ok := f.v.Get(a.id.AgentID); !ok || f.v.Pending() != 0 {
+		t.Fatalf("vetted peer's record not admitted (held %d)", f.v.Pending())
+	}
+	// Records from other paths than gossip (a DHT or LAN fetch reached the
+	// peer already) and news of admitted agents are not held.
+	if err := f.v.Learn(b.sign(t, 1, f.clk.Now(), nil, map[string]float64{"x": 1}), store.SourceDHT, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.v.Get(b.id.AgentID); !ok {
+		t.Fatal("a fetched record was held")
+	}
+
+	// The hold is bounded and expires.
+	for range 4 {
+		k := newAgent(t)
+		f.v.Announce(k.sign(t, 1, f.clk.Now(), nil, map[string]float64{"x": 1}), k.id.PeerID, "")
+	}
+	if f.v.Pending() != 3 || counter(m.Rejects.WithLabelValues("view", "pending_full")) != 1 {
+		t.Fatalf("held %d, pending_full %v; want 3 and 1", f.v.Pending(), counter(m.Rejects.WithLabelValues("view", "pending_full")))
+	}
+	f.clk.Add(31 * time.Second)
+	f.v.sweep()
+	if f.v.Pending() != 0 || counter(m.Rejects.WithLabelValues("view", "unvetted_expired")) != 3 {
+		t.Fatalf("held %d after the timeout, unvetted_expired %v", f.v.Pending(), counter(m.Rejects.WithLabelValues("view", "unvetted_expired")))
+	}
+}
+
+// Peers reached at one public address prefix share MaxAgentsPerPrefix.
+func TestPrefixQuota(t *testing.T) {
+	f := newFixture(t)
+	m := metrics.New(false)
+	_ = f.v.Close()
+	f.v = New(Config{Now: f.clk.Now, MaxAgentsPerPrefix: 2,
+		PrefixOf: func(string) string { return "198.18.7.0/24" }}, f.st, nil, m, nil)
+	t.Cleanup(func() { _ = f.v.Close() })
+	var ks []*agentKeys
+	for range 3 {
+		k := newAgent(t)
+		ks = append(ks, k)
+		f.v.Announce(k.sign(t, 1, f.clk.Now(), nil, map[string]float64{"x": 1}), k.id.PeerID, "")
+	}
+	if f.v.Len() != 2 || counter(m.Rejects.WithLabelValues("view", "prefix_quota")) != 1 {
+		t.Fatalf("view %d, prefix_quota %v; want 2 and 1", f.v.Len(), counter(m.Rejects.WithLabelValues("view", "prefix_quota")))
+	}
+	f.v.Forget(ks[0].id.AgentID, "test")
+	f.v.Announce(ks[2].sign(t, 1, f.clk.Now(), nil, map[string]float64{"x": 1}), ks[2].id.PeerID, "")
+	if _, ok := f.v.Get(ks[2].id.AgentID); !ok {
+		t.Fatal("room freed in the prefix was not used")
+	}
+}

@@ -66,6 +66,23 @@ type Config struct {
 	// days. The node passes a bound derived from its own heartbeat budget.
 	// It is called without the view's lock held (it may read the view).
 	MaxInterval func() time.Duration
+
+	// Vetted reports whether a peer has been reached over a connection of
+	// its own (the node's libp2p connection authenticates its key). A new
+	// agent heard on gossip or sync whose record names a peer not vetted
+	// is held outside the live view (at most MaxPending records, each for
+	// at most Timeout) and RequestVet is called; PeerVetted then admits
+	// its records. Minting a peer key costs nothing, a reachable host
+	// does: this is what bounds a flood of agents each signed by a fresh
+	// peer key. Nil admits every peer (tests).
+	Vetted     func(peerID string) bool
+	RequestVet func(peerID string)
+	MaxPending int
+	// PrefixOf names the address prefix a vetted peer was reached at
+	// ("" when it is not a public address); MaxAgentsPerPrefix (default
+	// 1024) bounds the remote agents of all peers of one prefix.
+	PrefixOf           func(peerID string) string
+	MaxAgentsPerPrefix int
 }
 
 func (c *Config) defaults() {
@@ -90,14 +107,24 @@ func (c *Config) defaults() {
 	if c.MaxAgentsPerPeer <= 0 {
 		c.MaxAgentsPerPeer = DefaultMaxAgentsPerPeer
 	}
+	if c.MaxPending <= 0 {
+		c.MaxPending = DefaultMaxPending
+	}
+	if c.MaxAgentsPerPrefix <= 0 {
+		c.MaxAgentsPerPrefix = DefaultMaxAgentsPerPrefix
+	}
 	if c.MaxInterval == nil {
 		hb := c.HeartbeatInterval
 		c.MaxInterval = func() time.Duration { return 12 * hb }
 	}
 }
 
-// DefaultMaxAgentsPerPeer is Config.MaxAgentsPerPeer's default.
-const DefaultMaxAgentsPerPeer = 256
+// Defaults of the admission bounds (Config).
+const (
+	DefaultMaxAgentsPerPeer   = 256
+	DefaultMaxAgentsPerPrefix = 1024
+	DefaultMaxPending         = 1024
+)
 
 // clampInterval bounds a sender's claimed heartbeat interval (see
 // Config.MaxInterval) and counts the clamp.
@@ -134,6 +161,8 @@ type agentState struct {
 	status    record.Status // status the agent reported (beats), "" = from record
 	unhealthy bool          // marked by the liveness clock
 	beatSeq   uint64        // highest beat seq seen
+	// prefix is the address prefix its peer was vetted at ("" none).
+	prefix string
 	// touched is the cache expiry last written to the store for this
 	// agent. Beats extend it only once half the cache TTL is used up, not
 	// on every beat (a store write per beat cost more CPU than anything
@@ -165,10 +194,12 @@ type View struct {
 	hub     hub
 	unknown func(agentID string, from peer.ID)
 
-	mu      sync.Mutex
-	agents  map[string]*agentState
-	perPeer map[string]int // remote agents by the record's peer_id
-	proj    projection
+	mu        sync.Mutex
+	agents    map[string]*agentState
+	perPeer   map[string]int // remote agents by the record's peer_id
+	perPrefix map[string]int // remote agents by their peer's address prefix
+	pending   map[string]*pendingRec
+	proj      projection
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -185,9 +216,11 @@ func New(cfg Config, st store.Store, ver *trust.Verifier, m *metrics.Metrics, lo
 	}
 	return &View{
 		cfg: cfg, st: st, ver: ver, m: m, log: log.With("component", "view"),
-		agents:  map[string]*agentState{},
-		perPeer: map[string]int{},
-		proj:    newProjection(),
+		agents:    map[string]*agentState{},
+		perPeer:   map[string]int{},
+		perPrefix: map[string]int{},
+		pending:   map[string]*pendingRec{},
+		proj:      newProjection(),
 	}
 }
 
@@ -277,6 +310,9 @@ func (v *View) addLocked(s *agentState) {
 	v.agents[s.rec.Agent.AgentID] = s
 	if !s.local {
 		v.perPeer[s.rec.Agent.PeerID]++
+		if s.prefix != "" {
+			v.perPrefix[s.prefix]++
+		}
 	}
 }
 
@@ -284,6 +320,7 @@ func (v *View) delLocked(s *agentState) {
 	delete(v.agents, s.rec.Agent.AgentID)
 	if !s.local {
 		v.uncountLocked(s.rec.Agent.PeerID)
+		v.unprefixLocked(s)
 	}
 }
 
@@ -291,6 +328,108 @@ func (v *View) uncountLocked(peerID string) {
 	if v.perPeer[peerID]--; v.perPeer[peerID] <= 0 {
 		delete(v.perPeer, peerID)
 	}
+}
+
+func (v *View) unprefixLocked(s *agentState) {
+	if s.prefix == "" {
+		return
+	}
+	if v.perPrefix[s.prefix]--; v.perPrefix[s.prefix] <= 0 {
+		delete(v.perPrefix, s.prefix)
+	}
+	s.prefix = ""
+}
+
+// prefixQuotaLocked refuses a new remote agent of a prefix at its quota.
+func (v *View) prefixQuotaLocked(prefix string) error {
+	if prefix == "" {
+		return nil
+	}
+	if n := v.perPrefix[prefix]; n >= v.cfg.MaxAgentsPerPrefix {
+		return &trust.RejectError{Reason: ReasonPrefixQuota,
+			Detail: fmt.Sprintf("address prefix %s already has %d agents in the live view, the most one prefix may have", prefix, n)}
+	}
+	return nil
+}
+
+// Admission reasons counted under transport "view".
+const (
+	ReasonPrefixQuota trust.Reason = "prefix_quota"
+	ReasonUnvetted    trust.Reason = "unvetted_expired" // held, its peer never reached
+	ReasonPendingFull trust.Reason = "pending_full"
+)
+
+// pendingRec is a record held until its peer is vetted.
+type pendingRec struct {
+	sa       *record.SignedAgent
+	src      store.Source
+	heard    time.Time
+	interval time.Duration
+	at       time.Time
+}
+
+// hold keeps a record of a peer not yet vetted and asks for the vetting.
+// It reports false when the record was refused (the pending set is full).
+func (v *View) hold(sa *record.SignedAgent, src store.Source, heard time.Time, interval time.Duration, now time.Time) bool {
+	id := sa.Agent.AgentID
+	v.mu.Lock()
+	if p, ok := v.pending[id]; ok {
+		if sa.Agent.Seq >= p.sa.Agent.Seq {
+			p.sa, p.src, p.interval = sa, src, interval
+			if heard.After(p.heard) {
+				p.heard = heard
+			}
+		}
+		v.mu.Unlock()
+		return true
+	}
+	if len(v.pending) >= v.cfg.MaxPending {
+		v.mu.Unlock()
+		v.m.Reject("view", string(ReasonPendingFull))
+		return false
+	}
+	v.pending[id] = &pendingRec{sa: sa, src: src, heard: heard, interval: interval, at: now}
+	v.mu.Unlock()
+	if v.cfg.RequestVet != nil {
+		v.cfg.RequestVet(sa.Agent.PeerID)
+	}
+	return true
+}
+
+// PeerVetted admits the held records of a peer that has been reached.
+func (v *View) PeerVetted(peerID string) {
+	now := v.cfg.Now()
+	var recs []*pendingRec
+	v.mu.Lock()
+	for id, p := range v.pending {
+		if p.sa.Agent.PeerID == peerID {
+			recs = append(recs, p)
+			delete(v.pending, id)
+		}
+	}
+	v.mu.Unlock()
+	for _, p := range recs {
+		_ = v.learnHeard(p.sa, p.src, true, max(now.Sub(p.heard), 0), p.interval)
+	}
+}
+
+// Pending returns the number of records held for vetting.
+func (v *View) Pending() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return len(v.pending)
+}
+
+// vetted reports whether a record's peer may enter the live view now.
+func (v *View) vetted(peerID string) bool {
+	return v.cfg.Vetted == nil || v.cfg.Vetted(peerID)
+}
+
+func (v *View) prefixOf(peerID string) string {
+	if v.cfg.PrefixOf == nil {
+		return ""
+	}
+	return v.cfg.PrefixOf(peerID)
 }
 
 func (v *View) checkStored(id string, seq uint64) error {
@@ -400,10 +539,14 @@ func (v *View) learnHeard(sa *record.SignedAgent, src store.Source, live bool, a
 		interval = v.cfg.HeartbeatInterval
 	}
 	interval = v.clampInterval(interval)
+	heard := now.Add(-age)
 	// A new agent of a peer at its quota is refused before it costs a
-	// cache write (checked again on insertion).
+	// cache write (checked again on insertion); one of a peer not yet
+	// reached is held until it is (Config.Vetted).
 	v.mu.Lock()
+	newAgent := false
 	if s := v.agents[a.AgentID]; s == nil || s.rec.Agent.PeerID != a.PeerID {
+		newAgent = true
 		if err := v.quotaLocked(a.PeerID); err != nil {
 			v.mu.Unlock()
 			v.m.Reject("view", string(trust.ReasonPeerQuota))
@@ -411,8 +554,14 @@ func (v *View) learnHeard(sa *record.SignedAgent, src store.Source, live bool, a
 		}
 	}
 	v.mu.Unlock()
+	if newAgent && live && src == store.SourceGossip && !v.vetted(a.PeerID) {
+		if !v.hold(sa, src, heard, interval, now) {
+			return &trust.RejectError{Reason: ReasonPendingFull, Detail: "too many records of peers not yet reached are held"}
+		}
+		return nil
+	}
+	prefix := v.prefixOf(a.PeerID)
 	silent := live && age > v.timeoutFor(interval)
-	heard := now.Add(-age)
 	if err := v.putStore(sa, src, now); err != nil && !errors.Is(err, store.ErrOlder) {
 		// ErrOlder: the cache holds a newer record, yet the view may not
 		// (restart); the view's own seq check below decides.
@@ -455,8 +604,17 @@ func (v *View) learnHeard(sa *record.SignedAgent, src store.Source, live bool, a
 				v.m.Reject("view", string(trust.ReasonPeerQuota))
 				return err
 			}
+			if err := v.prefixQuotaLocked(prefix); err != nil {
+				v.mu.Unlock()
+				v.m.Reject("view", string(ReasonPrefixQuota))
+				return err
+			}
 			v.uncountLocked(old.Agent.PeerID)
+			v.unprefixLocked(s)
 			v.perPeer[a.PeerID]++
+			if s.prefix = prefix; prefix != "" {
+				v.perPrefix[prefix]++
+			}
 		}
 		s.rec, s.source = sa, src
 		if heard.After(s.lastHeard) {
@@ -473,7 +631,12 @@ func (v *View) learnHeard(sa *record.SignedAgent, src store.Source, live bool, a
 			v.m.Reject("view", string(trust.ReasonPeerQuota))
 			return err
 		}
-		s = &agentState{rec: sa, source: src, firstSeen: now, lastHeard: heard, interval: interval}
+		if err := v.prefixQuotaLocked(prefix); err != nil {
+			v.mu.Unlock()
+			v.m.Reject("view", string(ReasonPrefixQuota))
+			return err
+		}
+		s = &agentState{rec: sa, source: src, firstSeen: now, lastHeard: heard, interval: interval, prefix: prefix}
 		// Silent for long already (a synced record): UNHEALTHY from the
 		// start, as the liveness clock would mark it.
 		s.unhealthy = age > time.Duration(v.cfg.UnhealthyAfter)*max(interval, v.cfg.HeartbeatInterval)
@@ -683,6 +846,13 @@ func (v *View) sweep() {
 	var events []Event
 	var gone []string
 	v.mu.Lock()
+	expired := 0
+	for id, p := range v.pending {
+		if now.Sub(p.at) > v.cfg.Timeout {
+			delete(v.pending, id)
+			expired++
+		}
+	}
 	counts := map[record.Status]int{}
 	for id, s := range v.agents {
 		if s.local {
@@ -706,6 +876,9 @@ func (v *View) sweep() {
 		counts[v.effective(s)]++
 	}
 	v.mu.Unlock()
+	if v.m != nil && expired > 0 {
+		v.m.Rejects.WithLabelValues("view", string(ReasonUnvetted)).Add(float64(expired))
+	}
 	if v.m != nil {
 		for _, st := range []record.Status{record.StatusHealthy, record.StatusDegraded, record.StatusUnhealthy, record.StatusMaintenance} {
 			v.m.LiveAgents.WithLabelValues(string(st)).Set(float64(counts[st]))

@@ -33,6 +33,7 @@ const (
 	flagSimMassJoin      = "mass-join"
 	flagSimSybilAgents   = "sybil-agents"
 	flagSimSybilRate     = "sybil-rate"
+	flagSimSybilFresh    = "sybil-fresh-peers"
 	flagSimQueryRate     = "query-rate"
 	flagSimMinRecall     = "min-recall"
 	flagSimMaxStale      = "max-stale"
@@ -96,6 +97,7 @@ func simnetCommand() *cli.Command {
 			&cli.IntFlag{Name: flagSimMassJoin, Value: 50, Usage: "massjoin: fresh nodes that join at once (at a quarter of the run)"},
 			&cli.IntFlag{Name: flagSimSybilAgents, Value: 10000, Usage: "sybil: fake agents the hostile peer announces"},
 			&cli.Float64Flag{Name: flagSimSybilRate, Value: 500, Usage: "sybil: fake agents announced per second"},
+			&cli.BoolFlag{Name: flagSimSybilFresh, Usage: "sybil: sign every fake with a peer key of its own (the attacker a per-peer quota cannot bound)"},
 			&cli.Float64Flag{Name: flagSimQueryRate, Value: 20, Usage: "discover queries per second over the whole network"},
 			&cli.Float64Flag{Name: flagSimMinRecall, Value: 0.99, Usage: "fail (exit 1) when recall is below this"},
 			&cli.Float64Flag{Name: flagSimMaxStale, Value: 0.01, Usage: "fail (exit 1) when the stale rate is above this"},
@@ -118,21 +120,22 @@ func simnetScenario(c *cli.Context) (simnet.Scenario, simnet.Thresholds, error) 
 		return simnet.Scenario{}, th, usagef("--%s: %q is not one of churn, partition, massjoin, steady, sybil", flagSimScenario, c.String(flagSimScenario))
 	}
 	s := simnet.Scenario{
-		Kind:           kind,
-		Nodes:          c.Int(flagSimNodes),
-		BootstrapNodes: c.Int(flagSimBootstrap),
-		Duration:       c.Duration(flagSimDuration),
-		Seed:           c.Uint64(flagSimSeed),
-		Latency:        c.Duration(flagSimLatency),
-		Jitter:         c.Duration(flagSimJitter),
-		Bandwidth:      c.Float64(flagSimBandwidth),
-		ChurnInterval:  c.Duration(flagSimChurnInterval),
-		ChurnFraction:  c.Float64(flagSimChurnFraction),
-		PartitionFor:   c.Duration(flagSimPartitionFor),
-		MassJoin:       c.Int(flagSimMassJoin),
-		SybilAgents:    c.Int(flagSimSybilAgents),
-		SybilRate:      c.Float64(flagSimSybilRate),
-		QueryRate:      c.Float64(flagSimQueryRate),
+		Kind:            kind,
+		Nodes:           c.Int(flagSimNodes),
+		BootstrapNodes:  c.Int(flagSimBootstrap),
+		Duration:        c.Duration(flagSimDuration),
+		Seed:            c.Uint64(flagSimSeed),
+		Latency:         c.Duration(flagSimLatency),
+		Jitter:          c.Duration(flagSimJitter),
+		Bandwidth:       c.Float64(flagSimBandwidth),
+		ChurnInterval:   c.Duration(flagSimChurnInterval),
+		ChurnFraction:   c.Float64(flagSimChurnFraction),
+		PartitionFor:    c.Duration(flagSimPartitionFor),
+		MassJoin:        c.Int(flagSimMassJoin),
+		SybilAgents:     c.Int(flagSimSybilAgents),
+		SybilRate:       c.Float64(flagSimSybilRate),
+		SybilFreshPeers: c.Bool(flagSimSybilFresh),
+		QueryRate:       c.Float64(flagSimQueryRate),
 	}
 	// Zero means "default" in a Scenario; on the command line it means zero.
 	if s.Latency == 0 {

@@ -1,0 +1,222 @@
+package node
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/agentd/agentd/metrics"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+	manet "github.com/multiformats/go-multiaddr/net"
+)
+
+// Vetting: a record heard on gossip or sync enters the live view only once
+// its peer (the record's peer_id) has been reached over a libp2p
+// connection of its own, whose handshake proves the peer key. A peer key
+// costs nothing to mint; a reachable host does, and the resource manager
+// bounds the connections one address can hold. The view holds the records
+// of peers not yet reached (view.Config.Vetted) and asks the vetter to
+// reach them; a connection in either direction vets a peer.
+const (
+	vetTTL        = time.Hour        // a vetted peer stays vetted this long after its last connection
+	vetMaxPeers   = 1 << 16          // vetted peers remembered
+	vetQueue      = 256              // peers waiting to be reached
+	vetWorkers    = 4                // dials in flight
+	vetTimeout    = 10 * time.Second // one attempt to reach a peer
+	vetRetryAfter = 30 * time.Second // a peer not reached is not tried again sooner
+)
+
+// vetter reaches the peers of held records and remembers who was reached.
+type vetter struct {
+	n  *Node
+	m  *metrics.Metrics
+	q  chan peer.ID
+	mu sync.Mutex
+	ok map[peer.ID]vetEntry
+	// tried: when each peer was last tried (reached or not), so one
+	// peer's records cost one dial per vetRetryAfter.
+	tried map[peer.ID]time.Time
+}
+
+type vetEntry struct {
+	until  time.Time
+	prefix string
+}
+
+func newVetter(n *Node) *vetter {
+	return &vetter{n: n, m: n.m, q: make(chan peer.ID, vetQueue), ok: map[peer.ID]vetEntry{}, tried: map[peer.ID]time.Time{}}
+}
+
+// vetted reports whether p may have agents in the live view.
+func (v *vetter) vetted(p string) bool {
+	id, err := peer.Decode(p)
+	if err != nil {
+		return false
+	}
+	if id == v.n.host.ID() {
+		return true
+	}
+	if v.n.host.Network().Connectedness(id) == network.Connected {
+		v.mark(id)
+		return true
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	e, ok := v.ok[id]
+	return ok && time.Now().Before(e.until)
+}
+
+// prefixOf is the address prefix p was reached at ("" when not public).
+func (v *vetter) prefixOf(p string) string {
+	id, err := peer.Decode(p)
+	if err != nil {
+		return ""
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.ok[id].prefix
+}
+
+// mark records p as vetted now, with the prefix of its connection.
+func (v *vetter) mark(p peer.ID) {
+	prefix := ""
+	for _, c := range v.n.host.Network().ConnsToPeer(p) {
+		if pf := publicPrefix(c.RemoteMultiaddr()); pf != "" {
+			prefix = pf
+			break
+		}
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if _, ok := v.ok[p]; !ok && len(v.ok) >= vetMaxPeers {
+		now := time.Now()
+		for id, e := range v.ok {
+			if now.After(e.until) {
+				delete(v.ok, id)
+			}
+		}
+		if len(v.ok) >= vetMaxPeers {
+			return // full of live entries: p is vetted while connected only
+		}
+	}
+	v.ok[p] = vetEntry{until: time.Now().Add(vetTTL), prefix: prefix}
+}
+
+// publicPrefix is the /24 (IPv4) or /48 (IPv6) of a public address, ""
+// for any other address (loopback, private, documentation ranges: many
+// honest agents share those, and they are not reachable from the
+// internet anyway).
+func publicPrefix(a ma.Multiaddr) string {
+	if a == nil || !manet.IsPublicAddr(a) {
+		return ""
+	}
+	ip, err := manet.ToIP(a)
+	if err != nil {
+		return ""
+	}
+	addr, ok := netip.AddrFromSlice(ip)
+	if !ok {
+		return ""
+	}
+	addr = addr.Unmap()
+	bits := 48
+	if addr.Is4() {
+		bits = 24
+	}
+	pf, err := addr.Prefix(bits)
+	if err != nil {
+		return ""
+	}
+	return pf.String()
+}
+
+// request queues p to be reached (view.Config.RequestVet). It never blocks.
+func (v *vetter) request(p string) {
+	id, err := peer.Decode(p)
+	if err != nil {
+		return
+	}
+	now := time.Now()
+	v.mu.Lock()
+	if t, ok := v.tried[id]; ok && now.Sub(t) < vetRetryAfter {
+		v.mu.Unlock()
+		return
+	}
+	v.tried[id] = now
+	if len(v.tried) > vetMaxPeers {
+		for k, t := range v.tried {
+			if now.Sub(t) >= vetRetryAfter {
+				delete(v.tried, k)
+			}
+		}
+	}
+	v.mu.Unlock()
+	select {
+	case v.q <- id:
+	default:
+		v.m.Reject("view", "vet_queue_full")
+	}
+}
+
+// run reaches queued peers until ctx ends; the node owns the goroutines.
+func (v *vetter) run(ctx context.Context, wg *sync.WaitGroup) {
+	for range vetWorkers {
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case p := <-v.q:
+					v.reach(ctx, p)
+				}
+			}
+		})
+	}
+}
+
+// reach connects to p: by the addresses the peerstore has, else by a DHT
+// lookup of the peer.
+func (v *vetter) reach(ctx context.Context, p peer.ID) {
+	ctx, cancel := context.WithTimeout(ctx, vetTimeout)
+	defer cancel()
+	h := v.n.host
+	if h.Network().Connectedness(p) != network.Connected {
+		ai := peer.AddrInfo{ID: p}
+		if len(h.Peerstore().Addrs(p)) == 0 && v.n.dht != nil {
+			if found, err := v.n.dht.FindPeer(ctx, p); err == nil {
+				ai = found
+			}
+		}
+		if err := h.Connect(ctx, ai); err != nil {
+			v.m.Reject("view", "vet_failed")
+			v.n.log.Debug("peer of a held record not reached", "peer", p, "err", err)
+			return
+		}
+	}
+	v.mark(p)
+	v.n.view.PeerVetted(p.String())
+}
+
+// connected vets a peer that connected (network.Notifiee); the view's
+// held records of that peer are admitted off the notifier's goroutine.
+func (v *vetter) connected(_ network.Network, c network.Conn) {
+	p := c.RemotePeer()
+	v.mark(p)
+	if v.n.view.Pending() == 0 {
+		return
+	}
+	v.n.mu.Lock()
+	if v.n.closed || !v.n.started {
+		v.n.mu.Unlock()
+		return
+	}
+	v.n.wg.Add(1)
+	v.n.mu.Unlock()
+	go func() {
+		defer v.n.wg.Done()
+		v.n.view.PeerVetted(p.String())
+	}()
+}
