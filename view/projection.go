@@ -157,34 +157,9 @@ func (p *projection) lookup(c string) []Provider {
 // still gets one place per round (docs/protocol.md, "Ranking").
 func rank(ps []Provider) {
 	byConfidence(ps)
-	out := make([]Provider, 0, len(ps))
-	for i := 0; i < len(ps); {
-		j := i
-		for j < len(ps) && ps[j].Status.Rank() == ps[i].Status.Rank() {
-			j++
-		}
-		var peers []string
-		queues := map[string][]Provider{}
-		for _, p := range ps[i:j] {
-			if _, ok := queues[p.PeerID]; !ok {
-				peers = append(peers, p.PeerID)
-			}
-			queues[p.PeerID] = append(queues[p.PeerID], p)
-		}
-		for len(peers) > 0 {
-			next := peers[:0]
-			for _, id := range peers {
-				q := queues[id]
-				out = append(out, q[0])
-				if queues[id] = q[1:]; len(q) > 1 {
-					next = append(next, id)
-				}
-			}
-			peers = next
-		}
-		i = j
-	}
-	copy(ps, out)
+	copy(ps, roundRobin(ps,
+		func(a, b Provider) bool { return a.Status.Rank() == b.Status.Rank() },
+		func(p Provider) string { return p.PeerID }))
 }
 
 func byConfidence(ps []Provider) {

@@ -340,6 +340,19 @@ func (v *View) unprefixLocked(s *agentState) {
 	s.prefix = ""
 }
 
+// admitLocked applies the per-peer and per-prefix quotas to a new remote
+// agent, counting a refusal.
+func (v *View) admitLocked(peerID, prefix string) error {
+	err := v.quotaLocked(peerID)
+	if err == nil {
+		err = v.prefixQuotaLocked(prefix)
+	}
+	if err != nil {
+		v.m.Reject("view", string(trust.ReasonOf(err)))
+	}
+	return err
+}
+
 // prefixQuotaLocked refuses a new remote agent of a prefix at its quota.
 func (v *View) prefixQuotaLocked(prefix string) error {
 	if prefix == "" {
@@ -599,14 +612,8 @@ func (v *View) learnHeard(sa *record.SignedAgent, src store.Source, live bool, a
 	case s != nil:
 		old := s.rec
 		if old.Agent.PeerID != a.PeerID {
-			if err := v.quotaLocked(a.PeerID); err != nil {
+			if err := v.admitLocked(a.PeerID, prefix); err != nil {
 				v.mu.Unlock()
-				v.m.Reject("view", string(trust.ReasonPeerQuota))
-				return err
-			}
-			if err := v.prefixQuotaLocked(prefix); err != nil {
-				v.mu.Unlock()
-				v.m.Reject("view", string(ReasonPrefixQuota))
 				return err
 			}
 			v.uncountLocked(old.Agent.PeerID)
@@ -626,14 +633,8 @@ func (v *View) learnHeard(sa *record.SignedAgent, src store.Source, live bool, a
 			events = append(events, v.agentEvent(EventRegistered, s, now, ""))
 		}
 	default:
-		if err := v.quotaLocked(a.PeerID); err != nil {
+		if err := v.admitLocked(a.PeerID, prefix); err != nil {
 			v.mu.Unlock()
-			v.m.Reject("view", string(trust.ReasonPeerQuota))
-			return err
-		}
-		if err := v.prefixQuotaLocked(prefix); err != nil {
-			v.mu.Unlock()
-			v.m.Reject("view", string(ReasonPrefixQuota))
 			return err
 		}
 		s = &agentState{rec: sa, source: src, firstSeen: now, lastHeard: heard, interval: interval, prefix: prefix}
@@ -958,40 +959,42 @@ func rankAgents(as []Agent) []Agent {
 		}
 		return compareStrings(a.Record.Agent.AgentID, b.Record.Agent.AgentID)
 	})
-	out := make([]Agent, 0, len(as))
-	for i := 0; i < len(as); {
-		j := i
-		for j < len(as) && as[j].Local == as[i].Local && as[j].Status.Rank() == as[i].Status.Rank() {
-			j++
-		}
-		out = roundRobin(out, as[i:j])
-		i = j
-	}
-	return out
+	return roundRobin(as,
+		func(a, b Agent) bool { return a.Local == b.Local && a.Status.Rank() == b.Status.Rank() },
+		func(a Agent) string { return a.Record.Agent.PeerID })
 }
 
-// roundRobin appends tier (sorted oldest first) taking one agent per peer
-// per round; peers keep the order of their oldest agent.
-func roundRobin(out, tier []Agent) []Agent {
-	var peers []string
-	queues := map[string][]Agent{}
-	for _, a := range tier {
-		p := a.Record.Agent.PeerID
-		if _, ok := queues[p]; !ok {
-			peers = append(peers, p)
+// roundRobin reorders sorted items: within each tier (a run of items with
+// sameTier), one item per peer per round, peers in the order of their
+// first item and each peer's items in their order.
+func roundRobin[T any](items []T, sameTier func(a, b T) bool, peerOf func(T) string) []T {
+	out := make([]T, 0, len(items))
+	for i := 0; i < len(items); {
+		j := i
+		for j < len(items) && sameTier(items[i], items[j]) {
+			j++
 		}
-		queues[p] = append(queues[p], a)
-	}
-	for len(peers) > 0 {
-		next := peers[:0]
-		for _, p := range peers {
-			q := queues[p]
-			out = append(out, q[0])
-			if queues[p] = q[1:]; len(q) > 1 {
-				next = append(next, p)
+		var peers []string
+		queues := map[string][]T{}
+		for _, it := range items[i:j] {
+			p := peerOf(it)
+			if _, ok := queues[p]; !ok {
+				peers = append(peers, p)
 			}
+			queues[p] = append(queues[p], it)
 		}
-		peers = next
+		for len(peers) > 0 {
+			next := peers[:0]
+			for _, p := range peers {
+				q := queues[p]
+				out = append(out, q[0])
+				if queues[p] = q[1:]; len(q) > 1 {
+					next = append(next, p)
+				}
+			}
+			peers = next
+		}
+		i = j
 	}
 	return out
 }
