@@ -24,8 +24,8 @@ const (
 )
 
 // liveNode returns a node whose live view holds benchPopulation remote
-// agents, as if received by gossip: each signed by its own identity and
-// verified.
+// agents, each signed by its own identity and verified, as if fetched from
+// their peers (gossip would hold them until their peers were reached).
 func liveNode(b *testing.B) *tnode {
 	b.Helper()
 	n := newNode(b, nodeOpts{cfg: node.Config{Timeout: time.Hour, HeartbeatInterval: time.Hour}})
@@ -51,7 +51,7 @@ func liveNode(b *testing.B) *tnode {
 		if err := n.Verifier().VerifyAgent(sa, trust.VerifyOptions{}); err != nil {
 			b.Fatal(err)
 		}
-		if err := n.View().Learn(sa, store.SourceGossip, true); err != nil {
+		if err := n.View().Learn(sa, store.SourceDHT, true); err != nil {
 			b.Fatal(err)
 		}
 	}
