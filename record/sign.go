@@ -268,6 +268,16 @@ func DecodeAgent(raw []byte, a *Agent) error {
 	if err := checkMemberCase(raw, reflect.TypeOf(a), "agent"); err != nil {
 		return err
 	}
+	// transport.endpoint is required by seed 000 (and agent.json) but may
+	// be empty; encoding/json cannot tell an absent member from "".
+	if t, ok := probe["transport"]; ok {
+		var tr map[string]json.RawMessage
+		if json.Unmarshal(t, &tr) == nil {
+			if _, ok := tr["endpoint"]; !ok {
+				return fieldErr("agent.transport.endpoint", "is required (seed 000: transport is {type, endpoint})")
+			}
+		}
+	}
 	if err := json.Unmarshal(raw, a); err != nil {
 		return jsonFieldErr("agent", err)
 	}
