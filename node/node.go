@@ -174,10 +174,14 @@ func New(cfg Config, opts Options) (n *Node, err error) {
 		HeartbeatInterval: cfg.HeartbeatInterval, UnhealthyAfter: cfg.UnhealthyAfter,
 		Timeout: cfg.Timeout, CacheTTL: cfg.CacheTTL,
 		MaxAgentsPerPeer: cfg.MaxAgentsPerPeer,
-		// A sender may claim at most twice the interval this node's own
-		// budget gives (views differ in size; an honest sender is removed
-		// only if it beats twelve times slower than this node would).
-		MaxInterval: func() time.Duration { return 2 * n.heartbeatInterval() },
+		// A sender may claim at most the interval this node's own budget
+		// gives: every node budgets the same network, so an honest sender
+		// claims no more, and a silent agent then leaves within the
+		// configured liveness timeout. Views that differ in size (a node
+		// still joining) cost an honest sender only an UNHEALTHY mark when
+		// its interval is more than three times this node's, and removal
+		// when more than six times.
+		MaxInterval: n.heartbeatInterval,
 		Vetted:      n.vet.vetted, RequestVet: n.vet.request, PrefixOf: n.vet.prefixOf,
 	}, n.st, n.ver, m, log)
 	n.view.OnUnknownAgent(n.fetchUnknown)
