@@ -226,6 +226,9 @@ func fromAnnounce(a Announce, canonical bool) (*SignedAgent, error) {
 	if err := DecodeAgent(canon, &sa.Agent); err != nil {
 		return nil, err
 	}
+	if err := requireEndpoint(canon); err != nil {
+		return nil, err
+	}
 	if err := sa.Agent.Validate(); err != nil {
 		return nil, err
 	}
@@ -268,18 +271,25 @@ func DecodeAgent(raw []byte, a *Agent) error {
 	if err := checkMemberCase(raw, reflect.TypeOf(a), "agent"); err != nil {
 		return err
 	}
-	// transport.endpoint is required by seed 000 (and agent.json) but may
-	// be empty; encoding/json cannot tell an absent member from "".
-	if t, ok := probe["transport"]; ok {
-		var tr map[string]json.RawMessage
-		if json.Unmarshal(t, &tr) == nil {
-			if _, ok := tr["endpoint"]; !ok {
-				return fieldErr("agent.transport.endpoint", "is required (seed 000: transport is {type, endpoint})")
-			}
-		}
-	}
 	if err := json.Unmarshal(raw, a); err != nil {
 		return jsonFieldErr("agent", err)
+	}
+	return nil
+}
+
+// requireEndpoint refuses a signed agent object without
+// transport.endpoint: seed 000 (and agent.json) require the member, which
+// may be empty, and encoding/json cannot tell an absent member from "".
+// Objects this node builds (registrations it signs) always carry it.
+func requireEndpoint(canon []byte) error {
+	var probe struct {
+		Transport map[string]json.RawMessage `json:"transport"`
+	}
+	if json.Unmarshal(canon, &probe) != nil || probe.Transport == nil {
+		return nil // DecodeAgent and Validate judge the rest
+	}
+	if _, ok := probe.Transport["endpoint"]; !ok {
+		return fieldErr("agent.transport.endpoint", "is required (seed 000: transport is {type, endpoint})")
 	}
 	return nil
 }
