@@ -2,17 +2,24 @@ package gossip
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/trust"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
 
@@ -111,6 +118,104 @@ func TestRogueSyncAnswersAreRefusedAndCounted(t *testing.T) {
 		}
 		if got := rejects(t, b.m, "sync", "malformed"); got < 5 {
 			t.Errorf("sync malformed = %v, want >= 5 (one undecodable record and four bad answers)", got)
+		}
+	})
+}
+
+// vettingSink is a fakeSink whose node reaches only the authors in ok.
+type vettingSink struct {
+	*fakeSink
+	mu sync.Mutex
+	ok map[peer.ID]bool
+}
+
+func (s *vettingSink) VetAuthor(_ context.Context, author peer.ID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ok[author]
+}
+
+// A peer that floods announcements authored by peer keys it minted (each
+// validly signed, none reachable) gets them past no honest node: the node
+// next to it ignores them, so they go no further, counts them, and charges
+// the flooding peer in P5 until its score is below the graylist
+// threshold. An announcement of a reachable author still travels through
+// the same node (issue 12 item 1: the fresh-key flood).
+func TestUnreachableAuthorsAreNotForwarded(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn := newTestNet(t, 0, testConfig())
+		a := tn.addHost(0)
+		b := tn.addHost(1)
+		c := tn.addHost(2)
+		x := tn.addHost(3)
+		if err := tn.mn.LinkAll(); err != nil {
+			t.Fatal(err)
+		}
+		vs := &vettingSink{fakeSink: b.sink, ok: map[peer.ID]bool{a.h.ID(): true}}
+		log := testLogger(t, slog.LevelWarn)
+		for _, nd := range []*tnode{a, b, c} {
+			nd.m = metrics.New(false)
+			var sink Sink = nd.sink
+			if nd == b {
+				sink = vs
+			}
+			g, err := New(tn.ctx, nd.h, testConfig(), nd.v, sink, nd.m, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Start(tn.ctx); err != nil {
+				t.Fatal(err)
+			}
+			nd.g = g
+		}
+		topics, stop := rawPubSub(t, tn.ctx, x.h, AnnounceTopic)
+		defer stop()
+		tn.connect(a, b)
+		tn.connect(b, c)
+		tn.connect(x, b)
+		waitFor(t, 10*time.Second, "topic peers", func() bool {
+			return len(b.g.TopicPeers()) == 3 && len(c.g.TopicPeers()) == 1 && len(a.g.TopicPeers()) == 1
+		})
+		tn.waitMesh()
+
+		var fakes []string
+		for range 30 {
+			k, err := trust.Generate()
+			if err != nil {
+				t.Fatal(err)
+			}
+			sa := signAgent(t, k, 1)
+			fakes = append(fakes, sa.Agent.AgentID)
+			data, err := EncodeAnnounce(sa)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := topics[AnnounceTopic].Publish(tn.ctx, data, pubsub.WithSecretKeyAndPeerId(k.PeerKey, k.PeerID)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// An honest announcement through the same node.
+		ra := a.record(t)
+		if err := a.g.PublishAnnounce(tn.ctx, ra); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "the reachable author's announcement at c", func() bool {
+			return len(c.sink.announcesOf(ra.Agent.AgentID, ra.Agent.Seq)) == 1
+		})
+		waitFor(t, 10*time.Second, "the flood refused at b", func() bool {
+			return rejects(t, b.m, "gossip", ReasonUnvettedAuthor) == 30
+		})
+		for _, id := range fakes {
+			if len(b.sink.announcesOf(id, 1)) != 0 || len(c.sink.announcesOf(id, 1)) != 0 {
+				t.Fatalf("a fake of an unreachable author was delivered (b %d, c %d)", len(b.sink.announcesOf(id, 1)), len(c.sink.announcesOf(id, 1)))
+			}
+		}
+		waitFor(t, 10*time.Second, "the flooding peer scored down", func() bool {
+			s, ok := b.g.PeerScores()[x.h.ID()]
+			return ok && s <= -250
+		})
+		if s := b.g.PeerScores()[a.h.ID()]; s < 0 {
+			t.Fatalf("the honest peer was charged: score %v", s)
 		}
 	})
 }

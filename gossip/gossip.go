@@ -166,6 +166,7 @@ type Gossip struct {
 
 	recent  *recentCache
 	unknown *unknownQueue
+	pen     *penalties // P5: deliveries of announcements whose author was not reached
 	mesh    *meshTracker
 	warned  *peerSet // peers warned about a newer minor version
 
@@ -223,6 +224,11 @@ func New(ctx context.Context, h host.Host, cfg Config, v *trust.Verifier, sink S
 	}
 	g.ctx, g.cancel = context.WithCancel(ctx)
 	g.unknown = newUnknownQueue(c.UnknownAgentBackoff)
+	g.pen = newPenalties()
+	app := c.Score.AppSpecificScore
+	score := *c.Score
+	score.AppSpecificScore = func(p peer.ID) float64 { return app(p) + g.pen.score(p) }
+	c.Score = &score
 	g.mesh = newMeshTracker(g)
 	opts := []pubsub.Option{
 		pubsub.WithGossipSubParams(*c.Params),
@@ -361,8 +367,8 @@ func (g *Gossip) watchTopicPeers(ctx context.Context, eh *pubsub.TopicEventHandl
 // joinLocked registers the validator, joins and subscribes to topic and
 // starts its delivery loop. g.mu is held.
 func (g *Gossip) joinLocked(topic, scene string) (*topicState, error) {
-	val := func(_ context.Context, _ peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
-		return g.validate(topic, scene, msg)
+	val := func(ctx context.Context, _ peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
+		return g.validate(ctx, topic, scene, msg)
 	}
 	if err := g.ps.RegisterTopicValidator(topic, val); err != nil {
 		return nil, fmt.Errorf("gossip: validator for %s: %w", topic, err)

@@ -36,8 +36,22 @@ type accepted struct {
 
 // validate is the topic validator. See the package doc for the order of
 // the checks and which outcome each failure has.
-func (g *Gossip) validate(topic, scene string, msg *pubsub.Message) pubsub.ValidationResult {
+func (g *Gossip) validate(ctx context.Context, topic, scene string, msg *pubsub.Message) pubsub.ValidationResult {
 	a, res, reason, err := g.check(topic, scene, msg.Data, msg.GetFrom())
+	if err == nil && !a.dup && a.msg.Kind == KindAnnounce && msg.GetFrom() != g.h.ID() {
+		if v, ok := g.sink.(AuthorVetter); ok {
+			vctx, cancel := context.WithTimeout(ctx, vetWaitDefault)
+			reached := v.VetAuthor(vctx, msg.GetFrom())
+			cancel()
+			if !reached {
+				g.recent.release(contentKey(msg.GetFrom(), msg.Data), topic)
+				g.pen.add(msg.ReceivedFrom)
+				g.m.Reject(metricsTransport, ReasonUnvettedAuthor)
+				g.log.Debug("announcement of an author not reached: not forwarded", "author", msg.GetFrom(), "via", msg.ReceivedFrom)
+				return pubsub.ValidationIgnore
+			}
+		}
+	}
 	if err != nil && reason == trust.ReasonPeerQuota && msg.ReceivedFrom == msg.GetFrom() {
 		// The author itself sends more agents than one peer may have:
 		// every node applies the same quota, so honest relays never

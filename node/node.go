@@ -249,7 +249,7 @@ func (n *Node) Start(ctx context.Context) error {
 		if n.cfg.Gossip != nil {
 			gc = *n.cfg.Gossip
 		}
-		g, err := gossip.New(n.ctx, n.host, gc, n.ver, gossipSink{n.view}, n.m, n.log)
+		g, err := gossip.New(n.ctx, n.host, gc, n.ver, gossipSink{n.view, n.vet}, n.m, n.log)
 		if err != nil {
 			return fmt.Errorf("gossip: %w", err)
 		}
@@ -609,7 +609,16 @@ func (n *Node) republishLocals() {
 
 // gossipSink adapts the live view to gossip.Sink: the view does not import
 // the transport, so the two sync methods translate gossip's types.
-type gossipSink struct{ *view.View }
+type gossipSink struct {
+	*view.View
+	vet *vetter
+}
+
+// VetAuthor implements gossip.AuthorVetter: an announcement is forwarded
+// only once its author has been reached.
+func (s gossipSink) VetAuthor(ctx context.Context, author peer.ID) bool {
+	return s.vet.wait(ctx, author)
+}
 
 func (s gossipSink) Synced(sa *record.SignedAgent, _ peer.ID, h gossip.Heard) {
 	_ = s.View.Synced(sa, h.Age, h.Interval) // not news: nothing to do

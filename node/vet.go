@@ -39,6 +39,8 @@ type vetter struct {
 	// tried: when each peer was last tried (reached or not), so one
 	// peer's records cost one dial per vetRetryAfter.
 	tried map[peer.ID]time.Time
+	// waiters: channels closed when a queued attempt on the peer ends.
+	waiters map[peer.ID]chan struct{}
 }
 
 type vetEntry struct {
@@ -47,7 +49,8 @@ type vetEntry struct {
 }
 
 func newVetter(n *Node) *vetter {
-	return &vetter{n: n, m: n.m, q: make(chan peer.ID, vetQueue), ok: map[peer.ID]vetEntry{}, tried: map[peer.ID]time.Time{}}
+	return &vetter{n: n, m: n.m, q: make(chan peer.ID, vetQueue), ok: map[peer.ID]vetEntry{}, tried: map[peer.ID]time.Time{},
+		waiters: map[peer.ID]chan struct{}{}}
 }
 
 // vetted reports whether p may have agents in the live view.
@@ -133,17 +136,48 @@ func publicPrefix(a ma.Multiaddr) string {
 	return pf.String()
 }
 
+// wait reports whether p is vetted, trying to reach it first if it is not
+// and it was not tried within vetRetryAfter; it returns when the attempt
+// ends or ctx does (gossip's validator, which must not forward the
+// announcements of authors nobody can reach).
+func (v *vetter) wait(ctx context.Context, p peer.ID) bool {
+	if v.vetted(p.String()) {
+		return true
+	}
+	done := v.enqueue(p)
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return v.vetted(p.String())
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // request queues p to be reached (view.Config.RequestVet). It never blocks.
 func (v *vetter) request(p string) {
 	id, err := peer.Decode(p)
 	if err != nil {
 		return
 	}
+	v.enqueue(id)
+}
+
+// enqueue queues an attempt on id unless one is queued (its channel is
+// returned) or one ended within vetRetryAfter (nil). The channel is closed
+// when the attempt ends.
+func (v *vetter) enqueue(id peer.ID) chan struct{} {
 	now := time.Now()
 	v.mu.Lock()
+	if w, ok := v.waiters[id]; ok {
+		v.mu.Unlock()
+		return w
+	}
 	if t, ok := v.tried[id]; ok && now.Sub(t) < vetRetryAfter {
 		v.mu.Unlock()
-		return
+		return nil
 	}
 	v.tried[id] = now
 	if len(v.tried) > vetMaxPeers {
@@ -153,11 +187,27 @@ func (v *vetter) request(p string) {
 			}
 		}
 	}
+	w := make(chan struct{})
+	v.waiters[id] = w
 	v.mu.Unlock()
 	select {
 	case v.q <- id:
+		return w
 	default:
 		v.m.Reject("view", "vet_queue_full")
+		v.finish(id)
+		return nil
+	}
+}
+
+// finish wakes the waiters of an attempt on id.
+func (v *vetter) finish(id peer.ID) {
+	v.mu.Lock()
+	w := v.waiters[id]
+	delete(v.waiters, id)
+	v.mu.Unlock()
+	if w != nil {
+		close(w)
 	}
 }
 
@@ -182,6 +232,7 @@ func (v *vetter) run(ctx context.Context, wg *sync.WaitGroup) {
 func (v *vetter) reach(ctx context.Context, p peer.ID) {
 	ctx, cancel := context.WithTimeout(ctx, vetTimeout)
 	defer cancel()
+	defer v.finish(p)
 	h := v.n.host
 	if h.Network().Connectedness(p) != network.Connected {
 		ai := peer.AddrInfo{ID: p}

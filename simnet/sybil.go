@@ -432,7 +432,8 @@ func (sr *sybilRun) addRefusals(m *agentdmetrics.Metrics) {
 					reason = l.GetValue()
 				}
 			}
-			if reason == "peer_quota" || reason == "interval_clamped" || reason == "unknown_key" {
+			switch reason {
+			case "peer_quota", "interval_clamped", "unknown_key", "unvetted_author", "pending_full", "unvetted_expired", "vet_failed", "vet_queue_full", "prefix_quota":
 				sr.mu.Lock()
 				sr.stats.Refused[tr+"/"+reason] += counterOf(mt)
 				sr.mu.Unlock()
