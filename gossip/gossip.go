@@ -25,6 +25,10 @@ import (
 	"golang.org/x/time/rate"
 )
 
+// peerOutboundQueue is the number of RPCs pubsub queues for one peer
+// before it drops them (pubsub's default is 32).
+const peerOutboundQueue = 256
+
 // AnnounceTopic is the network-wide topic every node joins.
 const AnnounceTopic = "/agentd/announce/1.0.0"
 
@@ -238,6 +242,7 @@ func New(ctx context.Context, h host.Host, cfg Config, v *trust.Verifier, sink S
 		pubsub.WithFloodPublish(c.FloodPublish),
 		pubsub.WithMessageIdFn(MessageID),
 		pubsub.WithMessageSignaturePolicy(pubsub.StrictSign),
+		pubsub.WithPeerOutboundQueueSize(peerOutboundQueue),
 		pubsub.WithSubscriptionFilter(pubsub.WrapLimitSubscriptionFilter(pubsub.NewRegexpSubscriptionFilter(topicRe), maxSubsPerRPC)),
 		pubsub.WithLogger(log.With("sub", "pubsub")),
 		pubsub.WithRawTracer(g.mesh),
