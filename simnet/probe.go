@@ -34,6 +34,10 @@ type probe struct {
 	decodeErrors  atomic.Int64
 	rpcDrops      atomic.Int64 // pubsub DropRPC: an outbound queue was full
 	undeliverable atomic.Int64 // pubsub UndeliverableMessage: a node's sink lagged
+	// catchUp counts deliveries of messages signed before the delivering
+	// node started: a joiner fetching recent history (IHAVE/IWANT), not a
+	// message late to the nodes that were up.
+	catchUp atomic.Int64
 
 	byKind map[string]*samples
 	all    *samples
@@ -41,8 +45,9 @@ type probe struct {
 }
 
 type delivery struct {
-	at   time.Time
-	data []byte
+	at    time.Time
+	start time.Time // when the delivering node (instance) started
+	data  []byte
 }
 
 func newProbe(capacity int, every uint32) *probe {
@@ -81,6 +86,10 @@ func (p *probe) start() {
 				p.decodeErrors.Add(1)
 				continue
 			}
+			if sent.Before(d.start) {
+				p.catchUp.Add(1)
+				continue
+			}
 			lat := max(d.at.Sub(sent), 0)
 			p.all.add(lat)
 			if s := p.byKind[m.Kind]; s != nil {
@@ -105,7 +114,7 @@ func (p *probe) close() {
 	<-p.done
 }
 
-func (p *probe) deliver(msg *pubsub.Message) {
+func (p *probe) deliver(msg *pubsub.Message, start time.Time) {
 	if msg.Local {
 		return
 	}
@@ -126,20 +135,24 @@ func (p *probe) deliver(msg *pubsub.Message) {
 		return
 	}
 	select {
-	case p.ch <- delivery{at: now, data: msg.GetData()}:
+	case p.ch <- delivery{at: now, start: start, data: msg.GetData()}:
 	default:
 		p.dropped.Add(1)
 	}
 }
 
 // tracer returns the pubsub raw tracer of one node.
-func (p *probe) tracer() pubsub.RawTracer { return probeTracer{p} }
+// tracer returns the tracer of a node instance that starts now.
+func (p *probe) tracer() pubsub.RawTracer { return probeTracer{p, time.Now()} }
 
-type probeTracer struct{ p *probe }
+type probeTracer struct {
+	p     *probe
+	start time.Time
+}
 
 var _ pubsub.RawTracer = probeTracer{}
 
-func (t probeTracer) DeliverMessage(msg *pubsub.Message)       { t.p.deliver(msg) }
+func (t probeTracer) DeliverMessage(msg *pubsub.Message)       { t.p.deliver(msg, t.start) }
 func (t probeTracer) DropRPC(*pubsub.RPC, peer.ID)             { t.p.rpcDrops.Add(1) }
 func (t probeTracer) UndeliverableMessage(*pubsub.Message)     { t.p.undeliverable.Add(1) }
 func (t probeTracer) OnNewOutboundStream(peer.ID, protocol.ID) {}

@@ -139,6 +139,9 @@ type GossipStats struct {
 	ProbeDropped  int64 `json:"probe_dropped"`
 	RPCDrops      int64 `json:"rpc_drops"`
 	Undeliverable int64 `json:"undeliverable"`
+	// CatchUp deliveries (not in Propagation) were of messages signed
+	// before the delivering node started: history a joiner fetched.
+	CatchUp int64 `json:"catch_up_at_joiners"`
 }
 
 // ChurnStats counts the churn and how fast views followed it.
@@ -435,6 +438,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	row("goroutines", fmt.Sprintf("%.0f per node (peak %d in the process)", res.GoroutinesPerNode, res.GoroutinesPeak))
 	row("live heap", fmt.Sprintf("%.2f MB per node (peak %.0f MB); RSS peak %.0f MB", res.HeapPerNodeMB, res.HeapPeakMB, res.RSSPeakMB))
 	row("CPU", fmt.Sprintf("%.1f s total, %.1f s in the measured window (%.3f s per node per second)", res.CPUSeconds, res.RunCPUSeconds, perNodeSecond(res.RunCPUSeconds, t.NodeSeconds)))
+	if g := r.Gossip; g.CatchUp > 0 {
+		row("gossip catch-up", fmt.Sprintf("%d deliveries of messages signed before the delivering node started (history a joiner fetched; not in propagation)", g.CatchUp))
+	}
 	if g := r.Gossip; g.ProbeDropped+g.RPCDrops+g.Undeliverable > 0 {
 		row("overload", fmt.Sprintf("%d probe drops, %d pubsub RPC drops, %d undeliverable", g.ProbeDropped, g.RPCDrops, g.Undeliverable))
 	}
