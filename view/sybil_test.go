@@ -243,3 +243,28 @@ func TestPrefixQuota(t *testing.T) {
 		t.Fatal("room freed in the prefix was not used")
 	}
 }
+
+// A remote agent that becomes hosted here (ApplyLocal) leaves its peer's
+// and its prefix's quota.
+func TestHostedAgentLeavesTheQuotas(t *testing.T) {
+	f := newFixture(t)
+	_ = f.v.Close()
+	f.v = New(Config{Now: f.clk.Now, MaxAgentsPerPeer: 1, MaxAgentsPerPrefix: 1,
+		PrefixOf: func(string) string { return "198.18.7.0/24" }}, f.st, nil, nil, nil)
+	t.Cleanup(func() { _ = f.v.Close() })
+	a, b := newAgent(t), newAgent(t)
+	ra := a.sign(t, 1, f.clk.Now(), nil, map[string]float64{"x": 1})
+	f.v.Announce(ra, a.id.PeerID, "")
+	f.v.Announce(b.sign(t, 1, f.clk.Now(), nil, map[string]float64{"x": 1}), b.id.PeerID, "")
+	if _, ok := f.v.Get(b.id.AgentID); ok {
+		t.Fatal("the prefix quota of 1 admitted a second agent")
+	}
+	f.v.ApplyLocal(a.sign(t, 2, f.clk.Now(), nil, map[string]float64{"x": 1}))
+	if f.v.CountByPeer(a.id.PeerID) != 0 {
+		t.Fatalf("a hosted agent still counts under its peer: %d", f.v.CountByPeer(a.id.PeerID))
+	}
+	f.v.Announce(b.sign(t, 1, f.clk.Now(), nil, map[string]float64{"x": 1}), b.id.PeerID, "")
+	if _, ok := f.v.Get(b.id.AgentID); !ok {
+		t.Fatal("the prefix slot of the agent now hosted here was not freed")
+	}
+}

@@ -305,39 +305,48 @@ func (v *View) quotaLocked(peerID string) error {
 	return nil
 }
 
-// addLocked and delLocked keep the per-peer counts of remote agents.
+// addLocked and delLocked insert and remove an agent, keeping the
+// per-peer and per-prefix counts of remote agents.
 func (v *View) addLocked(s *agentState) {
 	v.agents[s.rec.Agent.AgentID] = s
-	if !s.local {
-		v.perPeer[s.rec.Agent.PeerID]++
-		if s.prefix != "" {
-			v.perPrefix[s.prefix]++
-		}
-	}
+	v.countLocked(s)
 }
 
 func (v *View) delLocked(s *agentState) {
 	delete(v.agents, s.rec.Agent.AgentID)
-	if !s.local {
-		v.uncountLocked(s.rec.Agent.PeerID)
-		v.unprefixLocked(s)
-	}
+	v.uncountLocked(s)
 }
 
-func (v *View) uncountLocked(peerID string) {
-	if v.perPeer[peerID]--; v.perPeer[peerID] <= 0 {
-		delete(v.perPeer, peerID)
-	}
-}
-
-func (v *View) unprefixLocked(s *agentState) {
-	if s.prefix == "" {
+// countLocked counts a remote agent under its peer and prefix;
+// uncountLocked takes it out again (before it changes peer, becomes local
+// or leaves).
+func (v *View) countLocked(s *agentState) {
+	if s.local {
 		return
 	}
-	if v.perPrefix[s.prefix]--; v.perPrefix[s.prefix] <= 0 {
-		delete(v.perPrefix, s.prefix)
+	v.perPeer[s.rec.Agent.PeerID]++
+	if s.prefix != "" {
+		v.perPrefix[s.prefix]++
 	}
-	s.prefix = ""
+}
+
+func (v *View) uncountLocked(s *agentState) {
+	if s.local {
+		return
+	}
+	if p := s.rec.Agent.PeerID; v.perPeer[p] <= 1 {
+		delete(v.perPeer, p)
+	} else {
+		v.perPeer[p]--
+	}
+	if s.prefix != "" {
+		if v.perPrefix[s.prefix] <= 1 {
+			delete(v.perPrefix, s.prefix)
+		} else {
+			v.perPrefix[s.prefix]--
+		}
+		s.prefix = ""
+	}
 }
 
 // admitLocked applies the per-peer and per-prefix quotas to a new remote
@@ -560,9 +569,8 @@ func (v *View) learnHeard(sa *record.SignedAgent, src store.Source, live bool, a
 	newAgent := false
 	if s := v.agents[a.AgentID]; s == nil || s.rec.Agent.PeerID != a.PeerID {
 		newAgent = true
-		if err := v.quotaLocked(a.PeerID); err != nil {
+		if err := v.admitLocked(a.PeerID, ""); err != nil {
 			v.mu.Unlock()
-			v.m.Reject("view", string(trust.ReasonPeerQuota))
 			return err
 		}
 	}
@@ -616,12 +624,9 @@ func (v *View) learnHeard(sa *record.SignedAgent, src store.Source, live bool, a
 				v.mu.Unlock()
 				return err
 			}
-			v.uncountLocked(old.Agent.PeerID)
-			v.unprefixLocked(s)
-			v.perPeer[a.PeerID]++
-			if s.prefix = prefix; prefix != "" {
-				v.perPrefix[prefix]++
-			}
+			v.uncountLocked(s)
+			s.rec, s.prefix = sa, prefix
+			v.countLocked(s)
 		}
 		s.rec, s.source = sa, src
 		if heard.After(s.lastHeard) {
@@ -745,9 +750,7 @@ func (v *View) ApplyLocal(sa *record.SignedAgent) {
 		events = append(events, v.proj.update(nil, sa, v.effective(s), now)...)
 	} else {
 		old := s.rec
-		if !s.local {
-			v.uncountLocked(old.Agent.PeerID)
-		}
+		v.uncountLocked(s) // a remote agent now hosted here leaves its peer's and prefix's quota
 		s.rec, s.local, s.source, s.lastHeard, s.unhealthy = sa, true, store.SourceLocal, now, false
 		events = append(events, v.proj.update(old, sa, v.effective(s), now)...)
 		events = append(events, v.agentEvent(EventRegistered, s, now, ""))
