@@ -62,14 +62,20 @@ func (v *vetter) vetted(p string) bool {
 	if id == v.n.host.ID() {
 		return true
 	}
-	if v.n.host.Network().Connectedness(id) == network.Connected {
-		v.mark(id)
+	connected := v.n.host.Network().Connectedness(id) == network.Connected
+	v.mu.Lock()
+	e, ok := v.ok[id]
+	v.mu.Unlock()
+	now := time.Now()
+	if connected {
+		// Refresh the entry (and its prefix) at most twice per TTL, not on
+		// every message the validator checks.
+		if !ok || e.until.Sub(now) < vetTTL/2 {
+			v.mark(id)
+		}
 		return true
 	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	e, ok := v.ok[id]
-	return ok && time.Now().Before(e.until)
+	return ok && now.Before(e.until)
 }
 
 // prefixOf is the address prefix p was reached at ("" when not public).
@@ -195,6 +201,9 @@ func (v *vetter) enqueue(id peer.ID) chan struct{} {
 		return w
 	default:
 		v.m.Reject("view", "vet_queue_full")
+		v.mu.Lock()
+		delete(v.tried, id) // not tried: the next record may try it
+		v.mu.Unlock()
 		v.finish(id)
 		return nil
 	}

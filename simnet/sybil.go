@@ -79,7 +79,6 @@ type sybilRun struct {
 	n    *node.Node // the hostile agentd node (nil with fresh peer keys)
 	vn   *vnode
 	pid  peer.ID
-	stop chan struct{}
 	// With fresh peer keys: a bare GossipSub router on the hostile host.
 	ps    *pubsub.PubSub
 	topic *pubsub.Topic
@@ -138,7 +137,7 @@ func (sm *sim) doSybil(ev Event) {
 		return
 	}
 	vn.n, vn.st = n, st
-	sr := &sybilRun{sm: sm, n: n, vn: vn, pid: id.PeerID, stop: make(chan struct{})}
+	sr := &sybilRun{sm: sm, n: n, vn: vn, pid: id.PeerID}
 	sr.begin()
 }
 
@@ -158,7 +157,7 @@ func (sm *sim) startFreshSybil(vn *vnode) {
 		var topic *pubsub.Topic
 		topic, err = ps.Join(gossip.AnnounceTopic)
 		if err == nil {
-			sr := &sybilRun{sm: sm, vn: vn, pid: vn.id.PeerID, stop: make(chan struct{}), ps: ps, topic: topic}
+			sr := &sybilRun{sm: sm, vn: vn, pid: vn.id.PeerID, ps: ps, topic: topic}
 			sr.stats.FreshPeers = true
 			sr.begin()
 			ctx, cancel := context.WithTimeout(sm.ctx, 10*time.Second)
@@ -283,7 +282,6 @@ func (sr *sybilRun) flood() {
 	sr.stopped = now
 	sr.mu.Unlock()
 	sm.mark(EventSybil, now, "hostile peer stopped")
-	close(sr.stop)
 }
 
 // watch samples the honest nodes every second until the run ends.
