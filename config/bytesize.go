@@ -46,20 +46,11 @@ func (b ByteSize) String() string {
 
 // UnmarshalYAML reads an integer or a size string.
 func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.ScalarNode {
-		return errors.New("must be bytes (67108864) or a size (\"64MiB\"), not a " + kindName(n))
+	v, err := scalarYAML(n, "bytes (67108864) or a size (\"64MiB\")", ParseByteSize)
+	if err == nil {
+		*b = v
 	}
-	switch n.ShortTag() {
-	case "!!int", "!!str":
-	default:
-		return fmt.Errorf("must be bytes (67108864) or a size (\"64MiB\"), not %s %q", tagName(n), clip(n.Value))
-	}
-	v, err := ParseByteSize(n.Value)
-	if err != nil {
-		return err
-	}
-	*b = v
-	return nil
+	return err
 }
 
 // MarshalYAML writes the size string.
@@ -70,18 +61,9 @@ func (b ByteSize) MarshalJSON() ([]byte, error) { return json.Marshal(b.String()
 
 // UnmarshalJSON reads a number of bytes or a size string.
 func (b *ByteSize) UnmarshalJSON(data []byte) error {
-	var s string
-	if len(data) > 0 && data[0] == '"' {
-		if err := json.Unmarshal(data, &s); err != nil {
-			return err
-		}
-	} else {
-		s = string(data)
+	v, err := scalarJSON(data, "size", ParseByteSize)
+	if err == nil {
+		*b = v
 	}
-	v, err := ParseByteSize(s)
-	if err != nil {
-		return fmt.Errorf("size %w", err)
-	}
-	*b = v
-	return nil
+	return err
 }

@@ -63,20 +63,43 @@ func (d Duration) String() string { return time.Duration(d).String() }
 
 // UnmarshalYAML reads an integer (milliseconds) or a duration string.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := scalarYAML(n, "milliseconds (5000) or a duration (\"5s\")", ParseDuration)
+	if err == nil {
+		*d = v
+	}
+	return err
+}
+
+// scalarYAML parses the text of an integer or string scalar; want says in
+// the error what the value may be.
+func scalarYAML[T any](n *yaml.Node, want string, parse func(string) (T, error)) (T, error) {
+	var zero T
 	if n.Kind != yaml.ScalarNode {
-		return errors.New("must be milliseconds (5000) or a duration (\"5s\"), not a " + kindName(n))
+		return zero, errors.New("must be " + want + ", not a " + kindName(n))
 	}
 	switch n.ShortTag() {
 	case "!!int", "!!str":
 	default:
-		return fmt.Errorf("must be milliseconds (5000) or a duration (\"5s\"), not %s %q", tagName(n), clip(n.Value))
+		return zero, fmt.Errorf("must be %s, not %s %q", want, tagName(n), clip(n.Value))
 	}
-	v, err := ParseDuration(n.Value)
+	return parse(n.Value)
+}
+
+// scalarJSON parses a JSON number or string by its text; what prefixes
+// the error.
+func scalarJSON[T any](b []byte, what string, parse func(string) (T, error)) (T, error) {
+	var zero T
+	s := string(b)
+	if len(b) > 0 && b[0] == '"' {
+		if err := json.Unmarshal(b, &s); err != nil {
+			return zero, err
+		}
+	}
+	v, err := parse(s)
 	if err != nil {
-		return err
+		return zero, fmt.Errorf("%s %w", what, err)
 	}
-	*d = v
-	return nil
+	return v, nil
 }
 
 // MarshalYAML writes the Go duration string.
@@ -87,18 +110,9 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()
 
 // UnmarshalJSON reads a number (milliseconds) or a duration string.
 func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if len(b) > 0 && b[0] == '"' {
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-	} else {
-		s = string(b)
+	v, err := scalarJSON(b, "duration", ParseDuration)
+	if err == nil {
+		*d = v
 	}
-	v, err := ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("duration %w", err)
-	}
-	*d = v
-	return nil
+	return err
 }

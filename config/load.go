@@ -149,10 +149,9 @@ func (d *decoder) fail(n *yaml.Node, path, format string, args ...any) error {
 	return &FieldError{File: d.file, Line: n.Line, Field: path, Reason: fmt.Sprintf(format, args...)}
 }
 
-var (
-	durationType = reflect.TypeOf(Duration(0))
-	byteSizeType = reflect.TypeOf(ByteSize(0))
-)
+// scalarValue is implemented by the configuration's own scalar types
+// (Duration, ByteSize), which parse their text themselves.
+type scalarValue interface{ UnmarshalYAML(*yaml.Node) error }
 
 // value decodes n into v, which is addressable.
 func (d *decoder) value(path string, n *yaml.Node, v reflect.Value) error {
@@ -165,20 +164,10 @@ func (d *decoder) value(path string, n *yaml.Node, v reflect.Value) error {
 	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
 		return nil // an empty value keeps the default
 	}
-	if v.Type() == durationType {
-		var dur Duration
-		if err := dur.UnmarshalYAML(n); err != nil {
+	if u, ok := v.Addr().Interface().(scalarValue); ok {
+		if err := u.UnmarshalYAML(n); err != nil {
 			return d.fail(n, path, "%s", err.Error())
 		}
-		v.Set(reflect.ValueOf(dur))
-		return nil
-	}
-	if v.Type() == byteSizeType {
-		var b ByteSize
-		if err := b.UnmarshalYAML(n); err != nil {
-			return d.fail(n, path, "%s", err.Error())
-		}
-		v.Set(reflect.ValueOf(b))
 		return nil
 	}
 	switch v.Kind() {
