@@ -794,17 +794,18 @@ func (p *mdnsProto) found(in *instance, now time.Time) {
 		}
 	}
 	l.peers.add(pid, mas, now)
-	direct := false
-	if h, ok := l.agents.hash(sum.AgentID); ok && h == sum.Hash && !l.provenAt(sum.AgentID, src) {
-		// mDNS answers are unsigned (RFC 6762) and the summary of a held
-		// record is public: anyone on the link can replay it, from any
-		// address, to keep a dead agent alive. A refresh proves life only
-		// from an address the agent was verified at; from another one the
-		// record is fetched from the peer itself (a challenge-bound,
-		// authenticated fetch), and only that answer counts.
+	// mDNS answers are unsigned (RFC 6762) and the summary of a held record
+	// is public: anyone on the link can replay it, from any address, to
+	// keep a dead agent alive. A refresh proves life only from an address
+	// the agent was verified at; from another one the record is fetched
+	// from the peer itself (a challenge-bound, authenticated fetch), and
+	// only that answer counts.
+	h, known := l.agents.hash(sum.AgentID)
+	held := known && h == sum.Hash
+	direct := held && !l.provenAt(sum.AgentID, src)
+	if direct {
 		l.count(mechMDNS, "refresh_unproven")
-		direct = true
-	} else if ok && h == sum.Hash {
+	} else if held {
 		l.agents.mu.Lock()
 		e := l.agents.entryLocked(sum.AgentID, now)
 		e.lastSeen = now
@@ -867,8 +868,9 @@ func (p *mdnsProto) found(in *instance, now time.Time) {
 }
 
 // obtain returns the verified record a summary points at: from the node
-// when it holds it (unless direct), else fetched from the summary's peer. The record must
-// hash to h, or be newer than seq (the summary lags a re-signing).
+// when it holds it (unless direct), else fetched from the summary's peer.
+// The record must hash to h, or be newer than seq (the summary lags a
+// re-signing).
 func (p *mdnsProto) obtain(ctx context.Context, sum Summary, ai peer.AddrInfo, direct bool) (*record.SignedAgent, error) {
 	l := p.l
 	want := func(sa *record.SignedAgent) bool {
