@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/internal/testutil"
 	"github.com/agentd/agentd/record"
 )
 
@@ -101,7 +102,7 @@ func TestInMemoryStoreHasNoGuard(t *testing.T) {
 // fail cleanly, Close flushes into the freed ballast, and every
 // acknowledged write is there after a reopen.
 func TestFullFilesystemRefusesWritesWithoutCrashing(t *testing.T) {
-	t.Run("tmpfs 4 MiB", func(t *testing.T) { fullFilesystem(t, smallFS(t, "4m")) })
+	t.Run("tmpfs 4 MiB", func(t *testing.T) { fullFilesystem(t, testutil.MountTmpfs(t, "4m")) })
 	t.Run("ext4 loop 12 MiB", func(t *testing.T) { fullFilesystem(t, loopExt4(t, 12<<20)) })
 }
 
@@ -135,7 +136,7 @@ func fullFilesystem(t *testing.T, dir string) {
 	}
 	// Another process takes every block left.
 	filler := filepath.Join(dir, "filler")
-	fill(t, filler)
+	testutil.FillFS(t, filler)
 	for i := range 20 {
 		if err := put(); !errors.Is(err, ErrNoSpace) {
 			t.Fatalf("write %d on a full disk: %v", i, err)
@@ -153,7 +154,7 @@ func fullFilesystem(t *testing.T, dir string) {
 		}
 	}
 	// Full again at Close: the ballast makes room for the flush.
-	fill(t, filler)
+	testutil.FillFS(t, filler)
 	if err := s.Close(); err != nil {
 		t.Fatalf("close on a full disk: %v", err)
 	}
@@ -178,25 +179,6 @@ func fullFilesystem(t *testing.T, dir string) {
 			t.Fatalf("acknowledged registration %s lost (%d of %d there)", id, len(locals), len(acked))
 		}
 	}
-}
-
-// smallFS mounts a tmpfs of the given size (root only) and returns its
-// path; it is unmounted at cleanup.
-func smallFS(t *testing.T, size string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("SKIP (environment): mounting a small tmpfs needs root; the full-disk test did not run")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("SKIP (environment): cannot mount a tmpfs (%v: %s); the full-disk test did not run", err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
 }
 
 // loopExt4 mounts a fresh ext4 filesystem of size bytes from a loop device
@@ -226,23 +208,4 @@ func loopExt4(t *testing.T, size int64) string {
 		}
 	})
 	return dir
-}
-
-// fill writes path until the filesystem has no block left.
-func fill(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = f.Close() }()
-	buf := make([]byte, 4096)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			if !strings.Contains(err.Error(), "no space left") {
-				t.Fatal(fmt.Errorf("fill: %w", err))
-			}
-			return
-		}
-	}
 }

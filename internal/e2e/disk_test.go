@@ -4,11 +4,12 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentd/agentd/internal/testutil"
 )
 
 // A full disk refuses writes with 507 and a clear CLI message, keeps
@@ -16,14 +17,7 @@ import (
 // restart while full and loses nothing (issue 12 item 3: Badger's
 // memory-mapped write raised SIGBUS and the daemon died).
 func TestFullDiskRefusesWritesAndKeepsServing(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("SKIP (environment): mounting a small tmpfs needs root; the full-disk test did not run")
-	}
-	data := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", data).CombinedOutput(); err != nil {
-		t.Skipf("SKIP (environment): cannot mount a tmpfs (%v: %s); the full-disk test did not run", err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() { _ = exec.Command("umount", "-l", data).Run() })
+	data := testutil.MountTmpfs(t, "8m")
 
 	d := &daemon{t: t, name: "full", dir: t.TempDir(), data: data, args: []string{"--min-free", "1MiB"}}
 	d.start()
@@ -51,7 +45,7 @@ func TestFullDiskRefusesWritesAndKeepsServing(t *testing.T) {
 	acked = append(acked, id)
 
 	filler := filepath.Join(data, "filler")
-	fillFS(t, filler)
+	testutil.FillFS(t, filler)
 	code, _, m = register("while-full")
 	if code != http.StatusInsufficientStorage || m["error"] != "ErrInsufficientStorage" {
 		t.Fatalf("register on a full disk: %d %v, want 507 ErrInsufficientStorage", code, m)
@@ -108,7 +102,7 @@ func TestFullDiskRefusesWritesAndKeepsServing(t *testing.T) {
 	// Full again, then a clean restart and a crash: the daemon comes up
 	// (the ballast makes room for the closing flush) and serves what was
 	// acknowledged.
-	fillFS(t, filler)
+	testutil.FillFS(t, filler)
 	d.stop()
 	d.start()
 	d.kill()
@@ -133,29 +127,4 @@ func TestFullDiskRefusesWritesAndKeepsServing(t *testing.T) {
 		code, _, _ := register("last")
 		return code == http.StatusOK
 	})
-}
-
-// fillFS writes path until the filesystem has no block left.
-func fillFS(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = f.Close() }()
-	buf := make([]byte, 64<<10)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			if !strings.Contains(err.Error(), "no space left") {
-				t.Fatalf("fill: %v", err)
-			}
-			break
-		}
-	}
-	small := make([]byte, 512)
-	for {
-		if _, err := f.Write(small); err != nil {
-			return
-		}
-	}
 }
