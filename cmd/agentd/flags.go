@@ -151,7 +151,7 @@ func effectiveConfig(c *cli.Context) (config.Config, error) {
 	set("storage.minFree", func(x *cli.Context, n string) {
 		v, err := config.ParseByteSize(x.String(n))
 		if err != nil {
-			sizeErr = fmt.Errorf("--%s: %w", n, err)
+			sizeErr = usagef("--%s / %s: %v", n, config.EnvMinFree, err)
 			return
 		}
 		cfg.Storage.MinFree = v
