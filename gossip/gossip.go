@@ -32,6 +32,9 @@ const peerOutboundQueue = 256
 // AnnounceTopic is the network-wide topic every node joins.
 const AnnounceTopic = "/agentd/announce/1.0.0"
 
+// LivenessTopic carries peer_down claims (package liveness).
+const LivenessTopic = "/agentd/liveness/1.0.0"
+
 // SyncProtocol is the stream protocol that serves a node's live view to a
 // neighbour that just joined.
 const SyncProtocol = "/agentd/sync/1.0.0"
@@ -42,10 +45,10 @@ const (
 )
 
 // topicRe matches the topics agentd nodes track for their peers: the
-// announce topic and scene topics. Subscriptions to anything else are not
+// announce topic, the liveness topic and scene topics. Subscriptions to anything else are not
 // tracked (and at most maxSubsPerRPC are read from one RPC), so a peer
 // cannot make this node keep state for arbitrary topics.
-var topicRe = regexp.MustCompile(`^/agentd/(announce|scene/[A-Za-z0-9][A-Za-z0-9._/@+-]{0,127})/1\.0\.0$`)
+var topicRe = regexp.MustCompile(`^/agentd/(announce|liveness|scene/[A-Za-z0-9][A-Za-z0-9._/@+-]{0,127})/1\.0\.0$`)
 
 const maxSubsPerRPC = 128
 
@@ -166,6 +169,7 @@ type Gossip struct {
 	started  bool
 	closed   bool
 	announce *topicState
+	liveness *topicState
 	scenes   map[string]*topicState
 
 	recent  *recentCache
@@ -429,6 +433,69 @@ func (g *Gossip) deliver(ctx context.Context, ts *topicState) {
 	}
 }
 
+// JoinLiveness joins the liveness topic with validate as its validator
+// (package liveness decides what a peer_down claim is worth; it may block
+// up to a few seconds, as it pings the peer). Accepted messages are
+// forwarded by the router; there is nothing to deliver.
+func (g *Gossip) JoinLiveness(validate func(ctx context.Context, from peer.ID, data []byte) pubsub.ValidationResult) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case g.closed:
+		return ErrClosed
+	case g.liveness != nil:
+		return nil
+	}
+	val := func(ctx context.Context, _ peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
+		return validate(ctx, msg.GetFrom(), msg.GetData())
+	}
+	if err := g.ps.RegisterTopicValidator(LivenessTopic, val, pubsub.WithValidatorTimeout(livenessValidateTimeout)); err != nil {
+		return fmt.Errorf("gossip: validator for %s: %w", LivenessTopic, err)
+	}
+	t, err := g.ps.Join(LivenessTopic)
+	if err != nil {
+		_ = g.ps.UnregisterTopicValidator(LivenessTopic)
+		return fmt.Errorf("gossip: join %s: %w", LivenessTopic, err)
+	}
+	sub, err := t.Subscribe()
+	if err != nil {
+		_ = t.Close()
+		_ = g.ps.UnregisterTopicValidator(LivenessTopic)
+		return fmt.Errorf("gossip: subscribe %s: %w", LivenessTopic, err)
+	}
+	ctx, cancel := context.WithCancel(g.ctx)
+	ts := &topicState{topic: LivenessTopic, t: t, sub: sub, cancel: cancel, done: make(chan struct{})}
+	g.wg.Go(func() {
+		defer close(ts.done)
+		for {
+			if _, err := sub.Next(ctx); err != nil {
+				return
+			}
+		}
+	})
+	g.liveness = ts
+	return nil
+}
+
+// livenessValidateTimeout bounds the liveness validator (a ping of 1 s
+// and room to spare).
+const livenessValidateTimeout = 3 * time.Second
+
+// PublishLiveness publishes a message on the liveness topic.
+func (g *Gossip) PublishLiveness(ctx context.Context, data []byte) error {
+	g.mu.Lock()
+	ts := g.liveness
+	closed := g.closed
+	g.mu.Unlock()
+	switch {
+	case closed:
+		return ErrClosed
+	case ts == nil:
+		return ErrNotStarted
+	}
+	return ts.t.Publish(ctx, data)
+}
+
 // leave stops a topic's delivery loop and leaves the topic.
 func (g *Gossip) leave(ts *topicState) {
 	ts.sub.Cancel()
@@ -659,6 +726,9 @@ func (g *Gossip) Close() error {
 	var topics []*topicState
 	if g.announce != nil {
 		topics = append(topics, g.announce)
+	}
+	if g.liveness != nil {
+		topics = append(topics, g.liveness)
 	}
 	for _, ts := range g.scenes {
 		topics = append(topics, ts)

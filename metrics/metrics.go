@@ -39,6 +39,16 @@ type Metrics struct {
 	LANPackets *prometheus.CounterVec
 	// HTTPRequests counts API requests by surface and status code.
 	HTTPRequests *prometheus.CounterVec
+	// Suspicions counts peers suspected after their last connection
+	// closed, by outcome (alive, refuted, confirmed, unconfirmed).
+	Suspicions *prometheus.CounterVec
+	// DownClaims counts peer_down claims received on the liveness topic,
+	// by outcome (confirmed, refuted, duplicate, uninterested, malformed,
+	// rate_limited, self).
+	DownClaims *prometheus.CounterVec
+	// Probes counts /agentd/probe/1.0.0 requests served, by answer
+	// (reachable, unreachable, refused).
+	Probes *prometheus.CounterVec
 }
 
 // New creates the collectors on a fresh registry. withRuntime adds the Go
@@ -87,9 +97,19 @@ func New(withRuntime bool) *Metrics {
 		HTTPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentd_http_requests_total", Help: "Local API requests by surface and status code.",
 		}, []string{"surface", "code"}),
+		Suspicions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentd_liveness_suspicions_total", Help: "Peers suspected after their last connection closed, by outcome.",
+		}, []string{"outcome"}),
+		DownClaims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentd_liveness_claims_total", Help: "peer_down claims received, by outcome.",
+		}, []string{"outcome"}),
+		Probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentd_liveness_probes_served_total", Help: "Liveness probes served for other nodes, by answer.",
+		}, []string{"answer"}),
 	}
 	r.MustRegister(m.Rejects, m.Lookups, m.LookupLatency, m.GossipDelivered, m.GossipPublished,
-		m.Peers, m.Records, m.LiveAgents, m.Fetches, m.Provides, m.LANPackets, m.HTTPRequests)
+		m.Peers, m.Records, m.LiveAgents, m.Fetches, m.Provides, m.LANPackets, m.HTTPRequests,
+		m.Suspicions, m.DownClaims, m.Probes)
 	return m
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/agentd/agentd/dht"
 	"github.com/agentd/agentd/gossip"
+	"github.com/agentd/agentd/liveness"
 	"github.com/agentd/agentd/trust"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -55,6 +56,11 @@ type Config struct {
 	// LeaseCheckInterval is how often expired leases are collected
 	// (default 1 s).
 	LeaseCheckInterval time.Duration
+	// DisableSuspicion turns off early failure detection (package
+	// liveness): agents then leave only by the seed's timeout.
+	DisableSuspicion bool
+	// Liveness tunes early failure detection; its own defaults apply.
+	Liveness liveness.Config
 	// DisableDHT / DisableGossip turn a transport off (tests).
 	DisableDHT    bool
 	DisableGossip bool

@@ -19,6 +19,7 @@ import (
 	"github.com/agentd/agentd/bootstrap"
 	"github.com/agentd/agentd/dht"
 	"github.com/agentd/agentd/gossip"
+	"github.com/agentd/agentd/liveness"
 	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/p2p"
 	"github.com/agentd/agentd/record"
@@ -98,6 +99,7 @@ type Node struct {
 	gsp  *gossip.Gossip
 	vet  *vetter
 	vetN *network.NotifyBundle
+	det  *liveness.Detector // nil when DisableSuspicion
 	lan  LAN
 	cat  Catalog
 	m    *metrics.Metrics
@@ -259,6 +261,22 @@ func (n *Node) Start(ctx context.Context) error {
 			return fmt.Errorf("start gossip: %w", err)
 		}
 	}
+	if !n.cfg.DisableSuspicion {
+		hooks := liveness.Hooks{
+			Holds: func(p peer.ID) bool { return n.view.CountByPeer(p) > 0 },
+			Down:  n.peerDown,
+		}
+		if n.gsp != nil {
+			hooks.Publish = n.gsp.PublishLiveness
+		}
+		n.det = liveness.New(n.host, n.cfg.Liveness, hooks, n.m, n.log)
+		if n.gsp != nil {
+			if err := n.gsp.JoinLiveness(n.det.ValidateClaim); err != nil {
+				return fmt.Errorf("join liveness topic: %w", err)
+			}
+		}
+		n.det.Start(n.ctx)
+	}
 	if n.lan != nil {
 		if err := n.lan.Start(n.ctx); err != nil {
 			return fmt.Errorf("start lan: %w", err)
@@ -363,6 +381,9 @@ func (n *Node) closeParts() error {
 	var errs []error
 	if n.lan != nil && n.started {
 		errs = append(errs, n.lan.Close())
+	}
+	if n.det != nil {
+		errs = append(errs, n.det.Close())
 	}
 	if n.gsp != nil {
 		errs = append(errs, n.gsp.Close())

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/metrics"
+	"github.com/agentd/agentd/view"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
@@ -76,6 +77,15 @@ func (v *vetter) vetted(p string) bool {
 		return true
 	}
 	return ok && now.Before(e.until)
+}
+
+// forget drops what is known of p: it must be reached again before its
+// records enter the live view (it was confirmed unreachable).
+func (v *vetter) forget(p peer.ID) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	delete(v.ok, p)
+	delete(v.tried, p)
 }
 
 // prefixOf is the address prefix p was reached at ("" when not public).
@@ -258,6 +268,17 @@ func (v *vetter) reach(ctx context.Context, p peer.ID) {
 	}
 	v.mark(p)
 	v.n.view.PeerVetted(p.String())
+}
+
+// peerDown is liveness.Hooks.Down: the agents of a peer confirmed
+// unreachable leave the live view now rather than at the timeout, and the
+// peer must be reached again before records of it are admitted (a
+// neighbour's sync or a relayed announcement cannot bring them back).
+func (n *Node) peerDown(p peer.ID) {
+	n.vet.forget(p)
+	if k := n.view.DropPeer(p, view.ReasonPeerDown); k > 0 {
+		n.log.Info("agents of an unreachable peer removed", "peer", p, "agents", k)
+	}
 }
 
 // connected vets a peer that connected (network.Notifiee); the view's

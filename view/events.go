@@ -26,6 +26,10 @@ const (
 // reasons (SHUTDOWN, ERROR, MAINTENANCE, UPGRADE).
 const (
 	ReasonTimeout = "TIMEOUT" // no heartbeat within the liveness timeout
+	// ReasonPeerDown: the agent's peer lost its connections and could not
+	// be reached again, by this node or the peers it asked (package
+	// liveness).
+	ReasonPeerDown = "PEER_UNREACHABLE"
 )
 
 // Event is one change of the live view.

@@ -794,6 +794,41 @@ func (v *View) Forget(agentID, reason string) {
 	v.emit(events)
 }
 
+// DropPeer removes every remote agent of peer p from the live view, and
+// the records of p held until p is reached: the node confirmed that p
+// cannot be reached (package liveness). The cached records become stale
+// at once, as those of agents that timed out. It returns how many agents
+// left.
+func (v *View) DropPeer(p peer.ID, reason string) int {
+	ps := p.String()
+	now := v.cfg.Now()
+	var events []Event
+	var gone []string
+	v.mu.Lock()
+	if v.perPeer[ps] > 0 {
+		for id, s := range v.agents {
+			if s.local || s.rec.Agent.PeerID != ps {
+				continue
+			}
+			v.delLocked(s)
+			gone = append(gone, id)
+			events = append(events, v.agentEvent(EventDeregistered, s, now, reason))
+			events = append(events, v.proj.update(s.rec, nil, "", now)...)
+		}
+	}
+	for id, h := range v.pending {
+		if h.sa.Agent.PeerID == ps {
+			delete(v.pending, id)
+		}
+	}
+	v.mu.Unlock()
+	for _, id := range gone {
+		_ = v.st.Touch(context.Background(), id, now)
+	}
+	v.emit(events)
+	return len(gone)
+}
+
 // SetStatus records the status a remote agent reported on a transport
 // other than gossip (a LAN heartbeat): it also counts as news that the
 // agent is alive.

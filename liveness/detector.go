@@ -1,0 +1,474 @@
+package liveness
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/agentd/agentd/metrics"
+	"github.com/agentd/agentd/record"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+)
+
+func suspicions(m *metrics.Metrics) *prometheus.CounterVec   { return m.Suspicions }
+func downClaims(m *metrics.Metrics) *prometheus.CounterVec   { return m.DownClaims }
+func probesServed(m *metrics.Metrics) *prometheus.CounterVec { return m.Probes }
+
+// Config tunes the detector. Zero values take the defaults.
+type Config struct {
+	// PingTimeout bounds one direct attempt to reach a peer: dial and
+	// answer (default 1 s).
+	PingTimeout time.Duration
+	// AskTimeout bounds an indirect probe through a helper (default 2 s).
+	AskTimeout time.Duration
+	// Helpers is how many connected peers are asked to reach a suspect
+	// (default 3, SWIM's k).
+	Helpers int
+	// Cooldown: a suspect found alive is not suspected again sooner
+	// (default 10 s), so a connection manager that trims the connection
+	// does not make the node probe it in a loop.
+	Cooldown time.Duration
+	// ClaimWindow: a peer_down claim older than this, or dated further
+	// ahead than a tenth of it, is ignored; a confirmation is remembered
+	// this long (default 60 s).
+	ClaimWindow time.Duration
+	// Workers investigate suspects concurrently (default 4); Queue bounds
+	// the suspects waiting (default 256).
+	Workers, Queue int
+}
+
+func (c *Config) defaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.PingTimeout, time.Second)
+	def(&c.AskTimeout, 2*time.Second)
+	def(&c.Cooldown, 10*time.Second)
+	def(&c.ClaimWindow, time.Minute)
+	if c.Helpers <= 0 {
+		c.Helpers = 3
+	}
+	if c.Workers <= 0 {
+		c.Workers = 4
+	}
+	if c.Queue <= 0 {
+		c.Queue = 256
+	}
+}
+
+// Hooks connect the detector to the node.
+type Hooks struct {
+	// Holds reports whether the live view holds agents of p: only those
+	// peers are worth suspecting.
+	Holds func(p peer.ID) bool
+	// Down is called once p is confirmed unreachable; reason is
+	// ReasonPeerDown. It must not block for long.
+	Down func(p peer.ID)
+	// Publish sends a peer_down message on the liveness topic (nil: the
+	// node does not gossip its confirmations).
+	Publish func(ctx context.Context, data []byte) error
+}
+
+// Detector suspects a peer whose last connection closed, confirms it
+// through the peer itself and through other peers, and tells the node
+// (see the package doc).
+type Detector struct {
+	h     host.Host
+	cfg   Config
+	hooks Hooks
+	m     *metrics.Metrics
+	log   *slog.Logger
+	srv   *server
+	nb    *network.NotifyBundle
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	q      chan peer.ID
+
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	queued  map[peer.ID]bool
+	alive   map[peer.ID]time.Time // last found alive by a ping
+	down    map[peer.ID]downEntry // confirmed unreachable
+	claimRL map[peer.ID]*rate.Limiter
+}
+
+type downEntry struct {
+	at        time.Time
+	forwarded bool // a peer_down claim about it was published or forwarded
+}
+
+// New builds a detector on h; Start runs it.
+func New(h host.Host, cfg Config, hooks Hooks, m *metrics.Metrics, log *slog.Logger) *Detector {
+	cfg.defaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	d := &Detector{
+		h: h, cfg: cfg, hooks: hooks, m: m, log: log.With("component", "liveness"),
+		q: make(chan peer.ID, cfg.Queue), queued: map[peer.ID]bool{}, alive: map[peer.ID]time.Time{},
+		down: map[peer.ID]downEntry{}, claimRL: map[peer.ID]*rate.Limiter{},
+	}
+	d.srv = newServer(d)
+	d.nb = &network.NotifyBundle{DisconnectedF: d.disconnected, ConnectedF: d.connected}
+	return d
+}
+
+// Start serves probes, follows the host's connections and starts the
+// workers; they run until Close or ctx ends.
+func (d *Detector) Start(ctx context.Context) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.started || d.closed {
+		return
+	}
+	d.started = true
+	d.ctx, d.cancel = context.WithCancel(ctx)
+	d.h.SetStreamHandler(ProbeProtocol, d.srv.handle)
+	d.h.Network().Notify(d.nb)
+	for range d.cfg.Workers {
+		d.wg.Go(d.work)
+	}
+}
+
+// Close stops the workers and the probe handler and waits for them.
+func (d *Detector) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	started := d.started
+	d.mu.Unlock()
+	if !started {
+		return nil
+	}
+	d.h.Network().StopNotify(d.nb)
+	d.h.RemoveStreamHandler(ProbeProtocol)
+	d.cancel()
+	d.wg.Wait()
+	return nil
+}
+
+// enter registers a handler run; false once closed.
+func (d *Detector) enter() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed || !d.started {
+		return false
+	}
+	d.wg.Add(1)
+	return true
+}
+
+// disconnected suspects a peer whose last connection closed.
+func (d *Detector) disconnected(_ network.Network, c network.Conn) {
+	p := c.RemotePeer()
+	if d.h.Network().Connectedness(p) == network.Connected {
+		return
+	}
+	d.Suspect(p)
+}
+
+// connected: a peer that connects is alive, whatever was said of it.
+func (d *Detector) connected(_ network.Network, c network.Conn) {
+	p := c.RemotePeer()
+	d.mu.Lock()
+	delete(d.down, p)
+	d.mu.Unlock()
+}
+
+// Suspect queues p for investigation unless it is queued, was found
+// alive within the cooldown, or the view holds none of its agents. It
+// never blocks.
+func (d *Detector) Suspect(p peer.ID) {
+	if p == d.h.ID() || (d.hooks.Holds != nil && !d.hooks.Holds(p)) {
+		return
+	}
+	now := time.Now()
+	d.mu.Lock()
+	if d.closed || !d.started || d.queued[p] || now.Sub(d.alive[p]) < d.cfg.Cooldown {
+		d.mu.Unlock()
+		return
+	}
+	if e, ok := d.down[p]; ok && now.Sub(e.at) < d.cfg.ClaimWindow {
+		d.mu.Unlock()
+		return
+	}
+	d.queued[p] = true
+	d.mu.Unlock()
+	select {
+	case d.q <- p:
+	default:
+		d.mu.Lock()
+		delete(d.queued, p)
+		d.mu.Unlock()
+		d.m.Inc(suspicions, "queue_full")
+	}
+}
+
+func (d *Detector) work() {
+	for {
+		select {
+		case <-d.ctx.Done():
+			return
+		case p := <-d.q:
+			outcome := d.investigate(d.ctx, p)
+			d.mu.Lock()
+			delete(d.queued, p)
+			d.mu.Unlock()
+			if outcome != "" {
+				d.m.Inc(suspicions, outcome)
+			}
+		}
+	}
+}
+
+// investigate decides about a suspect: ping it; if that fails, ask up to
+// Helpers connected peers to reach it; confirmed when nobody could and
+// at least one helper tried, or, with no helper to ask, when its address
+// refused the connection. It returns the outcome.
+func (d *Detector) investigate(ctx context.Context, p peer.ID) string {
+	if d.h.Network().Connectedness(p) == network.Connected {
+		// It came back (it dialled this node: its own suspicion of us) or
+		// never left through another connection.
+		d.markAlive(p)
+		return "alive"
+	}
+	direct := ping(ctx, d.h, p, d.cfg.PingTimeout)
+	if direct == Alive {
+		d.markAlive(p)
+		return "alive"
+	}
+	helpers := d.helpers(p)
+	var (
+		mu               sync.Mutex
+		reached, unreach int
+		wg               sync.WaitGroup
+		actx, cancel     = context.WithTimeout(ctx, d.cfg.AskTimeout)
+	)
+	for _, hp := range helpers {
+		wg.Go(func() {
+			ok, err := ask(actx, d.h, hp, p)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+			case ok:
+				reached++
+			default:
+				unreach++
+			}
+		})
+	}
+	wg.Wait()
+	cancel()
+	if ctx.Err() != nil {
+		return ""
+	}
+	switch {
+	case reached > 0:
+		d.markAlive(p)
+		return "refuted"
+	case unreach == 0 && direct != Refused:
+		// Nobody else could be asked, and silence is no proof: this node
+		// may be the one cut off. The seed's timeout decides.
+		return "unconfirmed"
+	case d.h.Network().Connectedness(p) == network.Connected:
+		d.markAlive(p) // it came back meanwhile
+		return "alive"
+	}
+	d.confirm(ctx, p, true)
+	return "confirmed"
+}
+
+// helpers picks up to cfg.Helpers connected peers other than p that speak
+// the probe protocol.
+func (d *Detector) helpers(p peer.ID) []peer.ID {
+	var out []peer.ID
+	for _, q := range d.h.Network().Peers() {
+		if q == p {
+			continue
+		}
+		if ps, err := d.h.Peerstore().SupportsProtocols(q, ProbeProtocol); err == nil && len(ps) > 0 {
+			out = append(out, q)
+		}
+	}
+	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out[:min(len(out), d.cfg.Helpers)]
+}
+
+func (d *Detector) markAlive(p peer.ID) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.alive[p] = time.Now()
+	if len(d.alive) > maxLimiters {
+		now := time.Now()
+		for q, t := range d.alive {
+			if now.Sub(t) >= d.cfg.Cooldown {
+				delete(d.alive, q)
+			}
+		}
+	}
+	delete(d.down, p)
+}
+
+// confirm records p as down, tells the node, and publishes the claim when
+// this node found it itself (publish).
+func (d *Detector) confirm(ctx context.Context, p peer.ID, publish bool) {
+	now := time.Now()
+	d.mu.Lock()
+	d.down[p] = downEntry{at: now, forwarded: true}
+	if len(d.down) > maxLimiters {
+		for q, e := range d.down {
+			if now.Sub(e.at) >= d.cfg.ClaimWindow {
+				delete(d.down, q)
+			}
+		}
+	}
+	d.mu.Unlock()
+	d.log.Info("peer confirmed unreachable", "peer", p)
+	if d.hooks.Down != nil {
+		d.hooks.Down(p)
+	}
+	if publish && d.hooks.Publish != nil {
+		data, err := EncodeClaim(p, now)
+		if err == nil {
+			err = d.hooks.Publish(ctx, data)
+		}
+		if err != nil && ctx.Err() == nil {
+			d.log.Debug("peer_down not published", "peer", p, "err", err)
+		}
+	}
+}
+
+// Down reports whether p was confirmed unreachable within the claim
+// window and has not connected since.
+func (d *Detector) Down(p peer.ID) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e, ok := d.down[p]
+	return ok && time.Since(e.at) < d.cfg.ClaimWindow
+}
+
+// ValidateClaim is the liveness topic's validator. A claim is forwarded
+// (accepted) only once this node has confirmed it, by its own direct
+// attempt to reach the peer or earlier by itself, and only the first
+// claim about a peer is: so a lie stops at the first honest node, and one
+// crash floods the network once. Malformed claims are rejected (the
+// forwarding peer pays in its score); everything else is ignored.
+func (d *Detector) ValidateClaim(ctx context.Context, author peer.ID, data []byte) pubsub.ValidationResult {
+	c, err := DecodeClaim(data)
+	if err != nil {
+		if errors.Is(err, record.ErrUnsupportedVersion) {
+			d.m.Inc(downClaims, "unsupported_version")
+			return pubsub.ValidationIgnore
+		}
+		d.m.Inc(downClaims, "malformed")
+		d.m.Reject("liveness", "malformed")
+		return pubsub.ValidationReject
+	}
+	self := d.h.ID()
+	switch {
+	case author == self:
+		return pubsub.ValidationAccept // our own claim, confirmed before publishing
+	case c.Peer == author:
+		d.m.Inc(downClaims, "malformed")
+		d.m.Reject("liveness", "malformed")
+		return pubsub.ValidationReject
+	case c.Peer == self:
+		d.m.Inc(downClaims, "self")
+		return pubsub.ValidationIgnore
+	}
+	now := time.Now()
+	if age := now.Sub(c.At); age > d.cfg.ClaimWindow || age < -d.cfg.ClaimWindow/10 {
+		d.m.Inc(downClaims, "stale")
+		return pubsub.ValidationIgnore
+	}
+	if !d.allowClaim(author) {
+		d.m.Inc(downClaims, "rate_limited")
+		return pubsub.ValidationIgnore
+	}
+	if res, done := d.claimKnown(c, now); done {
+		return res
+	}
+	if d.hooks.Holds != nil && !d.hooks.Holds(c.Peer) {
+		d.m.Inc(downClaims, "uninterested")
+		return pubsub.ValidationIgnore
+	}
+	if len(d.h.Peerstore().Addrs(c.Peer)) == 0 {
+		// No address to try: a failed dial would prove nothing, and a
+		// liar could pick exactly such a peer.
+		d.m.Inc(downClaims, "no_address")
+		return pubsub.ValidationIgnore
+	}
+	if ping(ctx, d.h, c.Peer, d.cfg.PingTimeout) == Alive {
+		d.markAlive(c.Peer)
+		d.m.Inc(downClaims, "refuted")
+		return pubsub.ValidationIgnore
+	}
+	if res, done := d.claimKnown(c, time.Now()); done {
+		return res // another claim's validation confirmed it meanwhile
+	}
+	d.mu.Lock()
+	d.down[c.Peer] = downEntry{at: time.Now(), forwarded: true}
+	d.mu.Unlock()
+	d.log.Info("peer confirmed unreachable", "peer", c.Peer, "claimed_by", author)
+	if d.hooks.Down != nil {
+		d.hooks.Down(c.Peer)
+	}
+	d.m.Inc(downClaims, "confirmed")
+	return pubsub.ValidationAccept
+}
+
+// claimKnown answers a claim from what this node already knows of the
+// peer: confirmed down (forward the first claim, ignore the others) or
+// found alive a moment ago.
+func (d *Detector) claimKnown(c *Claim, now time.Time) (pubsub.ValidationResult, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e, ok := d.down[c.Peer]; ok && now.Sub(e.at) < d.cfg.ClaimWindow {
+		if e.forwarded {
+			d.m.Inc(downClaims, "duplicate")
+			return pubsub.ValidationIgnore, true
+		}
+		e.forwarded = true
+		d.down[c.Peer] = e
+		d.m.Inc(downClaims, "confirmed")
+		return pubsub.ValidationAccept, true
+	}
+	if t, ok := d.alive[c.Peer]; ok && now.Sub(t) < cacheFor && t.After(c.At) {
+		d.m.Inc(downClaims, "refuted")
+		return pubsub.ValidationIgnore, true
+	}
+	return 0, false
+}
+
+// allowClaim bounds the claims one author can make this node check: one
+// per second, bursts of 10.
+func (d *Detector) allowClaim(author peer.ID) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	l, ok := d.claimRL[author]
+	if !ok {
+		if len(d.claimRL) >= maxLimiters {
+			clear(d.claimRL)
+		}
+		l = rate.NewLimiter(1, 10)
+		d.claimRL[author] = l
+	}
+	return l.Allow()
+}

@@ -1,0 +1,244 @@
+package liveness
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/agentd/agentd/record"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/multiformats/go-multistream"
+	"golang.org/x/time/rate"
+)
+
+// ProbeProtocol is the stream protocol of liveness probes: one request
+// and one answer per stream, each an unsigned-varint length and that many
+// bytes of JSON (see the package doc).
+const ProbeProtocol = "/agentd/probe/1.0.0"
+
+// Outcome is what a probe learnt of a peer.
+type Outcome int
+
+// Probe outcomes.
+const (
+	// Alive: a connection to the peer was established (or was open) and
+	// the peer answered, or its host answered that it does not speak the
+	// probe protocol (an older agentd, alive all the same).
+	Alive Outcome = iota
+	// Unreachable: no connection within the timeout, or no answer.
+	Unreachable
+	// Refused: the peer's address answered that nothing listens there
+	// (ECONNREFUSED): positive evidence that the process is gone.
+	Refused
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Alive:
+		return "alive"
+	case Refused:
+		return "refused"
+	}
+	return "unreachable"
+}
+
+// ping reaches p directly and asks it whether it is itself: the SWIM
+// ping. It dials without the swarm's dial backoff (a peer that just lost
+// its connection is usually in backoff).
+func ping(ctx context.Context, h host.Host, p peer.ID, timeout time.Duration) Outcome {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	dctx := network.WithForceDirectDial(ctx, "agentd liveness probe")
+	if err := h.Connect(dctx, h.Peerstore().PeerInfo(p)); err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return Refused
+		}
+		return Unreachable
+	}
+	ok, err := ask(ctx, h, p, p)
+	switch {
+	case err == nil && ok:
+		return Alive
+	case errors.Is(err, multistream.ErrNotSupported[protocol.ID]{}):
+		// An agentd of an earlier version: its host answered.
+		return Alive
+	}
+	return Unreachable
+}
+
+// ask asks helper whether target is reachable (target == helper: a ping).
+func ask(ctx context.Context, h host.Host, helper, target peer.ID) (bool, error) {
+	s, err := h.NewStream(network.WithNoDial(ctx, "liveness probe on an open connection"), helper, ProbeProtocol)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = s.Close() }()
+	if d, ok := ctx.Deadline(); ok {
+		_ = s.SetDeadline(d)
+	}
+	req, err := json.Marshal(probeRequest{ProtocolVersion: record.ProtocolVersion, PeerID: target.String()})
+	if err != nil {
+		return false, err
+	}
+	if err := writeFrame(s, req); err != nil {
+		s.Reset()
+		return false, err
+	}
+	if err := s.CloseWrite(); err != nil {
+		s.Reset()
+		return false, err
+	}
+	b, err := readFrame(bufio.NewReaderSize(s, MaxProbeFrame+8), MaxProbeFrame)
+	if err != nil {
+		s.Reset()
+		return false, err
+	}
+	return DecodeProbeAnswer(b)
+}
+
+// server answers probe requests: a ping about itself at once; about
+// another peer, by pinging it (results cached for a short while, so many
+// askers cost one dial).
+type server struct {
+	d   *Detector
+	sem chan struct{}
+
+	mu       sync.Mutex
+	limiters map[peer.ID]*rate.Limiter
+	cache    map[peer.ID]cachedOutcome
+}
+
+type cachedOutcome struct {
+	o  Outcome
+	at time.Time
+}
+
+const (
+	serveConcurrency = 16
+	serveRate        = 5 // requests per second per asker
+	serveBurst       = 10
+	maxLimiters      = 4096
+	cacheFor         = 2 * time.Second
+)
+
+func newServer(d *Detector) *server {
+	return &server{d: d, sem: make(chan struct{}, serveConcurrency), limiters: map[peer.ID]*rate.Limiter{}, cache: map[peer.ID]cachedOutcome{}}
+}
+
+func (sv *server) allow(p peer.ID) bool {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	l, ok := sv.limiters[p]
+	if !ok {
+		if len(sv.limiters) >= maxLimiters {
+			clear(sv.limiters)
+		}
+		l = rate.NewLimiter(serveRate, serveBurst)
+		sv.limiters[p] = l
+	}
+	return l.Allow()
+}
+
+func (sv *server) answer(s network.Stream, a probeAnswer) {
+	a.ProtocolVersion = record.ProtocolVersion
+	b, err := json.Marshal(a)
+	if err == nil {
+		err = writeFrame(s, b)
+	}
+	if err != nil {
+		s.Reset()
+		return
+	}
+	_ = s.Close()
+}
+
+func (sv *server) refuse(s network.Stream, code, msg string) {
+	sv.d.m.Inc(probesServed, "refused")
+	sv.answer(s, probeAnswer{Error: &probeError{Code: code, Message: msg}})
+}
+
+// handle serves one probe stream.
+func (sv *server) handle(s network.Stream) {
+	if !sv.d.enter() {
+		s.Reset()
+		return
+	}
+	defer sv.d.wg.Done()
+	asker := s.Conn().RemotePeer()
+	_ = s.SetDeadline(time.Now().Add(sv.d.cfg.AskTimeout))
+	// The request is read before any refusal, so the refusal is not
+	// overtaken by a reset of the asker's unread write.
+	b, err := readFrame(bufio.NewReaderSize(s, MaxProbeFrame+8), MaxProbeFrame)
+	if errors.Is(err, record.ErrTooLarge) {
+		sv.d.m.Reject("probe", "too_large")
+		s.Reset()
+		return
+	}
+	if !sv.allow(asker) {
+		sv.refuse(s, record.CodeRateLimited, "too many probe requests")
+		return
+	}
+	select {
+	case sv.sem <- struct{}{}:
+		defer func() { <-sv.sem }()
+	default:
+		sv.refuse(s, record.CodeServiceUnavailable, "too many probes in flight")
+		return
+	}
+	var target peer.ID
+	if err == nil {
+		target, err = DecodeProbeRequest(b)
+	}
+	if err != nil {
+		sv.d.m.Reject("probe", "malformed")
+		sv.refuse(s, record.CodeMalformedPayload, err.Error())
+		return
+	}
+	self := sv.d.h.ID()
+	if target == self {
+		sv.d.m.Inc(probesServed, "reachable")
+		sv.answer(s, probeAnswer{Reachable: true})
+		return
+	}
+	if target == asker {
+		sv.refuse(s, record.CodeMalformedPayload, "peer_id: names the asker")
+		return
+	}
+	o := sv.probe(sv.d.ctx, target)
+	if o == Alive {
+		sv.d.m.Inc(probesServed, "reachable")
+	} else {
+		sv.d.m.Inc(probesServed, "unreachable")
+	}
+	sv.answer(s, probeAnswer{Reachable: o == Alive})
+}
+
+// probe pings target, or answers from a ping made within cacheFor.
+func (sv *server) probe(ctx context.Context, target peer.ID) Outcome {
+	now := time.Now()
+	sv.mu.Lock()
+	if c, ok := sv.cache[target]; ok && now.Sub(c.at) < cacheFor {
+		sv.mu.Unlock()
+		return c.o
+	}
+	sv.mu.Unlock()
+	o := ping(ctx, sv.d.h, target, sv.d.cfg.PingTimeout)
+	sv.mu.Lock()
+	if len(sv.cache) >= maxLimiters {
+		for p, c := range sv.cache {
+			if now.Sub(c.at) >= cacheFor {
+				delete(sv.cache, p)
+			}
+		}
+	}
+	sv.cache[target] = cachedOutcome{o: o, at: time.Now()}
+	sv.mu.Unlock()
+	return o
+}
