@@ -25,6 +25,8 @@ type simNet struct {
 	latency   time.Duration
 	jitter    time.Duration
 	bandwidth float64
+	loss      float64
+	streams   atomic.Uint64 // streams wrapped, for per-stream loss seeds
 
 	byPeer sync.Map // peer.ID → node index
 
@@ -53,7 +55,7 @@ func newSimNet(s Scenario) *simNet {
 	// mocknet's per-link rate limiter.
 	mn.SetLinkDefaults(mocknet.LinkOptions{Bandwidth: s.Bandwidth})
 	return &simNet{
-		mn: mn, seed: s.Seed, latency: s.Latency, jitter: s.Jitter, bandwidth: s.Bandwidth,
+		mn: mn, seed: s.Seed, latency: s.Latency, jitter: s.Jitter, bandwidth: s.Bandwidth, loss: s.Loss,
 		hosts: map[int]host.Host{}, up: map[int]bool{}, linked: map[[2]int]bool{},
 		flushing: map[*simStream]struct{}{}, open: map[*simStream]struct{}{},
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -50,6 +51,7 @@ type ScenarioInfo struct {
 	LatencyMS         float64 `json:"latency_ms"`
 	JitterMS          float64 `json:"jitter_ms"`
 	BandwidthBps      float64 `json:"bandwidth_bytes_per_s"`
+	Loss              float64 `json:"loss,omitempty"`
 	ChurnIntervalS    float64 `json:"churn_interval_s,omitempty"`
 	ChurnFraction     float64 `json:"churn_fraction,omitempty"`
 	PartitionAtS      float64 `json:"partition_at_s,omitempty"`
@@ -172,6 +174,13 @@ type ChurnStats struct {
 	LeaveLingering    int `json:"leave_lingering"`
 	JoinUnresolved    int `json:"join_unresolved"`
 	Revived           int `json:"revived"`
+	// Removals counts, by reason, the agents dropped from a node's view
+	// other than by their own unregister (TIMEOUT: the seed's liveness
+	// timeout; PEER_UNREACHABLE: early failure detection). FalseRemovals
+	// counts those whose node was up at that moment: a live agent
+	// evicted.
+	Removals      map[string]int `json:"removals,omitempty"`
+	FalseRemovals map[string]int `json:"false_removals,omitempty"`
 	DiedBeforeVisible int `json:"died_before_visible"`
 	// CloseErrors counts nodes that returned an error while stopping (for
 	// example a flush of the address book that missed its deadline); the
@@ -326,6 +335,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	if s.BandwidthBps > 0 {
 		bw = fmt.Sprintf("%.0f B/s", s.BandwidthBps)
 	}
+	if s.Loss > 0 {
+		bw += fmt.Sprintf(", %g%% packet loss", 100*s.Loss)
+	}
 	fmt.Fprintf(&b, "links: %gms ± %gms, bandwidth %s; queries %g/s; heartbeat %gs, liveness timeout %gs\n", s.LatencyMS, s.JitterMS, bw, s.QueryRate, s.HeartbeatInterval, s.LivenessTimeoutS)
 	if r.Command != "" {
 		fmt.Fprintf(&b, "command: %s\n", r.Command)
@@ -395,6 +407,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	row("nodes", fmt.Sprintf("%d left, %d crashed, %d joined fresh, %d restarted", c.Left, c.Crashed, c.Joined, c.Restarted))
 	row("unresolved at end", fmt.Sprintf("%d crashes and %d leaves still at survivors, %d and %d only at later joiners, %d joins unseen; %d revived before dropped, %d died before seen",
 		c.CrashUnresolved, c.LeaveUnresolved, c.CrashLingering, c.LeaveLingering, c.JoinUnresolved, c.Revived, c.DiedBeforeVisible))
+	if len(c.Removals) > 0 || len(c.FalseRemovals) > 0 {
+		row("removals", fmt.Sprintf("%s; of live agents: %s", reasonCounts(c.Removals), reasonCounts(c.FalseRemovals)))
+	}
 	if c.CloseErrors > 0 {
 		row("stop errors", fmt.Sprintf("%d nodes returned an error while stopping, e.g. %s", c.CloseErrors, firstLine(c.CloseErrorSamples[0])))
 	}
@@ -510,4 +525,18 @@ func bytesStr(f float64) string {
 		return fmt.Sprintf("%.1f KiB", f/(1<<10))
 	}
 	return fmt.Sprintf("%.0f B", f)
+}
+
+// reasonCounts formats a count per reason, sorted by reason ("none" when
+// empty).
+func reasonCounts(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	keys := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%d %s", m[k], k)
+	}
+	return strings.Join(parts, ", ")
 }

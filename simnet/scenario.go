@@ -77,6 +77,12 @@ type Scenario struct {
 	NoLatency bool
 	Jitter    time.Duration
 	Bandwidth float64
+	// Loss is the share of packets lost on every link (0 ≤ Loss < 0.5).
+	// Streams are reliable, as TCP and QUIC are: a lost packet costs a
+	// retransmission timeout (200 ms, doubling while the retransmission
+	// is lost too) and delays what follows it on the stream; nothing is
+	// dropped. A write of n bytes is ⌈n/1400⌉ packets.
+	Loss float64
 
 	// ChurnInterval and ChurnFraction drive KindChurn (default 10 s and
 	// 0.1). CrashShare of the leavers crash, the rest leave gracefully
@@ -286,6 +292,8 @@ func (s *Scenario) validate() error {
 		return bad("latency", "is %s; must be between 0 and 10s", s.Latency)
 	case s.Jitter > s.Latency:
 		return bad("jitter", "is %s; must not exceed the latency %s", s.Jitter, s.Latency)
+	case !finite(s.Loss) || s.Loss < 0 || s.Loss >= 0.5:
+		return bad("loss", "is %v; must be at least 0 and below 0.5", s.Loss)
 	case !finite(s.Bandwidth) || s.Bandwidth < 0:
 		return bad("bandwidth", "is %v; must be 0 (unlimited) or a positive number of bytes per second", s.Bandwidth)
 	case s.Bandwidth > 0 && s.Bandwidth < 1024:

@@ -19,6 +19,7 @@ import (
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/trust"
+	"github.com/agentd/agentd/view"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
@@ -104,6 +105,9 @@ type sim struct {
 	probe *probe
 	ctx   context.Context
 	ops   sync.WaitGroup // node operations and queries
+	// watchers read each node's deregistration events; they end when the
+	// node's view closes.
+	watchers sync.WaitGroup
 	qsem  chan struct{}
 
 	mu        sync.Mutex
@@ -310,6 +314,12 @@ func (sm *sim) start(vn *vnode, restart bool) error {
 	} else if _, err := n.Register(sm.ctx, agentSpec(vn.idx, vn.skills)); err != nil {
 		return fail(fmt.Errorf("register the agent of node %d: %w", vn.idx, err))
 	}
+	sub := n.Subscribe(view.Filter{Types: []view.EventType{view.EventDeregistered}}, 1024)
+	sm.watchers.Go(func() {
+		for ev := range sub.C() {
+			sm.noteRemoval(ev)
+		}
+	})
 	now := time.Now()
 	sm.mu.Lock()
 	defer sm.mu.Unlock()
@@ -320,6 +330,27 @@ func (sm *sim) start(vn *vnode, restart bool) error {
 		sm.pend = append(sm.pend, &pending{kind: "join", agent: vn.id.AgentID, at: now, waiting: sm.upAgentsLocked(vn.idx)})
 	}
 	return nil
+}
+
+// noteRemoval counts an agent dropped from a view by the liveness clock
+// or by failure detection, and whether its node was up then.
+func (sm *sim) noteRemoval(ev view.Event) {
+	if ev.Reason != view.ReasonTimeout && ev.Reason != view.ReasonPeerDown {
+		return
+	}
+	live := sm.truth.isLive(ev.AgentID, ev.Time)
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	if !sm.measuring || !sm.tEnd.IsZero() {
+		return
+	}
+	if sm.churn.Removals == nil {
+		sm.churn.Removals, sm.churn.FalseRemovals = map[string]int{}, map[string]int{}
+	}
+	sm.churn.Removals[ev.Reason]++
+	if live {
+		sm.churn.FalseRemovals[ev.Reason]++
+	}
 }
 
 // stop takes an agent node down: a graceful Shutdown (unregister, then
@@ -1253,6 +1284,7 @@ func (sm *sim) teardown() error {
 		})
 	}
 	closeAll(fs)
+	sm.watchers.Wait() // every view is closed, and with it the subscriptions
 	fs = fs[:0]
 	for _, vn := range sm.nodes {
 		fs = append(fs, func() error { return sm.detachHost(vn) })

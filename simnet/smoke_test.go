@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentd/agentd/view"
 )
 
 // runScenario runs s in virtual time and returns its report, logging the
@@ -54,6 +56,36 @@ func TestSmoke(t *testing.T) {
 		if lat := rep.Gossip.Propagation; lat.Count == 0 || lat.P50 < 15 || lat.P50 > 1000 {
 			t.Errorf("gossip propagation %+v: want a median of one or a few 20 ms hops", lat)
 		}
+		checkDetection(t, rep)
+	})
+}
+
+// checkDetection asserts that crashes were detected early (package
+// liveness), well before the seed's 15 s UNHEALTHY mark, and that no live
+// agent was evicted.
+func checkDetection(t *testing.T, rep *Report) {
+	t.Helper()
+	c := rep.Churn
+	if c.Crashed > 0 && (c.CrashToGone.Count == 0 || c.CrashToGone.P50 > 5000) {
+		t.Errorf("crash → gone %+v: want a median under 5 s (early detection), not the 30 s timeout", c.CrashToGone)
+	}
+	if c.Crashed > 0 && c.Removals[view.ReasonPeerDown] == 0 {
+		t.Errorf("no removal by early detection: %v", c.Removals)
+	}
+	if len(c.FalseRemovals) > 0 {
+		t.Errorf("live agents evicted: %v", c.FalseRemovals)
+	}
+}
+
+// TestSmokeLoss: churn under 5 % packet loss. Retransmissions delay
+// heartbeats and probes by hundreds of milliseconds; no live agent may be
+// evicted, and crashes are still detected early.
+func TestSmokeLoss(t *testing.T) {
+	skipUnderRace(t)
+	bubble(t, func(t *testing.T) {
+		rep := runScenario(t, Scenario{Nodes: 16, Duration: 30 * time.Second, Seed: 5, QueryRate: 10, Loss: 0.05})
+		checkRun(t, rep, 0.95, 0.03)
+		checkDetection(t, rep)
 	})
 }
 

@@ -3,6 +3,7 @@ package simnet
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -133,6 +134,10 @@ func (h *simHost) SetStreamHandlerMatch(pid protocol.ID, m func(protocol.ID) boo
 
 func (h *simHost) wrap(s network.Stream) network.Stream {
 	cs := &simStream{Stream: s, t: h.t, latency: h.net.latencyTo(h.idx, s.Conn().RemotePeer()), net: h.net}
+	if h.net.loss > 0 {
+		cs.loss = h.net.loss
+		cs.rng = rand.New(rand.NewPCG(h.net.seed, h.net.streams.Add(1)))
+	}
 	cs.class.Store(-1)
 	cs.cond = sync.NewCond(&cs.mu)
 	h.net.track(cs)
@@ -156,7 +161,9 @@ type simStream struct {
 	t       *traffic
 	class   atomic.Int32
 	latency time.Duration
-	net     *simNet // owns the flushers: its close resets and waits for them
+	net     *simNet    // owns the flushers: its close resets and waits for them
+	loss    float64    // Scenario.Loss
+	rng     *rand.Rand // draws the losses (under mu)
 
 	mu         sync.Mutex
 	cond       *sync.Cond
@@ -213,7 +220,7 @@ func (s *simStream) Write(p []byte) (int, error) {
 	case s.closeAfter:
 		return 0, errStreamClosed
 	}
-	s.q = append(s.q, chunk{data: append([]byte(nil), p...), due: deliveryTime(time.Now(), s.latency)})
+	s.q = append(s.q, chunk{data: append([]byte(nil), p...), due: deliveryTime(time.Now(), s.latency+s.retransmitDelay(len(p)))})
 	s.queued += len(p)
 	if !s.flushing {
 		s.flushing = true
@@ -224,6 +231,34 @@ func (s *simStream) Write(p []byte) (int, error) {
 		}()
 	}
 	return len(p), nil
+}
+
+// Packet loss model (Scenario.Loss).
+const (
+	mtu        = 1400
+	minRTO     = 200 * time.Millisecond // Linux's TCP_RTO_MIN
+	maxRetries = 6
+)
+
+// retransmitDelay is what losses add to a write of n bytes: for each of
+// its packets lost, a retransmission timeout that doubles while the
+// retransmission is lost too. The flusher writes in order, so a delayed
+// write holds back the writes behind it, as TCP does. s.mu is held.
+func (s *simStream) retransmitDelay(n int) time.Duration {
+	if s.loss <= 0 {
+		return 0
+	}
+	var worst time.Duration
+	for range (n + mtu - 1) / mtu {
+		var d time.Duration
+		rto := max(minRTO, 2*s.latency)
+		for try := 0; try < maxRetries && s.rng.Float64() < s.loss; try++ {
+			d += rto
+			rto *= 2
+		}
+		worst = max(worst, d)
+	}
+	return worst
 }
 
 // deliveryStep is the resolution of delivery times.

@@ -75,10 +75,10 @@ const sybilAnswerLimit = 100
 
 // sybilRun is the hostile peer and its measurements.
 type sybilRun struct {
-	sm   *sim
-	n    *node.Node // the hostile agentd node (nil with fresh peer keys)
-	vn   *vnode
-	pid  peer.ID
+	sm  *sim
+	n   *node.Node // the hostile agentd node (nil with fresh peer keys)
+	vn  *vnode
+	pid peer.ID
 	// With fresh peer keys: a bare GossipSub router on the hostile host.
 	ps    *pubsub.PubSub
 	topic *pubsub.Topic

@@ -26,6 +26,7 @@ const (
 	flagSimLatency       = "latency"
 	flagSimJitter        = "jitter"
 	flagSimBandwidth     = "bandwidth"
+	flagSimLoss          = "loss"
 	flagSimChurnInterval = "churn-interval"
 	flagSimChurnFraction = "churn-fraction"
 	flagSimScenario      = "scenario"
@@ -91,6 +92,7 @@ func simnetCommand() *cli.Command {
 			&cli.DurationFlag{Name: flagSimLatency, Value: 20 * time.Millisecond, Usage: "one-way link latency"},
 			&cli.DurationFlag{Name: flagSimJitter, Value: 5 * time.Millisecond, Usage: "per-link latency spread: each link gets latency ± a uniform draw up to this"},
 			&cli.Float64Flag{Name: flagSimBandwidth, Value: 0, Usage: "per-link bandwidth in bytes per second (0 = unlimited)"},
+			&cli.Float64Flag{Name: flagSimLoss, Value: 0, Usage: "share of packets lost on every link, 0 to 0.5 (streams stay reliable: each loss costs a 200 ms+ retransmission timeout, as over TCP)"},
 			&cli.DurationFlag{Name: flagSimChurnInterval, Value: 10 * time.Second, Usage: "churn: time between churn events"},
 			&cli.Float64Flag{Name: flagSimChurnFraction, Value: 0.1, Usage: "churn: fraction of the nodes that leave (and join) at each event"},
 			&cli.DurationFlag{Name: flagSimPartitionFor, Value: 30 * time.Second, Usage: "partition: how long the halves stay apart (it starts at a quarter of the run)"},
@@ -128,6 +130,7 @@ func simnetScenario(c *cli.Context) (simnet.Scenario, simnet.Thresholds, error) 
 		Latency:         c.Duration(flagSimLatency),
 		Jitter:          c.Duration(flagSimJitter),
 		Bandwidth:       c.Float64(flagSimBandwidth),
+		Loss:            c.Float64(flagSimLoss),
 		ChurnInterval:   c.Duration(flagSimChurnInterval),
 		ChurnFraction:   c.Float64(flagSimChurnFraction),
 		PartitionFor:    c.Duration(flagSimPartitionFor),
