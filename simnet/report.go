@@ -168,20 +168,20 @@ type ChurnStats struct {
 	// gone from the survivors' views, still in a later joiner's); Revived
 	// agents came back before every node dropped them; DiedBeforeVisible
 	// left before every node saw them.
-	CrashUnresolved   int `json:"crash_unresolved"`
-	CrashLingering    int `json:"crash_lingering"`
-	LeaveUnresolved   int `json:"leave_unresolved"`
-	LeaveLingering    int `json:"leave_lingering"`
-	JoinUnresolved    int `json:"join_unresolved"`
-	Revived           int `json:"revived"`
+	CrashUnresolved int `json:"crash_unresolved"`
+	CrashLingering  int `json:"crash_lingering"`
+	LeaveUnresolved int `json:"leave_unresolved"`
+	LeaveLingering  int `json:"leave_lingering"`
+	JoinUnresolved  int `json:"join_unresolved"`
+	Revived         int `json:"revived"`
 	// Removals counts, by reason, the agents dropped from a node's view
 	// other than by their own unregister (TIMEOUT: the seed's liveness
 	// timeout; PEER_UNREACHABLE: early failure detection). FalseRemovals
 	// counts those whose node was up at that moment: a live agent
 	// evicted.
-	Removals      map[string]int `json:"removals,omitempty"`
-	FalseRemovals map[string]int `json:"false_removals,omitempty"`
-	DiedBeforeVisible int `json:"died_before_visible"`
+	Removals          map[string]int `json:"removals,omitempty"`
+	FalseRemovals     map[string]int `json:"false_removals,omitempty"`
+	DiedBeforeVisible int            `json:"died_before_visible"`
 	// CloseErrors counts nodes that returned an error while stopping (for
 	// example a flush of the address book that missed its deadline); the
 	// first few are kept.

@@ -108,7 +108,7 @@ type sim struct {
 	// watchers read each node's deregistration events; they end when the
 	// node's view closes.
 	watchers sync.WaitGroup
-	qsem  chan struct{}
+	qsem     chan struct{}
 
 	mu        sync.Mutex
 	nodes     []*vnode
