@@ -121,6 +121,11 @@ type HealthCheckConfig struct {
 	Timeout            Duration `yaml:"timeout" json:"timeout"`
 	RetryCount         int      `yaml:"retryCount" json:"retryCount"`
 	UnhealthyThreshold int      `yaml:"unhealthyThreshold" json:"unhealthyThreshold"`
+	// Suspicion turns on early failure detection (agentd's addition,
+	// default on): a peer whose connections closed is probed directly and
+	// through other peers, and once confirmed unreachable its agents leave
+	// at once instead of after the timeout (package liveness).
+	Suspicion bool `yaml:"suspicion" json:"suspicion"`
 }
 
 // CacheConfig is seed 001 §11.1.
@@ -187,7 +192,7 @@ func Default() Config {
 	c.Discovery.SkillCenter.Cache.TTL = Duration(300 * time.Second)
 	c.Discovery.HealthCheck = HealthCheckConfig{
 		HeartbeatInterval: Duration(5 * time.Second), Timeout: Duration(30 * time.Second),
-		RetryCount: 3, UnhealthyThreshold: 3,
+		RetryCount: 3, UnhealthyThreshold: 3, Suspicion: true,
 	}
 	return c
 }

@@ -10,9 +10,10 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/metrics"
+	"github.com/agentd/agentd/p2p"
 	"github.com/agentd/agentd/record"
-	"github.com/libp2p/go-libp2p"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -221,11 +222,18 @@ func TestLoneSilenceIsUnconfirmed(t *testing.T) {
 	}
 }
 
-// Two daemons on one machine: the killed one's port refuses the dial,
-// which is proof enough without helpers (real TCP on loopback).
+// Two daemons on one machine: the killed one's TCP port refuses a
+// connect, which is proof enough without helpers. The hosts are agentd's
+// own (TCP and QUIC on loopback): the swarm's dial waits on QUIC until the
+// timeout and reports only the deadline, so the refusal must be seen by
+// a TCP connect of its own.
 func TestLoneRefusedIsConfirmed(t *testing.T) {
 	newHost := func() host.Host {
-		h, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"), libp2p.DisableRelay(), libp2p.NoTransports, libp2p.DefaultTransports, libp2p.DefaultMuxers, libp2p.DefaultSecurity)
+		k, _, err := crypto.GenerateEd25519Key(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := p2p.New(p2p.Config{Key: k, Listen: []string{"/ip4/127.0.0.1/tcp/0", "/ip4/127.0.0.1/udp/0/quic-v1"}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"sync"
 	"syscall"
 	"time"
@@ -14,6 +15,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/libp2p/go-libp2p/p2p/net/swarm"
+	manet "github.com/multiformats/go-multiaddr/net"
 	"github.com/multiformats/go-multistream"
 	"golang.org/x/time/rate"
 )
@@ -57,7 +60,7 @@ func ping(ctx context.Context, h host.Host, p peer.ID, timeout time.Duration) Ou
 	defer cancel()
 	dctx := network.WithForceDirectDial(ctx, "agentd liveness probe")
 	if err := h.Connect(dctx, h.Peerstore().PeerInfo(p)); err != nil {
-		if errors.Is(err, syscall.ECONNREFUSED) {
+		if errors.Is(err, syscall.ECONNREFUSED) || tcpRefused(ctx, h, p) {
 			return Refused
 		}
 		return Unreachable
@@ -71,6 +74,44 @@ func ping(ctx context.Context, h host.Host, p peer.ID, timeout time.Duration) Ou
 		return Alive
 	}
 	return Unreachable
+}
+
+// refusedProbeTimeout bounds the TCP connects of tcpRefused.
+const refusedProbeTimeout = 500 * time.Millisecond
+
+// tcpRefused reports whether every TCP address the peerstore holds for p
+// (at most 4 tried) refuses a plain TCP connect: nothing listens where
+// the peer was, the positive evidence a lone node needs. The swarm's own
+// dial error cannot say it: it dials QUIC too, which on a closed port
+// waits for the timeout, and then reports only the deadline. Only a
+// real swarm's addresses are dialled (a simulated network's are not the
+// machine's).
+func tcpRefused(ctx context.Context, h host.Host, p peer.ID) bool {
+	if _, real := h.Network().(*swarm.Swarm); !real {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refusedProbeTimeout)
+	defer cancel()
+	var d net.Dialer
+	tried := 0
+	for _, a := range h.Peerstore().Addrs(p) {
+		na, err := manet.ToNetAddr(a)
+		if err != nil || na.Network() != "tcp" {
+			continue
+		}
+		if tried++; tried > 4 {
+			break
+		}
+		c, err := d.DialContext(ctx, "tcp", na.String())
+		if err == nil {
+			_ = c.Close()
+			return false // something listens: not proof of anything
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return false
+		}
+	}
+	return tried > 0
 }
 
 // ask asks helper whether target is reachable (target == helper: a ping).

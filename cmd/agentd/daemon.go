@@ -71,6 +71,7 @@ func nodeConfig(cfg config.Config, log *slog.Logger) (node.Config, error) {
 		HeartbeatInterval: hc.HeartbeatInterval.D(),
 		Timeout:           hc.Timeout.D(),
 		UnhealthyAfter:    hc.UnhealthyThreshold,
+		DisableSuspicion:  !hc.Suspicion,
 		CacheTTL:          cfg.Cache.TTL.D(),
 		NoStaleCache:      !cfg.Cache.Enabled,
 		DisableDHT:        !cfg.Discovery.DHT.Enabled,

@@ -104,16 +104,24 @@ func TestWatchAcrossProcesses(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte("discovery:\n  healthCheck:\n    heartbeatInterval: 1000\n    timeout: 6000\n    unhealthyThreshold: 3\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// n3 runs without early failure detection: it shows the seed's
+	// fallback (UNHEALTHY after 3 missed heartbeats, gone after the
+	// timeout) while n1 drops a crashed agent as soon as it is confirmed.
+	seedOnly := filepath.Join(root, "seed-only.yaml")
+	if err := os.WriteFile(seedOnly, []byte("discovery:\n  healthCheck:\n    heartbeatInterval: 1000\n    timeout: 6000\n    unhealthyThreshold: 3\n    suspicion: false\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	bs := startBootstrap(t, filepath.Join(root, "bs"))
 	n1 := startDaemon(t, "n1", filepath.Join(root, "n1"), "--bootstrap", bs, "--config", cfg)
 	n2 := startDaemon(t, "n2", filepath.Join(root, "n2"), "--bootstrap", bs, "--config", cfg)
-	startDaemon(t, "n3", filepath.Join(root, "n3"), "--bootstrap", bs, "--config", cfg)
+	n3 := startDaemon(t, "n3", filepath.Join(root, "n3"), "--bootstrap", bs, "--config", seedOnly)
 	eventually(t, 10*time.Second, "n1 and n2 connected", func() bool {
 		p, _ := n1.health()["peers"].(float64)
 		return p >= 2
 	})
 	agent := n2.health()["agent_id"].(string)
 	w := watch(t, n1.api, "--agent", agent)
+	w3 := watch(t, n3.api, "--agent", agent)
 
 	if r := cli(t, "register", "-f", repoFile(t, "examples/agentspec.yaml"), "--api", n2.api); r.code != 0 {
 		t.Fatalf("register: %+v", r)
@@ -134,25 +142,42 @@ func TestWatchAcrossProcesses(t *testing.T) {
 		return e.Type == "registry.agent.deregistered" && e.Reason == "MAINTENANCE"
 	})
 
-	// Register again, then crash n2: no unregister is sent, n1 notices the
-	// silence (UNHEALTHY after 3 missed heartbeats, gone after the timeout).
+	// Register again, then crash n2: no unregister is sent. n1 loses its
+	// connection, cannot reach n2 again, nor can the peer it asks (n3):
+	// the agent is gone at once. n3 notices the silence (UNHEALTHY after
+	// 3 missed heartbeats, gone after the timeout).
 	if r := cli(t, "register", "-f", repoFile(t, "examples/agentspec.yaml"), "--api", n2.api); r.code != 0 {
 		t.Fatalf("register again: %+v", r)
 	}
 	beats := n1.metric(`agentd_gossip_delivered_total{type="heartbeat"}`)
 	w.next(t, 10*time.Second, "registered again", func(e client.Event) bool { return e.Type == "registry.agent.registered" })
+	w3.next(t, 10*time.Second, "registered again at n3", func(e client.Event) bool { return e.Type == "registry.agent.registered" })
 	// Crash only once n1 has heard a heartbeat of the new registration.
 	eventually(t, 10*time.Second, "a heartbeat at n1", func() bool {
 		return n1.metric(`agentd_gossip_delivered_total{type="heartbeat"}`) > beats
 	})
+	eventually(t, 10*time.Second, "a heartbeat at n3", func() bool {
+		return n3.metric(`agentd_gossip_delivered_total{type="heartbeat"}`) > 0
+	})
+	killed := time.Now() // kill waits for the process to exit
 	n2.kill()
-	killed := time.Now()
-	w.next(t, 15*time.Second, "UNHEALTHY after kill -9", func(e client.Event) bool {
+	w.next(t, 15*time.Second, "deregistered PEER_UNREACHABLE after kill -9", func(e client.Event) bool {
+		if e.Type == "registry.agent.deregistered" && e.Reason != "PEER_UNREACHABLE" {
+			t.Errorf("n1: deregistered %s, want PEER_UNREACHABLE (early detection)", e.Reason)
+		}
+		return e.Type == "registry.agent.deregistered"
+	})
+	detected := time.Since(killed)
+	if got := n1.metric(`agentd_liveness_suspicions_total{outcome="confirmed"}`); got < 1 {
+		t.Errorf("n1 counted %v confirmed suspicions", got)
+	}
+	w3.next(t, 15*time.Second, "UNHEALTHY after kill -9 at n3", func(e client.Event) bool {
 		return e.Type == "registry.agent.status" && e.Status == "UNHEALTHY"
 	})
 	unhealthy := time.Since(killed)
-	w.next(t, 20*time.Second, "deregistered TIMEOUT after kill -9", func(e client.Event) bool {
+	w3.next(t, 20*time.Second, "deregistered TIMEOUT after kill -9 at n3", func(e client.Event) bool {
 		return e.Type == "registry.agent.deregistered" && e.Reason == "TIMEOUT"
 	})
-	t.Logf("after kill -9: UNHEALTHY at %s, deregistered at %s", unhealthy.Round(100*time.Millisecond), time.Since(killed).Round(100*time.Millisecond))
+	t.Logf("after kill -9: n1 dropped the agent at %s (early detection); n3 (seed rules only) marked it UNHEALTHY at %s, dropped it at %s",
+		detected.Round(time.Millisecond), unhealthy.Round(100*time.Millisecond), time.Since(killed).Round(100*time.Millisecond))
 }
