@@ -12,8 +12,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/agentd/agentd/liveness"
 	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/trust"
@@ -21,6 +23,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // A neighbour that answers /agentd/sync/1.0.0 with lies: forged and
@@ -216,6 +219,91 @@ func TestUnreachableAuthorsAreNotForwarded(t *testing.T) {
 		})
 		if s := b.g.PeerScores()[a.h.ID()]; s < 0 {
 			t.Fatalf("the honest peer was charged: score %v", s)
+		}
+	})
+}
+
+// TestLivenessClaims: on the liveness topic a peer that forwards malformed
+// peer_down claims is rejected and scored down (P4), a lie about a live
+// peer is not forwarded, and nothing is dropped from the view.
+func TestLivenessClaims(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn := newTestNet(t, 0, testConfig())
+		b := tn.addHost(1)
+		c := tn.addHost(2)
+		x := tn.addHost(3)
+		if err := tn.mn.LinkAll(); err != nil {
+			t.Fatal(err)
+		}
+		log := testLogger(t, slog.LevelWarn)
+		var mu sync.Mutex
+		var downs []peer.ID
+		for _, nd := range []*tnode{b, c} {
+			nd.m = metrics.New(false)
+			g, err := New(tn.ctx, nd.h, testConfig(), nd.v, nd.sink, nd.m, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Start(tn.ctx); err != nil {
+				t.Fatal(err)
+			}
+			det := liveness.New(nd.h, liveness.Config{}, liveness.Hooks{
+				Holds: func(peer.ID) bool { return true },
+				Down: func(p peer.ID) {
+					mu.Lock()
+					downs = append(downs, p)
+					mu.Unlock()
+				},
+			}, nd.m, log)
+			if err := g.JoinLiveness(det.ValidateClaim); err != nil {
+				t.Fatal(err)
+			}
+			det.Start(tn.ctx)
+			t.Cleanup(func() { _ = det.Close() })
+			nd.g = g
+		}
+		topics, stop := rawPubSub(t, tn.ctx, x.h, LivenessTopic)
+		defer stop()
+		tn.connect(x, b)
+		tn.connect(b, c)
+		waitFor(t, 10*time.Second, "mesh", func() bool {
+			return len(b.g.MeshPeers(LivenessTopic)) == 2
+		})
+		// A lie: c is alive (b reaches it at once).
+		lie, err := liveness.EncodeClaim(c.h.ID(), time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := topics[LivenessTopic].Publish(tn.ctx, lie); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 20 {
+			bad := fmt.Appendf(nil, `{"protocol_version":"v1.0","type":"peer_down","peer_id":"not-a-peer-%d","at":"2026-11-25T00:00:00Z"}`, i)
+			if err := topics[LivenessTopic].Publish(tn.ctx, bad); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Once x's score falls below the graylist threshold (a few
+		// invalid messages: P4 is quadratic), b ignores the rest of its
+		// RPCs.
+		waitFor(t, 10*time.Second, "the malformed claims refused at b", func() bool {
+			return rejects(t, b.m, "liveness", "malformed") >= 1
+		})
+		waitFor(t, 10*time.Second, "the lie refuted at b", func() bool {
+			return testutil.ToFloat64(b.m.DownClaims.WithLabelValues("refuted")) == 1
+		})
+		waitFor(t, 10*time.Second, "the liar graylisted", func() bool {
+			s, ok := b.g.PeerScores()[x.h.ID()]
+			return ok && s < DefaultThresholds().GraylistThreshold
+		})
+		synctest.Wait()
+		if n := testutil.ToFloat64(c.m.DownClaims.WithLabelValues("refuted")) + testutil.ToFloat64(c.m.DownClaims.WithLabelValues("malformed")); n != 0 {
+			t.Errorf("c saw %v of x's claims: b forwarded them", n)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(downs) != 0 {
+			t.Errorf("peers dropped on a lie: %v", downs)
 		}
 	})
 }

@@ -457,6 +457,13 @@ func (g *Gossip) JoinLiveness(validate func(ctx context.Context, from peer.ID, d
 		_ = g.ps.UnregisterTopicValidator(LivenessTopic)
 		return fmt.Errorf("gossip: join %s: %w", LivenessTopic, err)
 	}
+	// Scored as a scene topic: a peer that forwards malformed claims pays
+	// in P4; P3 is off, so a quiet topic costs nobody.
+	if err := t.SetScoreParams(g.cfg.SceneTopicScore); err != nil {
+		_ = t.Close()
+		_ = g.ps.UnregisterTopicValidator(LivenessTopic)
+		return fmt.Errorf("gossip: score parameters for %s: %w", LivenessTopic, err)
+	}
 	sub, err := t.Subscribe()
 	if err != nil {
 		_ = t.Close()

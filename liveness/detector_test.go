@@ -393,6 +393,14 @@ func TestProbeServer(t *testing.T) {
 			t.Errorf("%s: %+v, want %s", name, ans, record.CodeMalformedPayload)
 		}
 	}
+	// A peer the helper never heard of is not reported unreachable.
+	stranger, err := mn.GenPeer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ans := askRaw(t, a.h, b.h.ID(), req(stranger.ID())); ans.Error == nil || ans.Error.Code != record.CodeNotFound {
+		t.Errorf("probe of an unknown peer: %+v, want %s", ans, record.CodeNotFound)
+	}
 	// Rate limit: bursts of 10 per asker.
 	limited := 0
 	for range 20 {

@@ -62,10 +62,12 @@
 //
 // A request naming the responder is a ping, answered at once. A request
 // naming another peer makes the responder ping that peer (results are
-// cached 2 s, so many askers cost one dial). Each asker may make 5
+// cached 2 s, so many askers cost one dial); a peer it has no address
+// for is answered ErrNotFound, not unreachable, and never looked up. Each asker may make 5
 // requests per second (bursts of 10), at most 16 are served at once;
 // refusals carry the seed's error codes (ErrRateLimited, ErrUnavailable,
-// ErrMalformedPayload).
+// ErrMalformedPayload, ErrNotFound). An answer with an error counts as no
+// answer.
 //
 // Outcomes are counted in agentd_liveness_suspicions_total{outcome},
 // agentd_liveness_claims_total{outcome} and

@@ -252,6 +252,12 @@ func (sv *server) handle(s network.Stream) {
 		sv.refuse(s, record.CodeMalformedPayload, "peer_id: names the asker")
 		return
 	}
+	if sv.d.h.Network().Connectedness(target) != network.Connected && len(sv.d.h.Peerstore().Addrs(target)) == 0 {
+		// Never reached, nothing to dial: no answer either way (and no
+		// lookup on behalf of whoever asks).
+		sv.refuse(s, record.CodeNotFound, "no address known for peer_id")
+		return
+	}
 	o := sv.probe(sv.d.ctx, target)
 	if o == Alive {
 		sv.d.m.Inc(probesServed, "reachable")
