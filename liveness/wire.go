@@ -60,13 +60,11 @@ type Claim struct {
 	At   time.Time
 }
 
-// writeFrame writes an unsigned-varint length and b.
+// writeFrame writes an unsigned-varint length and b, in one write (one
+// packet on the wire).
 func writeFrame(w io.Writer, b []byte) error {
-	var n [binary.MaxVarintLen64]byte
-	if _, err := w.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))]); err != nil {
-		return err
-	}
-	_, err := w.Write(b)
+	f := binary.AppendUvarint(make([]byte, 0, binary.MaxVarintLen64+len(b)), uint64(len(b)))
+	_, err := w.Write(append(f, b...))
 	return err
 }
 
