@@ -248,9 +248,8 @@ func (d *Detector) investigate(ctx context.Context, p peer.ID) string {
 		d.markAlive(p)
 		return "alive"
 	}
-	direct := ping(ctx, d.h, p, d.cfg.PingTimeout)
+	direct := d.reach(ctx, p)
 	if direct == Alive {
-		d.markAlive(p)
 		return "alive"
 	}
 	helpers := d.helpers(p)
@@ -309,6 +308,24 @@ func (d *Detector) helpers(p peer.ID) []peer.ID {
 	}
 	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
 	return out[:min(len(out), d.cfg.Helpers)]
+}
+
+// reach pings p. A peer found alive is marked so (not suspected again
+// within the cooldown), and a connection opened only for the ping is
+// closed again: the connection that closed may have been trimmed by a
+// connection manager, this node's or the peer's, and the detector must
+// not fight it (the close it causes finds the peer marked alive).
+func (d *Detector) reach(ctx context.Context, p peer.ID) Outcome {
+	was := d.h.Network().Connectedness(p) == network.Connected
+	o := ping(ctx, d.h, p, d.cfg.PingTimeout)
+	if o != Alive {
+		return o
+	}
+	d.markAlive(p)
+	if !was {
+		_ = d.h.Network().ClosePeer(p)
+	}
+	return o
 }
 
 func (d *Detector) markAlive(p peer.ID) {
@@ -415,8 +432,7 @@ func (d *Detector) ValidateClaim(ctx context.Context, author peer.ID, data []byt
 		d.m.Inc(downClaims, "no_address")
 		return pubsub.ValidationIgnore
 	}
-	if ping(ctx, d.h, c.Peer, d.cfg.PingTimeout) == Alive {
-		d.markAlive(c.Peer)
+	if d.reach(ctx, c.Peer) == Alive {
 		d.m.Inc(downClaims, "refuted")
 		return pubsub.ValidationIgnore
 	}

@@ -276,7 +276,7 @@ func (sv *server) probe(ctx context.Context, target peer.ID) Outcome {
 		return c.o
 	}
 	sv.mu.Unlock()
-	o := ping(ctx, sv.d.h, target, sv.d.cfg.PingTimeout)
+	o := sv.d.reach(ctx, target)
 	sv.mu.Lock()
 	if len(sv.cache) >= maxLimiters {
 		for p, c := range sv.cache {
