@@ -439,3 +439,67 @@ func TestRegisteredBeforeAnyPeerIsAnnouncedOnJoin(t *testing.T) {
 		}
 	})
 }
+
+// TestCrashedPeerLeavesAtOnce: a crash (links cut, connections closed)
+// removes the peer's agent from every view within a few seconds — by the
+// nodes connected to it through suspicion, by the others through the
+// peer_down claim — with reason PEER_UNREACHABLE; and a neighbour that
+// still holds the agent (early detection off) cannot bring it back through
+// sync.
+func TestCrashedPeerLeavesAtOnce(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn := newNet(t, 3, Config{})
+		tn.cfg.DisableSuspicion = true
+		keeper := tn.add(nil, nil) // seed rules only: holds the agent until the timeout
+		tn.cfg.DisableSuspicion = false
+		for _, nd := range tn.nodes {
+			waitFor(t, 10*time.Second, "mesh", func() bool { return len(nd.Gossip().TopicPeers()) > 0 })
+		}
+		victim := tn.nodes[2]
+		sa, err := victim.Register(context.Background(), spec("skill-a", "cap.a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, nd := range tn.nodes {
+			waitFor(t, 5*time.Second, "announce", func() bool { _, ok := live(nd.Node, sa.Agent.AgentID); return ok })
+		}
+		watchers := map[int]*view.Subscription{}
+		for _, i := range []int{0, 1} {
+			watchers[i] = tn.nodes[i].Subscribe(view.Filter{AgentID: sa.Agent.AgentID, Types: []view.EventType{view.EventDeregistered}}, 8)
+			defer watchers[i].Close()
+		}
+		crash := time.Now()
+		for _, p := range tn.mn.Peers() {
+			if p != victim.id.PeerID {
+				_ = tn.mn.UnlinkPeers(victim.id.PeerID, p)
+			}
+		}
+		_ = victim.Close()
+		_ = victim.Host().Close()
+		for i, w := range watchers {
+			select {
+			case ev := <-w.C():
+				if ev.Reason != view.ReasonPeerDown {
+					t.Errorf("node %d: deregistered %s, want %s", i, ev.Reason, view.ReasonPeerDown)
+				}
+				if d := time.Since(crash); d > 3*time.Second {
+					t.Errorf("node %d dropped the crashed agent after %s, want ≤ 3 s", i, d)
+				}
+			case <-time.After(40 * time.Second):
+				t.Fatalf("node %d never dropped the crashed agent", i)
+			}
+		}
+		if _, ok := live(keeper.Node, sa.Agent.AgentID); !ok {
+			t.Fatal("the node without early detection dropped the agent before its timeout")
+		}
+		// Node 0 asks its neighbours, the keeper among them, for their
+		// live view: the dead agent must not come back.
+		if _, err := tn.nodes[0].Gossip().Sync(context.Background()); err != nil {
+			t.Logf("sync: %v", err)
+		}
+		synctest.Wait()
+		if _, ok := live(tn.nodes[0].Node, sa.Agent.AgentID); ok {
+			t.Fatal("a neighbour's sync brought the crashed agent back")
+		}
+	})
+}
