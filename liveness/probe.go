@@ -129,16 +129,16 @@ func ask(ctx context.Context, h host.Host, helper, target peer.ID) (bool, error)
 		return false, err
 	}
 	if err := writeFrame(s, req); err != nil {
-		s.Reset()
+		_ = s.Reset()
 		return false, err
 	}
 	if err := s.CloseWrite(); err != nil {
-		s.Reset()
+		_ = s.Reset()
 		return false, err
 	}
 	b, err := readFrame(bufio.NewReaderSize(s, MaxProbeFrame+8), MaxProbeFrame)
 	if err != nil {
-		s.Reset()
+		_ = s.Reset()
 		return false, err
 	}
 	return DecodeProbeAnswer(b)
@@ -194,7 +194,7 @@ func (sv *server) answer(s network.Stream, a probeAnswer) {
 		err = writeFrame(s, b)
 	}
 	if err != nil {
-		s.Reset()
+		_ = s.Reset()
 		return
 	}
 	_ = s.Close()
@@ -208,7 +208,7 @@ func (sv *server) refuse(s network.Stream, code, msg string) {
 // handle serves one probe stream.
 func (sv *server) handle(s network.Stream) {
 	if !sv.d.enter() {
-		s.Reset()
+		_ = s.Reset()
 		return
 	}
 	defer sv.d.wg.Done()
@@ -219,7 +219,7 @@ func (sv *server) handle(s network.Stream) {
 	b, err := readFrame(bufio.NewReaderSize(s, MaxProbeFrame+8), MaxProbeFrame)
 	if errors.Is(err, record.ErrTooLarge) {
 		sv.d.m.Reject("probe", "too_large")
-		s.Reset()
+		_ = s.Reset()
 		return
 	}
 	if !sv.allow(asker) {
