@@ -35,8 +35,9 @@ type probe struct {
 	rpcDrops      atomic.Int64 // pubsub DropRPC: an outbound queue was full
 	undeliverable atomic.Int64 // pubsub UndeliverableMessage: a node's sink lagged
 	// catchUp counts deliveries of messages signed before the delivering
-	// node started: a joiner fetching recent history (IHAVE/IWANT), not a
-	// message late to the nodes that were up.
+	// node was in the announce topic's mesh (its first GRAFT): a joiner
+	// fetching recent history through IHAVE/IWANT, not a message late to
+	// the nodes that could receive it.
 	catchUp atomic.Int64
 
 	byKind map[string]*samples
@@ -45,9 +46,9 @@ type probe struct {
 }
 
 type delivery struct {
-	at    time.Time
-	start time.Time // when the delivering node (instance) started
-	data  []byte
+	at     time.Time
+	joined time.Time // when the delivering node (instance) first had a mesh peer in the announce topic
+	data   []byte
 }
 
 func newProbe(capacity int, every uint32) *probe {
@@ -86,7 +87,7 @@ func (p *probe) start() {
 				p.decodeErrors.Add(1)
 				continue
 			}
-			if sent.Before(d.start) {
+			if sent.Before(d.joined) {
 				p.catchUp.Add(1)
 				continue
 			}
@@ -114,7 +115,7 @@ func (p *probe) close() {
 	<-p.done
 }
 
-func (p *probe) deliver(msg *pubsub.Message, start time.Time) {
+func (p *probe) deliver(msg *pubsub.Message, meshed *atomic.Int64) {
 	if msg.Local {
 		return
 	}
@@ -134,8 +135,12 @@ func (p *probe) deliver(msg *pubsub.Message, start time.Time) {
 	if p.closed {
 		return
 	}
+	joined := now // not in the mesh yet: whatever it gets is history
+	if t := meshed.Load(); t != 0 {
+		joined = time.Unix(0, t)
+	}
 	select {
-	case p.ch <- delivery{at: now, start: start, data: msg.GetData()}:
+	case p.ch <- delivery{at: now, joined: joined, data: msg.GetData()}:
 	default:
 		p.dropped.Add(1)
 	}
@@ -143,27 +148,33 @@ func (p *probe) deliver(msg *pubsub.Message, start time.Time) {
 
 // tracer returns the pubsub raw tracer of one node.
 // tracer returns the tracer of a node instance that starts now.
-func (p *probe) tracer() pubsub.RawTracer { return probeTracer{p, time.Now()} }
+func (p *probe) tracer() pubsub.RawTracer { return probeTracer{p, new(atomic.Int64)} }
 
+// probeTracer is one node instance's tracer. meshed is when the instance
+// first grafted a peer in the announce topic (unix ns; 0: not yet).
 type probeTracer struct {
-	p     *probe
-	start time.Time
+	p      *probe
+	meshed *atomic.Int64
 }
 
 var _ pubsub.RawTracer = probeTracer{}
 
-func (t probeTracer) DeliverMessage(msg *pubsub.Message)       { t.p.deliver(msg, t.start) }
+func (t probeTracer) DeliverMessage(msg *pubsub.Message)       { t.p.deliver(msg, t.meshed) }
 func (t probeTracer) DropRPC(*pubsub.RPC, peer.ID)             { t.p.rpcDrops.Add(1) }
 func (t probeTracer) UndeliverableMessage(*pubsub.Message)     { t.p.undeliverable.Add(1) }
 func (t probeTracer) OnNewOutboundStream(peer.ID, protocol.ID) {}
 func (t probeTracer) OnClosedOutboundStream(peer.ID)           {}
 func (t probeTracer) Join(string)                              {}
 func (t probeTracer) Leave(string)                             {}
-func (t probeTracer) Graft(peer.ID, string)                    {}
-func (t probeTracer) Prune(peer.ID, string)                    {}
-func (t probeTracer) ValidateMessage(*pubsub.Message)          {}
-func (t probeTracer) RejectMessage(*pubsub.Message, string)    {}
-func (t probeTracer) DuplicateMessage(*pubsub.Message)         {}
-func (t probeTracer) ThrottlePeer(peer.ID)                     {}
-func (t probeTracer) RecvRPC(*pubsub.RPC)                      {}
-func (t probeTracer) SendRPC(*pubsub.RPC, peer.ID)             {}
+func (t probeTracer) Graft(_ peer.ID, topic string) {
+	if topic == gossip.AnnounceTopic {
+		t.meshed.CompareAndSwap(0, time.Now().UnixNano())
+	}
+}
+func (t probeTracer) Prune(peer.ID, string)                 {}
+func (t probeTracer) ValidateMessage(*pubsub.Message)       {}
+func (t probeTracer) RejectMessage(*pubsub.Message, string) {}
+func (t probeTracer) DuplicateMessage(*pubsub.Message)      {}
+func (t probeTracer) ThrottlePeer(peer.ID)                  {}
+func (t probeTracer) RecvRPC(*pubsub.RPC)                   {}
+func (t probeTracer) SendRPC(*pubsub.RPC, peer.ID)          {}

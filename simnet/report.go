@@ -142,7 +142,8 @@ type GossipStats struct {
 	RPCDrops      int64 `json:"rpc_drops"`
 	Undeliverable int64 `json:"undeliverable"`
 	// CatchUp deliveries (not in Propagation) were of messages signed
-	// before the delivering node started: history a joiner fetched.
+	// before the delivering node had its first mesh peer in the announce
+	// topic: history a joiner fetched through IHAVE/IWANT.
 	CatchUp int64 `json:"catch_up_at_joiners"`
 }
 
@@ -454,7 +455,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	row("live heap", fmt.Sprintf("%.2f MB per node (peak %.0f MB); RSS peak %.0f MB", res.HeapPerNodeMB, res.HeapPeakMB, res.RSSPeakMB))
 	row("CPU", fmt.Sprintf("%.1f s total, %.1f s in the measured window (%.3f s per node per second)", res.CPUSeconds, res.RunCPUSeconds, perNodeSecond(res.RunCPUSeconds, t.NodeSeconds)))
 	if g := r.Gossip; g.CatchUp > 0 {
-		row("gossip catch-up", fmt.Sprintf("%d deliveries of messages signed before the delivering node started (history a joiner fetched; not in propagation)", g.CatchUp))
+		row("gossip catch-up", fmt.Sprintf("%d deliveries of messages signed before the delivering node had a mesh peer (history a joiner fetched; not in propagation)", g.CatchUp))
 	}
 	if g := r.Gossip; g.ProbeDropped+g.RPCDrops+g.Undeliverable > 0 {
 		row("overload", fmt.Sprintf("%d probe drops, %d pubsub RPC drops, %d undeliverable", g.ProbeDropped, g.RPCDrops, g.Undeliverable))
