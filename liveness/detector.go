@@ -102,7 +102,7 @@ type Detector struct {
 	queued  map[peer.ID]bool
 	alive   map[peer.ID]time.Time // last found alive by a ping
 	down    map[peer.ID]downEntry // confirmed unreachable
-	claimRL map[peer.ID]*rate.Limiter
+	claimRL *peerLimits
 }
 
 type downEntry struct {
@@ -119,7 +119,7 @@ func New(h host.Host, cfg Config, hooks Hooks, m *metrics.Metrics, log *slog.Log
 	d := &Detector{
 		h: h, cfg: cfg, hooks: hooks, m: m, log: log.With("component", "liveness"),
 		q: make(chan peer.ID, cfg.Queue), queued: map[peer.ID]bool{}, alive: map[peer.ID]time.Time{},
-		down: map[peer.ID]downEntry{}, claimRL: map[peer.ID]*rate.Limiter{},
+		down: map[peer.ID]downEntry{}, claimRL: newPeerLimits(1, 10),
 	}
 	d.srv = newServer(d)
 	d.nb = &network.NotifyBundle{DisconnectedF: d.disconnected, ConnectedF: d.connected}
@@ -475,16 +475,32 @@ func (d *Detector) claimKnown(c *Claim, now time.Time) (pubsub.ValidationResult,
 
 // allowClaim bounds the claims one author can make this node check: one
 // per second, bursts of 10.
-func (d *Detector) allowClaim(author peer.ID) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	l, ok := d.claimRL[author]
+func (d *Detector) allowClaim(author peer.ID) bool { return d.claimRL.allow(author) }
+
+// peerLimits is a token bucket per peer; the table is bounded (cleared
+// when full: a peer then starts with a full bucket, which costs at most one
+// burst).
+type peerLimits struct {
+	rate  rate.Limit
+	burst int
+	mu    sync.Mutex
+	m     map[peer.ID]*rate.Limiter
+}
+
+func newPeerLimits(r rate.Limit, burst int) *peerLimits {
+	return &peerLimits{rate: r, burst: burst, m: map[peer.ID]*rate.Limiter{}}
+}
+
+func (pl *peerLimits) allow(p peer.ID) bool {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	l, ok := pl.m[p]
 	if !ok {
-		if len(d.claimRL) >= maxLimiters {
-			clear(d.claimRL)
+		if len(pl.m) >= maxLimiters {
+			clear(pl.m)
 		}
-		l = rate.NewLimiter(1, 10)
-		d.claimRL[author] = l
+		l = rate.NewLimiter(pl.rate, pl.burst)
+		pl.m[p] = l
 	}
 	return l.Allow()
 }

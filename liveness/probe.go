@@ -18,7 +18,6 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 	manet "github.com/multiformats/go-multiaddr/net"
 	"github.com/multiformats/go-multistream"
-	"golang.org/x/time/rate"
 )
 
 // ProbeProtocol is the stream protocol of liveness probes: one request
@@ -151,9 +150,10 @@ type server struct {
 	d   *Detector
 	sem chan struct{}
 
-	mu       sync.Mutex
-	limiters map[peer.ID]*rate.Limiter
-	cache    map[peer.ID]cachedOutcome
+	limits *peerLimits
+
+	mu    sync.Mutex
+	cache map[peer.ID]cachedOutcome
 }
 
 type cachedOutcome struct {
@@ -170,21 +170,7 @@ const (
 )
 
 func newServer(d *Detector) *server {
-	return &server{d: d, sem: make(chan struct{}, serveConcurrency), limiters: map[peer.ID]*rate.Limiter{}, cache: map[peer.ID]cachedOutcome{}}
-}
-
-func (sv *server) allow(p peer.ID) bool {
-	sv.mu.Lock()
-	defer sv.mu.Unlock()
-	l, ok := sv.limiters[p]
-	if !ok {
-		if len(sv.limiters) >= maxLimiters {
-			clear(sv.limiters)
-		}
-		l = rate.NewLimiter(serveRate, serveBurst)
-		sv.limiters[p] = l
-	}
-	return l.Allow()
+	return &server{d: d, sem: make(chan struct{}, serveConcurrency), limits: newPeerLimits(serveRate, serveBurst), cache: map[peer.ID]cachedOutcome{}}
 }
 
 func (sv *server) answer(s network.Stream, a probeAnswer) {
@@ -222,7 +208,7 @@ func (sv *server) handle(s network.Stream) {
 		_ = s.Reset()
 		return
 	}
-	if !sv.allow(asker) {
+	if !sv.limits.allow(asker) {
 		sv.refuse(s, record.CodeRateLimited, "too many probe requests")
 		return
 	}
