@@ -107,6 +107,14 @@ func New(withRuntime bool) *Metrics {
 			Name: "agentd_liveness_probes_served_total", Help: "Liveness probes served for other nodes, by answer.",
 		}, []string{"answer"}),
 	}
+	// Liveness outcomes exist from the start, so a dashboard shows zeros
+	// rather than nothing.
+	for _, o := range []string{"alive", "refuted", "confirmed", "unconfirmed", "queue_full"} {
+		m.Suspicions.WithLabelValues(o)
+	}
+	for _, o := range []string{"confirmed", "refuted", "duplicate", "uninterested", "no_address", "malformed", "unsupported_version", "stale", "rate_limited", "self"} {
+		m.DownClaims.WithLabelValues(o)
+	}
 	r.MustRegister(m.Rejects, m.Lookups, m.LookupLatency, m.GossipDelivered, m.GossipPublished,
 		m.Peers, m.Records, m.LiveAgents, m.Fetches, m.Provides, m.LANPackets, m.HTTPRequests,
 		m.Suspicions, m.DownClaims, m.Probes)
