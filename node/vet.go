@@ -79,15 +79,6 @@ func (v *vetter) vetted(p string) bool {
 	return ok && now.Before(e.until)
 }
 
-// forget drops what is known of p: it must be reached again before its
-// records enter the live view (it was confirmed unreachable).
-func (v *vetter) forget(p peer.ID) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	delete(v.ok, p)
-	delete(v.tried, p)
-}
-
 // prefixOf is the address prefix p was reached at ("" when not public).
 func (v *vetter) prefixOf(p string) string {
 	id, err := peer.Decode(p)
@@ -271,11 +262,11 @@ func (v *vetter) reach(ctx context.Context, p peer.ID) {
 }
 
 // peerDown is liveness.Hooks.Down: the agents of a peer confirmed
-// unreachable leave the live view now rather than at the timeout, and the
-// peer must be reached again before records of it are admitted (a
-// neighbour's sync or a relayed announcement cannot bring them back).
+// unreachable leave the live view now rather than at the timeout; until
+// the peer shows life, a neighbour's sync cannot bring them back
+// (view.DropPeer). The peer stays vetted: after a network split heals,
+// its agents return with their first heartbeat.
 func (n *Node) peerDown(p peer.ID) {
-	n.vet.forget(p)
 	if k := n.view.DropPeer(p, view.ReasonPeerDown); k > 0 {
 		n.log.Info("agents of an unreachable peer removed", "peer", p, "agents", k)
 	}
@@ -286,6 +277,7 @@ func (n *Node) peerDown(p peer.ID) {
 func (v *vetter) connected(_ network.Network, c network.Conn) {
 	p := c.RemotePeer()
 	v.mark(p)
+	v.n.view.PeerUp(p)
 	if v.n.view.Pending() == 0 {
 		return
 	}

@@ -161,7 +161,13 @@ func TestPartitionScenario(t *testing.T) {
 			t.Errorf("events %v", kinds)
 		}
 		if len(rep.Churn.Reconverge) != 1 || rep.Churn.Reconverge[0].Event != EventHeal {
-			t.Errorf("no reconvergence measure after the heal: %+v", rep.Churn.Reconverge)
+			t.Fatalf("no reconvergence measure after the heal: %+v", rep.Churn.Reconverge)
+		}
+		// Both halves dropped the far side at once (early detection);
+		// its agents must come back with their first heartbeats after the
+		// heal, not after a dial retry or a re-announcement.
+		if s := rep.Churn.Reconverge[0].S; s < 0 || s > 10 {
+			t.Errorf("views complete %v s after the heal, want ≤ 10 s (a heartbeat interval and reconnection)", s)
 		}
 	})
 }

@@ -199,7 +199,11 @@ type View struct {
 	perPeer   map[string]int // remote agents by the record's peer_id
 	perPrefix map[string]int // remote agents by their peer's address prefix
 	pending   map[string]*pendingRec
-	proj      projection
+	// down: peers confirmed unreachable (DropPeer), when; until proof of
+	// life (a beat or record it signed since, a connection: PeerUp) no
+	// record of theirs enters the view from a neighbour's sync.
+	down map[string]time.Time
+	proj projection
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -220,6 +224,7 @@ func New(cfg Config, st store.Store, ver *trust.Verifier, m *metrics.Metrics, lo
 		perPeer:   map[string]int{},
 		perPrefix: map[string]int{},
 		pending:   map[string]*pendingRec{},
+		down:      map[string]time.Time{},
 		proj:      newProjection(),
 	}
 }
@@ -379,6 +384,9 @@ const (
 	ReasonPrefixQuota trust.Reason = "prefix_quota"
 	ReasonUnvetted    trust.Reason = "unvetted_expired" // held, its peer never reached
 	ReasonPendingFull trust.Reason = "pending_full"
+	// ReasonPeerDown refuses a neighbour's copy of a record whose peer
+	// was confirmed unreachable (and has not been heard from since).
+	ReasonPeerIsDown trust.Reason = "peer_down"
 )
 
 // pendingRec is a record held until its peer is vetted.
@@ -566,6 +574,14 @@ func (v *View) learnHeard(sa *record.SignedAgent, src store.Source, live bool, a
 	// cache write (checked again on insertion); one of a peer not yet
 	// reached is held until it is (Config.Vetted).
 	v.mu.Lock()
+	if t, ok := v.downLocked(a.PeerID, now); ok && live {
+		if !a.Issued().After(t) {
+			v.mu.Unlock()
+			v.m.Reject("view", string(ReasonPeerIsDown))
+			return &trust.RejectError{Reason: ReasonPeerIsDown, Detail: fmt.Sprintf("peer %s of agent %s was confirmed unreachable and has not been heard from since", a.PeerID, a.AgentID)}
+		}
+		delete(v.down, a.PeerID) // signed since: it lives
+	}
 	newAgent := false
 	if s := v.agents[a.AgentID]; s == nil || s.rec.Agent.PeerID != a.PeerID {
 		newAgent = true
@@ -671,6 +687,9 @@ func (v *View) Beat(kind Kind, sb *record.SignedBeat, from peer.ID, _ string) {
 		claimed = v.clampInterval(time.Duration(b.IntervalMS) * time.Millisecond)
 	}
 	v.mu.Lock()
+	if t, ok := v.downLocked(b.PeerID, now); ok && b.Time().After(t) {
+		delete(v.down, b.PeerID) // a beat signed since it was found down
+	}
 	s := v.agents[b.AgentID]
 	if s == nil {
 		v.mu.Unlock()
@@ -797,14 +816,19 @@ func (v *View) Forget(agentID, reason string) {
 // DropPeer removes every remote agent of peer p from the live view, and
 // the records of p held until p is reached: the node confirmed that p
 // cannot be reached (package liveness). The cached records become stale
-// at once, as those of agents that timed out. It returns how many agents
-// left.
+// at once, as those of agents that timed out. Until p shows life (PeerUp,
+// or a beat or record it signed after now) — at most twice the liveness
+// timeout — a neighbour's copy of its records is refused, so a sync with
+// a node that has not dropped them yet cannot bring them back. Its agents
+// return with their next heartbeat (restored from the cache). It returns
+// how many agents left.
 func (v *View) DropPeer(p peer.ID, reason string) int {
 	ps := p.String()
 	now := v.cfg.Now()
 	var events []Event
 	var gone []string
 	v.mu.Lock()
+	v.down[ps] = now
 	if v.perPeer[ps] > 0 {
 		for id, s := range v.agents {
 			if s.local || s.rec.Agent.PeerID != ps {
@@ -827,6 +851,26 @@ func (v *View) DropPeer(p peer.ID, reason string) int {
 	}
 	v.emit(events)
 	return len(gone)
+}
+
+// PeerUp tells the view that peer p was reached (a connection): what
+// DropPeer said of it no longer holds.
+func (v *View) PeerUp(p peer.ID) {
+	v.mu.Lock()
+	delete(v.down, p.String())
+	v.mu.Unlock()
+}
+
+// downLocked reports whether peer ps is marked down at now and since
+// when; marks older than twice the liveness timeout are dropped (every
+// neighbour has timed the agents out by then).
+func (v *View) downLocked(ps string, now time.Time) (time.Time, bool) {
+	t, ok := v.down[ps]
+	if ok && now.Sub(t) > 2*v.cfg.Timeout {
+		delete(v.down, ps)
+		return time.Time{}, false
+	}
+	return t, ok
 }
 
 // SetStatus records the status a remote agent reported on a transport
@@ -891,6 +935,9 @@ func (v *View) sweep() {
 			delete(v.pending, id)
 			expired++
 		}
+	}
+	for p := range v.down {
+		v.downLocked(p, now)
 	}
 	counts := map[record.Status]int{}
 	for id, s := range v.agents {

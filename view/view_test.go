@@ -484,3 +484,55 @@ func TestBeatsKeepTheCacheFreshWithFewWrites(t *testing.T) {
 		t.Fatalf("after the timeout: %+v, %v; want a stale entry", e, err)
 	}
 }
+
+// TestDropPeer: a peer confirmed unreachable leaves at once; a neighbour's
+// copy of its record cannot bring it back, nor can a beat it signed before;
+// a beat signed since (the peer lives: a split healed) restores it from the
+// cache, and so does a connection (PeerUp).
+func TestDropPeer(t *testing.T) {
+	f := newFixture(t)
+	k := newAgent(t)
+	sa := k.sign(t, 10, f.clk.Now(), nil, map[string]float64{"c": 0})
+	if err := f.v.Learn(sa, store.SourceGossip, true); err != nil {
+		t.Fatal(err)
+	}
+	sub := f.v.Subscribe(Filter{}, 16)
+	defer sub.Close()
+	f.clk.Add(time.Second)
+	if n := f.v.DropPeer(k.id.PeerID, ReasonPeerDown); n != 1 || f.v.Len() != 0 {
+		t.Fatalf("dropped %d, %d left", n, f.v.Len())
+	}
+	if e := next(t, sub); e.Type != EventDeregistered || e.Reason != ReasonPeerDown {
+		t.Fatalf("event %+v", e)
+	}
+	if err := f.v.Synced(sa, 0, 0); trust.ReasonOf(err) != ReasonPeerIsDown || f.v.Len() != 0 {
+		t.Fatalf("a neighbour's copy after the drop: %v, %d live", err, f.v.Len())
+	}
+	beatAt := func(seq uint64, at time.Time) *record.SignedBeat {
+		sb, err := record.SignBeat(record.Beat{AgentID: k.id.AgentID, PeerID: k.id.PeerID.String(), Seq: seq, Timestamp: at.UnixMilli()}, k.id.AgentKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sb
+	}
+	f.v.Beat(KindHeartbeat, beatAt(11, f.clk.Now().Add(-2*time.Second)), k.id.PeerID, "")
+	if f.v.Len() != 0 {
+		t.Fatal("a beat signed before the drop restored the agent")
+	}
+	f.v.Beat(KindHeartbeat, beatAt(12, f.clk.Now().Add(time.Second)), k.id.PeerID, "")
+	if _, ok := f.v.Get(k.id.AgentID); !ok {
+		t.Fatal("a beat signed since the drop did not restore the agent")
+	}
+	// A connection is proof of life too.
+	f.v.DropPeer(k.id.PeerID, ReasonPeerDown)
+	f.v.PeerUp(k.id.PeerID)
+	if err := f.v.Synced(sa, 0, 0); err != nil || f.v.Len() != 1 {
+		t.Fatalf("after PeerUp: %v, %d live", err, f.v.Len())
+	}
+	// The mark lapses after twice the timeout.
+	f.v.DropPeer(k.id.PeerID, ReasonPeerDown)
+	f.clk.Add(61 * time.Second)
+	if err := f.v.Synced(sa, 0, 0); err != nil {
+		t.Fatalf("after the mark lapsed: %v", err)
+	}
+}
