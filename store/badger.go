@@ -38,7 +38,7 @@ var ErrExpired = errors.New("entry expired beyond its grace window")
 // of the previous version's postings.
 const (
 	memTableSize     = 8 << 20 // disk mode
-	memTableSizeMem  = 4 << 20 // in-memory mode (simnet: 100+ stores per process)
+	memTableSizeMem  = 1 << 20 // in-memory mode (simnet: 200+ stores per process, each arena allocated up front)
 	numMemtables     = 2
 	baseTableSize    = 2 << 20
 	baseLevelSize    = 8 << 20
@@ -48,6 +48,9 @@ const (
 	blockCacheSize   = 2 << 20 // disk mode only
 	valueLogFileSize = 16 << 20
 	valueThreshold   = 256 << 10 // > any value (records are at most 64 KiB): all live in the LSM tree, none in the value log
+	// In memory the value threshold must stay below the largest batch
+	// (15 % of the 1 MiB memtable); 128 KiB is still above any value.
+	valueThresholdMem = 128 << 10
 )
 
 // Open opens (or creates) the store. Dir == "" selects Badger's in-memory
@@ -88,7 +91,7 @@ func open(opts Options, syncWrites bool) (*db, error) {
 	if opts.Dir != "" {
 		bo = bo.WithBlockCacheSize(blockCacheSize)
 	} else {
-		bo = bo.WithMemTableSize(memTableSizeMem)
+		bo = bo.WithMemTableSize(memTableSizeMem).WithValueThreshold(valueThresholdMem)
 	}
 	bdb, err := badger.Open(bo)
 	if err != nil {

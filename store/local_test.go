@@ -424,3 +424,48 @@ func TestLeases(t *testing.T) {
 		t.Fatalf("leases after reopen: %v %v", got, err)
 	}
 }
+
+// TestLargestRecordFits: a record near the size limit, with the most
+// index terms a record can have, is stored, replaced and read back in
+// both modes (in memory the memtable is 1 MiB, so one transaction holds
+// at most 157 KiB: the record and every posting, added and removed, must
+// fit).
+func TestLargestRecordFits(t *testing.T) {
+	modes(t, func(t *testing.T, dir func() string) {
+		ctx := context.Background()
+		clk := newClock()
+		s := openTest(t, dir(), Options{Now: clk.Now})
+		var skills []record.Skill
+		for i := range record.MaxSkills {
+			var caps []string
+			for j := range 6 {
+				caps = append(caps, fmt.Sprintf("domain-%02d.capability-number-%02d-with-a-long-name", i, j))
+			}
+			skills = append(skills, skill(fmt.Sprintf("skill-%02d-with-a-long-identifier", i), "1.0.0", record.SkillTool, []string{fmt.Sprintf("scene-%02d", i)}, caps...))
+		}
+		var tags []string
+		for i := range record.MaxTags {
+			tags = append(tags, fmt.Sprintf("tag-%02d", i))
+		}
+		sa := mkRecord(t, agentSpec{issued: clk.Now(), skills: skills, tags: tags})
+		if n := len(sa.Canonical); n < record.MaxAgentBytes*3/4 {
+			t.Fatalf("record of %d bytes: want one near the %d-byte limit", n, record.MaxAgentBytes)
+		}
+		for seq := uint64(1); seq <= 3; seq++ {
+			rec := sa
+			if seq > 1 {
+				rec = resign(t, sa, seq, nil)
+			}
+			if err := s.PutLocal(ctx, rec); err != nil {
+				t.Fatalf("PutLocal seq %d (%d bytes): %v", seq, len(rec.Canonical), err)
+			}
+			if err := s.Put(ctx, Entry{Record: rec, Source: SourceGossip}); err != nil {
+				t.Fatalf("Put seq %d: %v", seq, err)
+			}
+		}
+		got, err := s.Locals(ctx)
+		if err != nil || len(got) != 1 || got[0].Agent.Seq != 3 {
+			t.Fatalf("Locals: %v, %v", got, err)
+		}
+	})
+}
