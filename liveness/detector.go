@@ -25,9 +25,10 @@ func probesServed(m *metrics.Metrics) *prometheus.CounterVec { return m.Probes }
 // Config tunes the detector. Zero values take the defaults.
 type Config struct {
 	// PingTimeout bounds one direct attempt to reach a peer: dial and
-	// answer (default 1 s).
+	// answer (default 2 s).
 	PingTimeout time.Duration
-	// AskTimeout bounds an indirect probe through a helper (default 2 s).
+	// AskTimeout bounds an indirect probe through a helper (default 3 s:
+	// the helper's own ping and a round trip).
 	AskTimeout time.Duration
 	// Helpers is how many connected peers are asked to reach a suspect
 	// (default 3, SWIM's k).
@@ -51,8 +52,8 @@ func (c *Config) defaults() {
 			*d = v
 		}
 	}
-	def(&c.PingTimeout, time.Second)
-	def(&c.AskTimeout, 2*time.Second)
+	def(&c.PingTimeout, 2*time.Second)
+	def(&c.AskTimeout, 3*time.Second)
 	def(&c.Cooldown, 10*time.Second)
 	def(&c.ClaimWindow, time.Minute)
 	if c.Helpers <= 0 {

@@ -12,11 +12,14 @@
 //
 //  1. pings it directly: dial (bypassing the swarm's dial backoff) and a
 //     request on /agentd/probe/1.0.0 naming the peer itself, within
-//     Config.PingTimeout (1 s). An answer, or a host that answers that it
+//     Config.PingTimeout (2 s). An answer, or a host that answers that it
 //     does not speak the protocol (an older agentd), is alive.
 //  2. otherwise asks Config.Helpers (3) other connected peers that speak
 //     the protocol to reach it (SWIM's ping-req), within
-//     Config.AskTimeout (2 s).
+//     Config.AskTimeout (3 s). A process killed on a live
+//     host answers at once (its port refuses, or its connections reset); the
+//     timeouts only bound a host that went silent, and are generous so
+//     that a merely overloaded peer or helper is not taken for dead.
 //  3. confirms it down when the direct ping failed, no helper reached it
 //     and at least one helper answered that it could not; or, with no
 //     helper to ask, when its address refused the connection
