@@ -236,6 +236,9 @@ func New(ctx context.Context, h host.Host, cfg Config, v *trust.Verifier, sink S
 	app := c.Score.AppSpecificScore
 	score := *c.Score
 	score.AppSpecificScore = func(p peer.ID) float64 { return app(p) + g.pen.score(p) }
+	if score.SeenMsgTTL == 0 {
+		score.SeenMsgTTL = seenTTL
+	}
 	c.Score = &score
 	g.mesh = newMeshTracker(g)
 	opts := []pubsub.Option{
@@ -247,6 +250,7 @@ func New(ctx context.Context, h host.Host, cfg Config, v *trust.Verifier, sink S
 		pubsub.WithMessageIdFn(MessageID),
 		pubsub.WithMessageSignaturePolicy(pubsub.StrictSign),
 		pubsub.WithPeerOutboundQueueSize(peerOutboundQueue),
+		pubsub.WithSeenMessagesTTL(seenTTL),
 		pubsub.WithSubscriptionFilter(pubsub.WrapLimitSubscriptionFilter(pubsub.NewRegexpSubscriptionFilter(topicRe), maxSubsPerRPC)),
 		pubsub.WithLogger(log.With("sub", "pubsub")),
 		pubsub.WithRawTracer(g.mesh),

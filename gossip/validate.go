@@ -196,9 +196,14 @@ func newerMinor(data []byte) bool {
 // ---- recent: payloads accepted per topic ----
 
 const (
-	// recentTTL matches pubsub's seen-messages TTL: after it, a copy would
-	// be a new message to pubsub too.
-	recentTTL = 2 * time.Minute
+	// seenTTL is how long pubsub remembers a message id as seen (and the
+	// score its deliveries), and recentTTL matches it: after it, a copy
+	// would be a new message to pubsub too. pubsub's default is 2 min; a
+	// message lives a few seconds in the network (gossip history 5 s), a
+	// late copy is refused by the view's seq and tombstone checks anyway,
+	// and the three caches were 16 % of simnet's live heap at 2 min.
+	seenTTL   = 30 * time.Second
+	recentTTL = seenTTL
 	recentMax = 1 << 16
 )
 
