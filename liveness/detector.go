@@ -241,7 +241,7 @@ func (d *Detector) work() {
 // investigate decides about a suspect: ping it; if that fails, ask up to
 // Helpers connected peers to reach it; confirmed when nobody could and
 // at least one helper tried, or, with no helper to ask, when its address
-// refused the connection. It returns the outcome.
+// refused the connection. It returns the outcome to count ("" when counted already or nothing to count).
 func (d *Detector) investigate(ctx context.Context, p peer.ID) string {
 	if d.h.Network().Connectedness(p) == network.Connected {
 		// It came back (it dialled this node: its own suspicion of us) or
@@ -291,8 +291,11 @@ func (d *Detector) investigate(ctx context.Context, p peer.ID) string {
 		d.markAlive(p) // it came back meanwhile
 		return "alive"
 	}
+	// Counted before the node hears of it, so whoever sees the agent leave
+	// also sees the count.
+	d.m.Inc(suspicions, "confirmed")
 	d.confirm(ctx, p, true)
-	return "confirmed"
+	return ""
 }
 
 // helpers picks up to cfg.Helpers connected peers other than p that speak
@@ -444,10 +447,10 @@ func (d *Detector) ValidateClaim(ctx context.Context, author peer.ID, data []byt
 	d.down[c.Peer] = downEntry{at: time.Now(), forwarded: true}
 	d.mu.Unlock()
 	d.log.Info("peer confirmed unreachable", "peer", c.Peer, "claimed_by", author)
+	d.m.Inc(downClaims, "confirmed")
 	if d.hooks.Down != nil {
 		d.hooks.Down(c.Peer)
 	}
-	d.m.Inc(downClaims, "confirmed")
 	return pubsub.ValidationAccept
 }
 
