@@ -170,6 +170,7 @@ func New(h host.Host, cfg Config, v *trust.Verifier, hosted Hosted, m *metrics.M
 		changed:    make(chan struct{}, 1),
 		reannounce: make(chan struct{}, 1),
 	}
+	d.val.Verified = NewVerifiedCache()
 	d.val.OnReject = func(key string, err error) {
 		d.m.Reject("dht_value", ValueRejectReason(err))
 		d.log.Debug("DHT value refused", "key", truncate(key), "err", err)

@@ -1,8 +1,10 @@
 package dht
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/agentd/agentd/record"
@@ -35,6 +37,51 @@ type Validator struct {
 	// validates through it both the values peers PUT here and the values
 	// peers answer a GET with, so a forged value is counted either way.
 	OnReject func(key string, err error)
+	// Verified, when set, remembers values whose Announce parsed and whose
+	// signatures verified, so that kad-dht's repeated validation of one PUT
+	// (Validate, then Select over the incoming and the stored value) and
+	// the republishing of an unchanged record verify each value once. The
+	// validity window is checked on every call.
+	Verified *VerifiedCache
+}
+
+// VerifiedCache is a bounded set of values that parsed and verified,
+// keyed by the SHA-256 of their bytes (signature verification is a pure
+// function of them). One per node: it is never shared between nodes, so
+// simnet measures every node's own work.
+type VerifiedCache struct {
+	mu sync.Mutex
+	m  map[[32]byte]*record.SignedAgent
+}
+
+// verifiedMax bounds the cache (cleared when full).
+const verifiedMax = 4096
+
+// NewVerifiedCache returns an empty cache.
+func NewVerifiedCache() *VerifiedCache {
+	return &VerifiedCache{m: map[[32]byte]*record.SignedAgent{}}
+}
+
+func (c *VerifiedCache) get(k [32]byte) (*record.SignedAgent, bool) {
+	if c == nil {
+		return nil, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sa, ok := c.m[k]
+	return sa, ok
+}
+
+func (c *VerifiedCache) put(k [32]byte, sa *record.SignedAgent) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= verifiedMax {
+		clear(c.m)
+	}
+	c.m[k] = sa
 }
 
 var _ lprecord.Validator = Validator{}
@@ -66,12 +113,20 @@ func ParseValueKey(key string) (agentID string, p peer.ID, err error) {
 // Announce parses, both signatures verify, and the record is inside its
 // validity window.
 func (v Validator) Parse(value []byte) (*record.SignedAgent, error) {
-	sa, _, err := record.ParseAnnounce(value)
-	if err != nil {
-		return nil, err
+	var key [32]byte
+	if v.Verified != nil {
+		key = sha256.Sum256(value)
 	}
-	if err := sa.VerifySignatures(); err != nil {
-		return nil, err
+	sa, ok := v.Verified.get(key)
+	if !ok {
+		var err error
+		if sa, _, err = record.ParseAnnounce(value); err != nil {
+			return nil, err
+		}
+		if err := sa.VerifySignatures(); err != nil {
+			return nil, err
+		}
+		v.Verified.put(key, sa)
 	}
 	now := time.Now()
 	if v.Now != nil {

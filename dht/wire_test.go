@@ -187,10 +187,37 @@ func TestChallengeBytesGolden(t *testing.T) {
 }
 
 func TestValidator(t *testing.T) {
+	t.Run("plain", func(t *testing.T) { testValidator(t, Validator{}) })
+	// With the cache of verified values, every verdict is the same, each
+	// value checked twice (the second time from the cache).
+	t.Run("cached", func(t *testing.T) {
+		v := Validator{Verified: NewVerifiedCache()}
+		testValidator(t, v)
+		testValidator(t, v)
+	})
+}
+
+// A value that verified once is still refused once its validity window
+// has passed: the cache holds the signature check, not the verdict.
+func TestVerifiedCacheRechecksTheWindow(t *testing.T) {
+	id := mustIdentity(t)
+	sa := signedAgent(t, id, 5, skillSpec{"skill-v": {"cap-v"}})
+	now := time.Now()
+	v := Validator{Verified: NewVerifiedCache(), Now: func() time.Time { return now }}
+	key := ValueKey(id.AgentID)
+	if err := v.Validate(key, sa.MarshalAnnounce()); err != nil {
+		t.Fatal(err)
+	}
+	now = sa.Agent.ExpiresAt().Add(time.Second)
+	if err := v.Validate(key, sa.MarshalAnnounce()); record.FieldOf(err) != "ttl_seconds" {
+		t.Fatalf("an expired value from the cache: %v", err)
+	}
+}
+
+func testValidator(t *testing.T, v Validator) {
 	id := mustIdentity(t)
 	sa := signedAgent(t, id, 5, skillSpec{"skill-v": {"cap-v"}})
 	val := sa.MarshalAnnounce()
-	v := Validator{}
 	byAgent, byPeer := ValueKey(id.AgentID), ValueKey(id.PeerID.String())
 	for _, k := range []string{byAgent, byPeer} {
 		if err := v.Validate(k, val); err != nil {
