@@ -193,31 +193,32 @@ func (d *Detector) connected(_ network.Network, c network.Conn) {
 }
 
 // Suspect queues p for investigation unless it is queued, was found
-// alive within the cooldown, or the view holds none of its agents. It
-// never blocks.
-func (d *Detector) Suspect(p peer.ID) {
+// alive within the cooldown, was confirmed down already, or the view
+// holds none of its agents; it reports whether p was queued. It never
+// blocks.
+func (d *Detector) Suspect(p peer.ID) bool {
 	if p == d.h.ID() || (d.hooks.Holds != nil && !d.hooks.Holds(p)) {
-		return
+		return false
 	}
 	now := time.Now()
 	d.mu.Lock()
-	if d.closed || !d.started || d.queued[p] || now.Sub(d.alive[p]) < d.cfg.Cooldown {
+	e, down := d.down[p]
+	if d.closed || !d.started || d.queued[p] || now.Sub(d.alive[p]) < d.cfg.Cooldown ||
+		(down && now.Sub(e.at) < d.cfg.ClaimWindow) {
 		d.mu.Unlock()
-		return
-	}
-	if e, ok := d.down[p]; ok && now.Sub(e.at) < d.cfg.ClaimWindow {
-		d.mu.Unlock()
-		return
+		return false
 	}
 	d.queued[p] = true
 	d.mu.Unlock()
 	select {
 	case d.q <- p:
+		return true
 	default:
 		d.mu.Lock()
 		delete(d.queued, p)
 		d.mu.Unlock()
 		d.m.Inc(suspicions, "queue_full")
+		return false
 	}
 }
 
@@ -320,14 +321,24 @@ func (d *Detector) helpers(p peer.ID) []peer.ID {
 // connection manager, this node's or the peer's, and the detector must
 // not fight it (the close it causes finds the peer marked alive).
 func (d *Detector) reach(ctx context.Context, p peer.ID) Outcome {
-	was := d.h.Network().Connectedness(p) == network.Connected
+	before := map[network.Conn]bool{}
+	for _, c := range d.h.Network().ConnsToPeer(p) {
+		before[c] = true
+	}
 	o := ping(ctx, d.h, p, d.cfg.PingTimeout)
 	if o != Alive {
 		return o
 	}
 	d.markAlive(p)
-	if !was {
-		_ = d.h.Network().ClosePeer(p)
+	// The connections this node dialled during the ping (the ping's own:
+	// the swarm may have carried the ping over another), not those that
+	// were open before nor those the peer dialled (when a connection drops
+	// both sides suspect each other, and the peer's ping may be riding
+	// one of them).
+	for _, c := range d.h.Network().ConnsToPeer(p) {
+		if !before[c] && c.Stat().Direction == network.DirOutbound {
+			_ = c.Close()
+		}
 	}
 	return o
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	wait "github.com/agentd/agentd/internal/testutil"
 	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/p2p"
 	"github.com/agentd/agentd/record"
@@ -17,6 +18,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/peerstore"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
@@ -85,12 +87,21 @@ func meshOf(t *testing.T, n int) (mocknet.Mocknet, []*member) {
 	if err := mn.LinkAll(); err != nil {
 		t.Fatal(err)
 	}
+	// What identify would record, so that the tests do not depend on
+	// when it runs: addresses to dial, and (below) the probe protocol.
+	for _, a := range ms {
+		for _, b := range ms {
+			if a != b {
+				a.h.Peerstore().AddAddrs(b.h.ID(), b.h.Addrs(), peerstore.PermanentAddrTTL)
+			}
+		}
+	}
 	if err := mn.ConnectAllButSelf(); err != nil {
 		t.Fatal(err)
 	}
-	// Identify must have run for the helpers to be known as probe
-	// speakers.
-	waitFor(t, "identify", func() bool {
+	// Every pair connected, and every member known as a probe speaker
+	// (helpers are picked among those).
+	waitFor(t, "a full mesh", func() bool {
 		for _, a := range ms {
 			for _, b := range ms {
 				if a == b {
@@ -103,7 +114,11 @@ func meshOf(t *testing.T, n int) (mocknet.Mocknet, []*member) {
 					return false
 				}
 				if ps, _ := a.h.Peerstore().SupportsProtocols(b.h.ID(), ProbeProtocol); len(ps) == 0 {
-					return false
+					// Identify has not run yet (or ran on a connection
+					// that closed meanwhile).
+					if err := a.h.Peerstore().AddProtocols(b.h.ID(), ProbeProtocol); err != nil {
+						t.Fatal(err)
+					}
 				}
 			}
 		}
@@ -114,13 +129,14 @@ func meshOf(t *testing.T, n int) (mocknet.Mocknet, []*member) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.Eventually(t, 20*time.Second, what, cond)
+}
+
+// idle reports whether no suspicion is queued or under investigation.
+func (d *Detector) idle() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.queued) == 0
 }
 
 func count(m *metrics.Metrics, outcome string) float64 {
@@ -190,8 +206,10 @@ func TestPartitionedPeerIsNotEvicted(t *testing.T) {
 		t.Errorf("evicted %v", d)
 	}
 	// Within the cooldown the peer is not suspected again.
-	a.d.Suspect(p.h.ID())
-	time.Sleep(50 * time.Millisecond)
+	if a.d.Suspect(p.h.ID()) {
+		t.Error("suspected again within the cooldown")
+	}
+	waitFor(t, "a's detector idle", a.d.idle)
 	if n := count(a.m, "refuted") + count(a.m, "confirmed"); n != 1 {
 		t.Errorf("suspected again within the cooldown: %v investigations", n)
 	}
@@ -211,7 +229,12 @@ func TestTrimmedConnectionIsAlive(t *testing.T) {
 	waitFor(t, "ping", func() bool {
 		return count(a.m, "alive")+count(p.m, "alive") >= 1 && a.h.Network().Connectedness(p.h.ID()) != network.Connected
 	})
-	time.Sleep(100 * time.Millisecond)
+	// The hang-up closes the connection again: each side finds the other
+	// marked alive and does not investigate it once more.
+	waitFor(t, "both detectors idle", func() bool { return a.d.idle() && p.d.idle() })
+	if a.d.Suspect(p.h.ID()) || p.d.Suspect(a.h.ID()) {
+		t.Error("a peer just found alive was suspected again")
+	}
 	if n := count(a.m, "alive") + count(p.m, "alive"); n > 2 {
 		t.Errorf("%v pings: the hang-up was suspected again", n)
 	}
@@ -376,17 +399,38 @@ func TestProbeServer(t *testing.T) {
 	req := func(p peer.ID) []byte {
 		return []byte(`{"protocol_version":"v1.0","peer_id":"` + p.String() + `"}`)
 	}
-	if ans := askRaw(t, a.h, b.h.ID(), req(b.h.ID())); !ans.Reachable || ans.Error != nil {
+	// ask sends a request from a to b, again while b's rate limit refuses
+	// it: the other detectors' own probes of b draw on a's budget too.
+	ask := func(body []byte) probeAnswer {
+		t.Helper()
+		var ans probeAnswer
+		waitFor(t, "an answer within the rate limit", func() bool {
+			ans = askRaw(t, a.h, b.h.ID(), body)
+			return ans.Error == nil || ans.Error.Code != record.CodeRateLimited
+		})
+		return ans
+	}
+	if ans := ask(req(b.h.ID())); !ans.Reachable || ans.Error != nil {
 		t.Errorf("ping: %+v", ans)
 	}
-	if ans := askRaw(t, a.h, b.h.ID(), req(c.h.ID())); !ans.Reachable {
+	if ans := ask(req(c.h.ID())); !ans.Reachable {
 		t.Errorf("probe of a live peer: %+v", ans)
 	}
 	_ = mn.UnlinkPeers(b.h.ID(), c.h.ID())
 	_ = mn.DisconnectPeers(b.h.ID(), c.h.ID())
-	time.Sleep(cacheFor) // past the cached answer
-	if ans := askRaw(t, a.h, b.h.ID(), req(c.h.ID())); ans.Reachable || ans.Error != nil {
+	b.d.srv.mu.Lock()
+	clear(b.d.srv.cache) // as once cacheFor has passed
+	b.d.srv.mu.Unlock()
+	if ans := ask(req(c.h.ID())); ans.Reachable || ans.Error != nil {
 		t.Errorf("probe of an unreachable peer: %+v", ans)
+	}
+	// A peer the helper never heard of is not reported unreachable.
+	stranger, err := mn.GenPeer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ans := ask(req(stranger.ID())); ans.Error == nil || ans.Error.Code != record.CodeNotFound {
+		t.Errorf("probe of an unknown peer: %+v, want %s", ans, record.CodeNotFound)
 	}
 	for name, body := range map[string][]byte{
 		"not json":     []byte("nope"),
@@ -401,18 +445,10 @@ func TestProbeServer(t *testing.T) {
 			// The frame length alone is refused; the stream is reset.
 			continue
 		}
-		ans := askRaw(t, a.h, b.h.ID(), body)
+		ans := ask(body)
 		if ans.Error == nil || ans.Error.Code != record.CodeMalformedPayload {
 			t.Errorf("%s: %+v, want %s", name, ans, record.CodeMalformedPayload)
 		}
-	}
-	// A peer the helper never heard of is not reported unreachable.
-	stranger, err := mn.GenPeer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ans := askRaw(t, a.h, b.h.ID(), req(stranger.ID())); ans.Error == nil || ans.Error.Code != record.CodeNotFound {
-		t.Errorf("probe of an unknown peer: %+v, want %s", ans, record.CodeNotFound)
 	}
 	// Rate limit: bursts of 10 per asker.
 	limited := 0

@@ -54,23 +54,32 @@ func (o Outcome) String() string {
 // ping reaches p directly and asks it whether it is itself: the SWIM
 // ping. It dials without the swarm's dial backoff (a peer that just lost
 // its connection is usually in backoff).
+//
+// A stream that fails before the deadline is tried once more: the
+// connection it rode on may have been closing (when a connection drops,
+// both sides suspect each other, and each hangs up the connection its own
+// ping dialled), and the retry dials a fresh one.
 func ping(ctx context.Context, h host.Host, p peer.ID, timeout time.Duration) Outcome {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	dctx := network.WithForceDirectDial(ctx, "agentd liveness probe")
-	if err := h.Connect(dctx, h.Peerstore().PeerInfo(p)); err != nil {
-		if errors.Is(err, syscall.ECONNREFUSED) || tcpRefused(ctx, h, p) {
-			return Refused
+	for range 2 {
+		if err := h.Connect(dctx, h.Peerstore().PeerInfo(p)); err != nil {
+			if errors.Is(err, syscall.ECONNREFUSED) || tcpRefused(ctx, h, p) {
+				return Refused
+			}
+			return Unreachable
 		}
-		return Unreachable
-	}
-	ok, err := ask(ctx, h, p, p)
-	switch {
-	case err == nil && ok:
-		return Alive
-	case errors.Is(err, multistream.ErrNotSupported[protocol.ID]{}):
-		// An agentd of an earlier version: its host answered.
-		return Alive
+		ok, err := ask(ctx, h, p, p)
+		switch {
+		case err == nil && ok:
+			return Alive
+		case errors.Is(err, multistream.ErrNotSupported[protocol.ID]{}):
+			// An agentd of an earlier version: its host answered.
+			return Alive
+		case ctx.Err() != nil:
+			return Unreachable
+		}
 	}
 	return Unreachable
 }
@@ -113,7 +122,8 @@ func tcpRefused(ctx context.Context, h host.Host, p peer.ID) bool {
 	return tried > 0
 }
 
-// ask asks helper whether target is reachable (target == helper: a ping).
+// ask asks helper whether target is reachable (target == helper: a ping),
+// over an open connection.
 func ask(ctx context.Context, h host.Host, helper, target peer.ID) (bool, error) {
 	s, err := h.NewStream(network.WithNoDial(ctx, "liveness probe on an open connection"), helper, ProbeProtocol)
 	if err != nil {
