@@ -157,19 +157,11 @@ func TestUnreachableAuthorsAreNotForwarded(t *testing.T) {
 		vs := &vettingSink{fakeSink: b.sink, ok: map[peer.ID]bool{a.h.ID(): true}}
 		log := testLogger(t, slog.LevelWarn)
 		for _, nd := range []*tnode{a, b, c} {
-			nd.m = metrics.New(false)
 			var sink Sink = nd.sink
 			if nd == b {
 				sink = vs
 			}
-			g, err := New(tn.ctx, nd.h, testConfig(), nd.v, sink, nd.m, log)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := g.Start(tn.ctx); err != nil {
-				t.Fatal(err)
-			}
-			nd.g = g
+			startOn(t, tn, nd, sink, log)
 		}
 		topics, stop := rawPubSub(t, tn.ctx, x.h, AnnounceTopic)
 		defer stop()
@@ -239,14 +231,7 @@ func TestLivenessClaims(t *testing.T) {
 		var mu sync.Mutex
 		var downs []peer.ID
 		for _, nd := range []*tnode{b, c} {
-			nd.m = metrics.New(false)
-			g, err := New(tn.ctx, nd.h, testConfig(), nd.v, nd.sink, nd.m, log)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := g.Start(tn.ctx); err != nil {
-				t.Fatal(err)
-			}
+			g := startOn(t, tn, nd, nd.sink, log)
 			det := liveness.New(nd.h, liveness.Config{}, liveness.Hooks{
 				Holds: func(peer.ID) bool { return true },
 				Down: func(p peer.ID) {
@@ -260,7 +245,6 @@ func TestLivenessClaims(t *testing.T) {
 			}
 			det.Start(tn.ctx)
 			t.Cleanup(func() { _ = det.Close() })
-			nd.g = g
 		}
 		topics, stop := rawPubSub(t, tn.ctx, x.h, LivenessTopic)
 		defer stop()
@@ -306,4 +290,19 @@ func TestLivenessClaims(t *testing.T) {
 			t.Errorf("peers dropped on a lie: %v", downs)
 		}
 	})
+}
+
+// startOn starts gossip on nd with its own metrics, delivering to sink.
+func startOn(t *testing.T, tn *testNet, nd *tnode, sink Sink, log *slog.Logger) *Gossip {
+	t.Helper()
+	nd.m = metrics.New(false)
+	g, err := New(tn.ctx, nd.h, testConfig(), nd.v, sink, nd.m, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(tn.ctx); err != nil {
+		t.Fatal(err)
+	}
+	nd.g = g
+	return g
 }
