@@ -32,8 +32,9 @@
 // Hooks.Down) and the detector publishes a peer_down claim on the
 // liveness topic, so nodes that had no connection to the peer learn it
 // too. A peer found alive is not suspected again for Config.Cooldown
-// (10 s), so a connection manager trimming the connection does not cause
-// a probe loop. A peer that connects again clears everything said of it.
+// (10 s), and the connections this node dialled for the ping are closed
+// again, so a connection manager that trimmed the connection is not
+// fought (nor is a probe loop started). A peer that connects again clears everything said of it.
 //
 // # The liveness topic /agentd/liveness/1.0.0
 //
