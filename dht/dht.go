@@ -117,14 +117,15 @@ type DHT struct {
 	changed    chan struct{}
 	reannounce chan struct{}
 
-	mu        sync.Mutex
-	started   bool
-	closed    bool
-	kad       *kaddht.IpfsDHT
-	pm        *pb.ProtocolMessenger
-	want      []*record.SignedAgent
-	bootPeers []peer.AddrInfo
-	status    Status
+	mu         sync.Mutex
+	started    bool
+	closed     bool
+	kad        *kaddht.IpfsDHT
+	pm         *pb.ProtocolMessenger
+	want       []*record.SignedAgent
+	rendezvous []record.Key
+	bootPeers  []peer.AddrInfo
+	status     Status
 
 	serveMu     sync.Mutex
 	serveClosed bool
@@ -417,6 +418,37 @@ func (d *DHT) Status() Status {
 // stops reproviding removed ones (their provider records then expire
 // within ProvideValidity) and puts changed records as DHT values. It does
 // not block on the network.
+// SetRendezvous sets the extra keys this node provides besides its
+// records' keys: the rendezvous keys of the shard topics it joined
+// (record.RendezvousKey), by which other subscribers find it. The
+// reprovide loop keeps them alive like the record keys.
+func (d *DHT) SetRendezvous(keys []record.Key) {
+	cp := slices.Clone(keys)
+	d.mu.Lock()
+	d.rendezvous = cp
+	d.mu.Unlock()
+	d.signal(d.changed)
+}
+
+// FindPeers returns up to max providers of k other than this node (the
+// subscribers of a shard topic, for its rendezvous key), bounded by
+// Config.QueryTimeout.
+func (d *DHT) FindPeers(ctx context.Context, k record.Key, max int) ([]peer.AddrInfo, error) {
+	kad, _, err := d.running()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.QueryTimeout)
+	defer cancel()
+	var out []peer.AddrInfo
+	for p := range kad.FindProvidersAsync(ctx, k.CID(), max+1) {
+		if p.ID != d.h.ID() && len(out) < max {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
 func (d *DHT) SetProvided(recs []*record.SignedAgent) {
 	cp := make([]*record.SignedAgent, 0, len(recs))
 	for _, r := range recs {

@@ -109,6 +109,7 @@ func (d *DHT) retryFailed(ctx context.Context, st *loopState) {
 func (d *DHT) applyChange(ctx context.Context, st *loopState) {
 	d.mu.Lock()
 	recs := d.want
+	rv := d.rendezvous
 	d.mu.Unlock()
 
 	keys := map[[32]byte]record.Key{}
@@ -116,6 +117,9 @@ func (d *DHT) applyChange(ctx context.Context, st *loopState) {
 		for _, k := range r.Agent.DHTKeys() {
 			keys[k.Digest] = k
 		}
+	}
+	for _, k := range rv {
+		keys[k.Digest] = k
 	}
 	var added []record.Key
 	for dg, k := range keys {

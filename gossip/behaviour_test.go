@@ -650,7 +650,7 @@ func TestOnTopicPeers(t *testing.T) {
 			t.Fatal(err)
 		}
 		var calls atomic.Int32
-		g.OnTopicPeers(func() { calls.Add(1) })
+		g.OnTopicPeers(func(string) { calls.Add(1) })
 		if err := g.Start(tn.ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -67,6 +67,14 @@ type Config struct {
 
 	// MaxScenes bounds the scene topics this node joins (default 64).
 	MaxScenes int
+	// Scoped makes the node keep to its interest: it does not subscribe to
+	// the announce topic (only while a peer of the previous protocol
+	// version does, see the package doc), and it hears agents on the shard
+	// topics it joins with JoinShard. Unscoped nodes subscribe to the
+	// announce topic and hear the whole network.
+	Scoped bool
+	// MaxShards bounds the shard topics this node joins (default 1024).
+	MaxShards int
 	// SubscriptionBuffer is the delivery buffer of each subscription
 	// (default 256); pubsub drops messages for a subscriber that falls
 	// that far behind.
@@ -95,6 +103,7 @@ func DefaultConfig() Config {
 		UnknownAgentBackoff:  4 * time.Second,
 		UnknownAgentWorkers:  4,
 		MaxScenes:            64,
+		MaxShards:            1024,
 		SubscriptionBuffer:   256,
 	}
 }
@@ -140,6 +149,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxScenes == 0 {
 		c.MaxScenes = d.MaxScenes
 	}
+	if c.MaxShards == 0 {
+		c.MaxShards = d.MaxShards
+	}
 	if c.SubscriptionBuffer == 0 {
 		c.SubscriptionBuffer = d.SubscriptionBuffer
 	}
@@ -160,6 +172,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("gossip: UnknownAgentWorkers %d must be between 1 and 64", c.UnknownAgentWorkers)
 	case c.MaxScenes < 0 || c.SubscriptionBuffer < 0:
 		return c, fmt.Errorf("gossip: MaxScenes and SubscriptionBuffer must be positive")
+	case c.MaxShards < 0 || c.MaxShards > maxSyncShards:
+		return c, fmt.Errorf("gossip: MaxShards %d must be between 1 and %d", c.MaxShards, maxSyncShards)
 	}
 
 	if c.Params == nil {

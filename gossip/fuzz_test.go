@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -62,7 +63,7 @@ func FuzzSyncRequest(f *testing.F) {
 			t.Fatal(err)
 		}
 		r2, err := decodeSyncRequest(b)
-		if err != nil || *r2 != *r {
+		if err != nil || r2.ProtocolVersion != r.ProtocolVersion || r2.Limit != r.Limit || !slices.Equal(r2.Shards, r.Shards) && (len(r2.Shards) > 0 || len(r.Shards) > 0) {
 			t.Fatalf("round trip: %+v, %v (was %+v)", r2, err, r)
 		}
 	})

@@ -39,6 +39,13 @@ const LivenessTopic = "/agentd/liveness/1.0.0"
 // neighbour that just joined.
 const SyncProtocol = "/agentd/sync/1.0.0"
 
+// ScopedSyncProtocol is SyncProtocol with the request's shards member
+// honoured: the answer holds only agents in those shards. A node that
+// serves it keeps to its interest (scoped liveness); a peer that serves
+// only SyncProtocol is of the previous version, and a scoped node bridges
+// the announce topic for it (see the package doc).
+const ScopedSyncProtocol = "/agentd/sync/1.1.0"
+
 const (
 	scenePrefix = "/agentd/scene/"
 	sceneSuffix = "/1.0.0"
@@ -48,7 +55,7 @@ const (
 // announce topic, the liveness topic and scene topics. Subscriptions to anything else are not
 // tracked (and at most maxSubsPerRPC are read from one RPC), so a peer
 // cannot make this node keep state for arbitrary topics.
-var topicRe = regexp.MustCompile(`^/agentd/(announce|liveness|scene/[A-Za-z0-9][A-Za-z0-9._/@+-]{0,127})/1\.0\.0$`)
+var topicRe = regexp.MustCompile(`^/agentd/(announce|liveness|shard/[0-9a-f]{4}|scene/[A-Za-z0-9][A-Za-z0-9._/@+-]{0,127})/1\.0\.0$`)
 
 const maxSubsPerRPC = 128
 
@@ -129,10 +136,10 @@ type Sink interface {
 	// once per agent per Config.UnknownAgentBackoff, from a small worker
 	// pool, never from the validator; it may block.
 	UnknownAgent(agentID string, from peer.ID)
-	// LiveRecords returns up to limit records the view holds as alive,
-	// each with when it last heard from the agent; it answers sync
-	// requests.
-	LiveRecords(limit int) []LiveRecord
+	// LiveRecords returns up to limit records the view holds as alive
+	// (only those keep accepts, when keep is not nil), each with when it
+	// last heard from the agent; it answers sync requests.
+	LiveRecords(limit int, keep func(*record.Agent) bool) []LiveRecord
 }
 
 // LiveRecord is one record of a live view, as a sync answer carries it.
@@ -171,6 +178,9 @@ type Gossip struct {
 	announce *topicState
 	liveness *topicState
 	scenes   map[string]*topicState
+	shards   map[string]*topicState
+	legacy   map[peer.ID]bool // announce-topic subscribers of the previous version (Scoped)
+	syncQ    chan shardSync
 
 	recent  *recentCache
 	unknown *unknownQueue
@@ -186,18 +196,26 @@ type Gossip struct {
 	limitMu  sync.Mutex
 	limiters map[peer.ID]*rate.Limiter
 
-	onPeers   func()             // OnTopicPeers
-	watchStop context.CancelFunc // stops the announce-topic peer watcher
-	watchDone chan struct{}
+	onPeers func(topic string) // OnTopicPeers
 }
 
 type topicState struct {
-	topic  string
-	scene  string
-	t      *pubsub.Topic
+	topic string
+	scene string
+	shard string
+	t     *pubsub.Topic
+	// The subscription: nil for the announce topic of a scoped node that
+	// does not bridge it.
 	sub    *pubsub.Subscription
 	cancel context.CancelFunc
 	done   chan struct{}
+	// The peer watcher (announce and shard topics).
+	wstop context.CancelFunc
+	wdone chan struct{}
+	// Shard topics: syncs started since the topic last had no peer, and
+	// whether one succeeded (guarded by Gossip.mu).
+	syncs int
+	ready bool
 }
 
 // New builds the GossipSub router on h with the configured parameters and
@@ -223,6 +241,9 @@ func New(ctx context.Context, h host.Host, cfg Config, v *trust.Verifier, sink S
 	g := &Gossip{
 		h: h, cfg: c, v: v, sink: sink, m: m, log: log,
 		scenes:     map[string]*topicState{},
+		shards:     map[string]*topicState{},
+		legacy:     map[peer.ID]bool{},
+		syncQ:      make(chan shardSync, shardSyncQueue),
 		recent:     newRecentCache(recentTTL, recentMax),
 		warned:     newPeerSet(1024),
 		scores:     map[peer.ID]float64{},
@@ -315,73 +336,46 @@ func (g *Gossip) Start(ctx context.Context) error {
 	case g.started:
 		return ErrAlreadyStarted
 	}
-	ts, err := g.joinLocked(AnnounceTopic, "")
+	ts, err := g.joinLocked(AnnounceTopic, "", "", !g.cfg.Scoped)
 	if err != nil {
 		return err
 	}
 	g.announce = ts
 	g.started = true
-	if g.onPeers != nil {
-		eh, err := ts.t.EventHandler()
-		if err != nil {
-			return fmt.Errorf("gossip: watch %s: %w", AnnounceTopic, err)
-		}
-		wctx, stop := context.WithCancel(g.ctx)
-		g.watchStop, g.watchDone = stop, make(chan struct{})
-		go func() {
-			defer close(g.watchDone)
-			defer eh.Cancel()
-			g.watchTopicPeers(wctx, eh)
-		}()
+	if err := g.watchLocked(ts); err != nil {
+		return err
 	}
 	for range g.cfg.UnknownAgentWorkers {
 		g.wg.Go(func() { g.unknown.work(g.ctx, g.sink) })
 	}
+	for range shardSyncWorkers {
+		g.wg.Go(g.shardSyncWorker)
+	}
 	g.h.SetStreamHandler(SyncProtocol, g.handleSync)
-	g.log.Info("gossip started", "topic", AnnounceTopic, "peer_exchange", g.cfg.PeerExchange, "flood_publish", g.cfg.FloodPublish)
+	g.h.SetStreamHandler(ScopedSyncProtocol, g.handleSync)
+	g.log.Info("gossip started", "topic", AnnounceTopic, "scoped", g.cfg.Scoped, "peer_exchange", g.cfg.PeerExchange, "flood_publish", g.cfg.FloodPublish)
 	return nil
 }
 
-// OnTopicPeers sets f, called whenever the announce topic goes from no
-// known subscriber to at least one: the first peer after Start, or the
-// first after the node lost every topic peer (a partition, a network
-// change). A message published while no peer was subscribed reached
-// nobody; the node republishes its hosted records from f, so a new agent
-// is known at once rather than at its first heartbeat. f runs on a
-// goroutine of this package, one call at a time. Set it before Start.
-func (g *Gossip) OnTopicPeers(f func()) {
+// OnTopicPeers sets f, called whenever the announce topic or a shard
+// topic goes from no known subscriber to at least one: the first peer
+// after joining, or the first after the node lost every topic peer (a
+// partition, a network change). A message published while no peer was
+// subscribed reached nobody; the node republishes its hosted records of
+// that topic from f, so a new agent is known at once rather than at its
+// first heartbeat. f runs on a goroutine of this package, one call at a
+// time per topic. Set it before Start.
+func (g *Gossip) OnTopicPeers(f func(topic string)) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.onPeers = f
 }
 
-// watchTopicPeers follows the announce topic's subscribers and calls
-// onPeers on each transition from none to some.
-func (g *Gossip) watchTopicPeers(ctx context.Context, eh *pubsub.TopicEventHandler) {
-	peers := map[peer.ID]bool{}
-	for {
-		ev, err := eh.NextPeerEvent(ctx)
-		if err != nil {
-			return
-		}
-		switch ev.Type {
-		case pubsub.PeerJoin:
-			was := len(peers)
-			peers[ev.Peer] = true
-			if was == 0 {
-				g.onPeers()
-			}
-		case pubsub.PeerLeave:
-			delete(peers, ev.Peer)
-		}
-	}
-}
-
-// joinLocked registers the validator, joins and subscribes to topic and
-// starts its delivery loop. g.mu is held.
-func (g *Gossip) joinLocked(topic, scene string) (*topicState, error) {
+// joinLocked registers the validator, joins topic and, if subscribe,
+// subscribes and starts its delivery loop. g.mu is held.
+func (g *Gossip) joinLocked(topic, scene, shard string, subscribe bool) (*topicState, error) {
 	val := func(ctx context.Context, _ peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
-		return g.validate(ctx, topic, scene, msg)
+		return g.validate(ctx, topic, scene, shard, msg)
 	}
 	if err := g.ps.RegisterTopicValidator(topic, val); err != nil {
 		return nil, fmt.Errorf("gossip: validator for %s: %w", topic, err)
@@ -394,29 +388,54 @@ func (g *Gossip) joinLocked(topic, scene string) (*topicState, error) {
 	if err != nil {
 		return fail(fmt.Errorf("gossip: join %s: %w", topic, err))
 	}
-	if scene != "" {
+	if scene != "" || shard != "" {
+		// A quiet topic costs nobody: P3 (mesh deliveries) is off.
 		if err := t.SetScoreParams(g.cfg.SceneTopicScore); err != nil {
 			_ = t.Close()
 			return fail(fmt.Errorf("gossip: score parameters for %s: %w", topic, err))
 		}
 	}
-	sub, err := t.Subscribe(pubsub.WithBufferSize(g.cfg.SubscriptionBuffer))
-	if err != nil {
-		_ = t.Close()
-		return fail(fmt.Errorf("gossip: subscribe %s: %w", topic, err))
+	ts := &topicState{topic: topic, scene: scene, shard: shard, t: t}
+	if subscribe {
+		if err := g.subscribeLocked(ts); err != nil {
+			_ = t.Close()
+			return fail(err)
+		}
 	}
-	ctx, cancel := context.WithCancel(g.ctx)
-	ts := &topicState{topic: topic, scene: scene, t: t, sub: sub, cancel: cancel, done: make(chan struct{})}
-	g.wg.Go(func() { g.deliver(ctx, ts) })
 	return ts, nil
 }
 
+// subscribeLocked subscribes to a joined topic and starts its delivery
+// loop. g.mu is held.
+func (g *Gossip) subscribeLocked(ts *topicState) error {
+	sub, err := ts.t.Subscribe(pubsub.WithBufferSize(g.cfg.SubscriptionBuffer))
+	if err != nil {
+		return fmt.Errorf("gossip: subscribe %s: %w", ts.topic, err)
+	}
+	ctx, cancel := context.WithCancel(g.ctx)
+	done := make(chan struct{})
+	ts.sub, ts.cancel, ts.done = sub, cancel, done
+	g.wg.Go(func() { g.deliver(ctx, ts.topic, sub, done) })
+	return nil
+}
+
+// unsubscribe stops a topic's delivery loop; the topic stays joined.
+// g.mu must not be held.
+func unsubscribe(sub *pubsub.Subscription, cancel context.CancelFunc, done chan struct{}) {
+	if sub == nil {
+		return
+	}
+	sub.Cancel()
+	cancel()
+	<-done
+}
+
 // deliver hands accepted messages of one topic to the sink.
-func (g *Gossip) deliver(ctx context.Context, ts *topicState) {
-	defer close(ts.done)
+func (g *Gossip) deliver(ctx context.Context, topic string, sub *pubsub.Subscription, done chan struct{}) {
+	defer close(done)
 	self := g.h.ID()
 	for {
-		msg, err := ts.sub.Next(ctx)
+		msg, err := sub.Next(ctx)
 		if err != nil {
 			return
 		}
@@ -430,9 +449,9 @@ func (g *Gossip) deliver(ctx context.Context, ts *topicState) {
 		}
 		switch a.msg.Kind {
 		case KindAnnounce:
-			g.sink.Announce(a.msg.Agent, author, ts.topic)
+			g.sink.Announce(a.msg.Agent, author, topic)
 		default:
-			g.sink.Beat(a.msg.Kind, a.msg.Beat, author, ts.topic)
+			g.sink.Beat(a.msg.Kind, a.msg.Beat, author, topic)
 		}
 	}
 }
@@ -507,11 +526,19 @@ func (g *Gossip) PublishLiveness(ctx context.Context, data []byte) error {
 	return ts.t.Publish(ctx, data)
 }
 
-// leave stops a topic's delivery loop and leaves the topic.
+// leave stops a topic's peer watcher and delivery loop and leaves the
+// topic. g.mu must not be held; ts is no longer in g's maps.
 func (g *Gossip) leave(ts *topicState) {
-	ts.sub.Cancel()
-	ts.cancel()
-	<-ts.done
+	if ts.wstop != nil {
+		// The topic cannot close while its event handler is registered.
+		ts.wstop()
+		<-ts.wdone
+	}
+	g.mu.Lock()
+	sub, cancel, done := ts.sub, ts.cancel, ts.done
+	ts.sub = nil
+	g.mu.Unlock()
+	unsubscribe(sub, cancel, done)
 	_ = g.ps.UnregisterTopicValidator(ts.topic)
 	if err := ts.t.Close(); err != nil && g.ctx.Err() == nil {
 		g.log.Debug("close topic failed", "topic", ts.topic, "err", err)
@@ -533,7 +560,7 @@ func (g *Gossip) PublishAnnounce(ctx context.Context, sa *record.SignedAgent) er
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrRejected, err)
 	}
-	topics, err := g.publishTopics(sa.Agent.AllScenes())
+	topics, err := g.publishTopics(sa.Agent.AllScenes(), sa.Agent.Shards())
 	if err != nil {
 		return err
 	}
@@ -541,9 +568,11 @@ func (g *Gossip) PublishAnnounce(ctx context.Context, sa *record.SignedAgent) er
 }
 
 // PublishBeat publishes a heartbeat, status or unregister statement on the
-// announce topic. sb must name this host's peer id, and the agent's key
-// must be known to the verifier (verify the agent's own record first).
-func (g *Gossip) PublishBeat(ctx context.Context, kind Kind, sb *record.SignedBeat) error {
+// announce topic (see publishTopics) and on the joined shard topics among
+// shards, which should be the shards of the agent's record. sb must name
+// this host's peer id, and the agent's key must be known to the verifier
+// (verify the agent's own record first).
+func (g *Gossip) PublishBeat(ctx context.Context, kind Kind, sb *record.SignedBeat, shards ...string) error {
 	if sb == nil {
 		return fmt.Errorf("%w: nil beat", ErrRejected)
 	}
@@ -554,16 +583,19 @@ func (g *Gossip) PublishBeat(ctx context.Context, kind Kind, sb *record.SignedBe
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrRejected, err)
 	}
-	topics, err := g.publishTopics(nil)
+	topics, err := g.publishTopics(nil, shards)
 	if err != nil {
 		return err
 	}
 	return g.publish(ctx, kind, data, topics)
 }
 
-// publishTopics returns the announce topic and the joined scene topics
-// among scenes.
-func (g *Gossip) publishTopics(scenes []string) ([]*topicState, error) {
+// publishTopics returns the topics of a message: the joined shard topics
+// among shards, the joined scene topics among scenes, and the announce
+// topic — always for an unscoped node; for a scoped node only when some
+// peer subscribes to it (an unscoped node or one of the previous
+// version), so an all-scoped network carries nothing there.
+func (g *Gossip) publishTopics(scenes, shards []string) ([]*topicState, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch {
@@ -572,7 +604,15 @@ func (g *Gossip) publishTopics(scenes []string) ([]*topicState, error) {
 	case !g.started:
 		return nil, ErrNotStarted
 	}
-	out := []*topicState{g.announce}
+	var out []*topicState
+	if !g.cfg.Scoped || g.announce.sub != nil || len(g.announce.t.ListPeers()) > 0 {
+		out = append(out, g.announce)
+	}
+	for _, s := range shards {
+		if ts, ok := g.shards[s]; ok {
+			out = append(out, ts)
+		}
+	}
 	for _, s := range scenes {
 		if ts, ok := g.scenes[s]; ok {
 			out = append(out, ts)
@@ -586,7 +626,7 @@ func (g *Gossip) publish(ctx context.Context, kind Kind, data []byte, topics []*
 	// again on publication, which then only says "validation failed". The
 	// scene topics were chosen from the record's own scenes, so the
 	// announce topic's check covers them.
-	if _, _, reason, err := g.check(AnnounceTopic, "", data, g.h.ID()); err != nil {
+	if _, _, reason, err := g.check(AnnounceTopic, "", "", data, g.h.ID()); err != nil {
 		return fmt.Errorf("%w (%s): %v", ErrRejected, reason, err)
 	}
 	var errs []error
@@ -621,7 +661,7 @@ func (g *Gossip) JoinScene(name string) error {
 	if len(g.scenes) >= g.cfg.MaxScenes {
 		return fmt.Errorf("%w: %d joined, limit %d", ErrTooManyScenes, len(g.scenes), g.cfg.MaxScenes)
 	}
-	ts, err := g.joinLocked(topic, name)
+	ts, err := g.joinLocked(topic, name, "", true)
 	if err != nil {
 		return err
 	}
@@ -744,16 +784,15 @@ func (g *Gossip) Close() error {
 	for _, ts := range g.scenes {
 		topics = append(topics, ts)
 	}
+	for _, ts := range g.shards {
+		topics = append(topics, ts)
+	}
 	g.scenes = map[string]*topicState{}
-	watchStop, watchDone := g.watchStop, g.watchDone
+	g.shards = map[string]*topicState{}
 	g.mu.Unlock()
 	if started {
 		g.h.RemoveStreamHandler(SyncProtocol)
-	}
-	if watchStop != nil {
-		// The topic cannot close while its event handler is registered.
-		watchStop()
-		<-watchDone
+		g.h.RemoveStreamHandler(ScopedSyncProtocol)
 	}
 	for _, ts := range topics {
 		g.leave(ts)

@@ -167,13 +167,16 @@ func (s *fakeSink) UnknownAgent(agentID string, from peer.ID) {
 	s.unknowns = append(s.unknowns, unknownReq{agentID: agentID, from: from})
 }
 
-func (s *fakeSink) LiveRecords(limit int) []LiveRecord {
+func (s *fakeSink) LiveRecords(limit int, keep func(*record.Agent) bool) []LiveRecord {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []LiveRecord
 	for id, sa := range s.live {
 		if len(out) >= limit {
 			break
+		}
+		if keep != nil && !keep(&sa.Agent) {
+			continue
 		}
 		out = append(out, LiveRecord{Record: sa, Heard: s.heard[id]})
 	}

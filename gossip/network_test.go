@@ -96,7 +96,7 @@ func TestLateJoiner(t *testing.T) {
 			}
 		}
 		for _, nd := range old {
-			waitFor(t, 5*time.Second, "ring to learn everyone", func() bool { return len(nd.sink.LiveRecords(100)) == len(old) })
+			waitFor(t, 5*time.Second, "ring to learn everyone", func() bool { return len(nd.sink.LiveRecords(100, nil)) == len(old) })
 		}
 
 		tn.connect(late, old[2])

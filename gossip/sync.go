@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,8 +23,9 @@ import (
 
 // Sync wire limits.
 const (
-	// maxSyncRequestBytes bounds a request frame.
-	maxSyncRequestBytes = 1024
+	// maxSyncRequestBytes bounds a request frame: room for maxSyncShards
+	// shards.
+	maxSyncRequestBytes = 10 * 1024
 	// syncRecordAllowance is the room one record may take in an answer:
 	// the canonical agent object plus its two base64 signatures and JSON
 	// punctuation.
@@ -46,10 +48,14 @@ const (
 // answers a sync request with an error.
 var ErrSyncRefused = errors.New("gossip: sync refused")
 
-// syncRequest is the request of /agentd/sync/1.0.0.
+// syncRequest is the request of /agentd/sync/1.0.0 and 1.1.0. Shards
+// (1.1.0; a 1.0.0 responder ignores the member) asks only for agents with
+// a capability in one of them; absent or empty, it asks for the whole
+// view.
 type syncRequest struct {
-	ProtocolVersion string `json:"protocol_version"`
-	Limit           int    `json:"limit"`
+	ProtocolVersion string   `json:"protocol_version"`
+	Limit           int      `json:"limit"`
+	Shards          []string `json:"shards,omitempty"`
 }
 
 // syncResponse is the answer: records, each with what the responder
@@ -150,6 +156,14 @@ func decodeSyncRequest(b []byte) (*syncRequest, error) {
 	}
 	if r.Limit < 0 || r.Limit > maxSyncLimit {
 		return nil, &record.FieldError{Field: "limit", Reason: fmt.Sprintf("must be between 0 and %d", maxSyncLimit)}
+	}
+	if len(r.Shards) > maxSyncShards {
+		return nil, &record.FieldError{Field: "shards", Reason: fmt.Sprintf("has %d entries, limit %d", len(r.Shards), maxSyncShards)}
+	}
+	for _, sh := range r.Shards {
+		if !record.ValidShard(sh) {
+			return nil, &record.FieldError{Field: "shards[]", Reason: fmt.Sprintf("%q is not 4 lowercase hex digits", record.Truncate(sh, 16))}
+		}
 	}
 	return &r, nil
 }
@@ -307,7 +321,15 @@ func (g *Gossip) handleSync(s network.Stream) {
 	if limit <= 0 || limit > g.cfg.SyncLimit {
 		limit = g.cfg.SyncLimit
 	}
-	recs := g.sink.LiveRecords(limit)
+	var keep func(*record.Agent) bool
+	if len(r.Shards) > 0 {
+		want := make(map[string]bool, len(r.Shards))
+		for _, sh := range r.Shards {
+			want[sh] = true
+		}
+		keep = func(a *record.Agent) bool { return a.InShards(want) }
+	}
+	recs := g.sink.LiveRecords(limit, keep)
 	n := min(len(recs), limit)
 	resp := syncResponse{ProtocolVersion: record.ProtocolVersion, Records: make([]record.Announce, 0, n), Heard: make([]syncHeard, 0, n)}
 	for _, lr := range recs {
@@ -374,6 +396,13 @@ func (g *Gossip) Sync(ctx context.Context) (int, error) {
 	stop := context.AfterFunc(g.ctx, cancel)
 	defer stop()
 
+	var shards []string
+	if g.cfg.Scoped {
+		shards = g.Shards()
+		if len(shards) == 0 {
+			return 0, nil // no interest: nothing to ask for
+		}
+	}
 	peers := g.syncCandidates()
 	if len(peers) == 0 {
 		return 0, ErrNoPeers
@@ -382,22 +411,34 @@ func (g *Gossip) Sync(ctx context.Context) (int, error) {
 	errs := make([]error, len(peers))
 	var wg sync.WaitGroup
 	for i, p := range peers {
-		wg.Go(func() { results[i], errs[i] = g.fetchLive(ctx, p) })
+		wg.Go(func() { results[i], errs[i] = g.fetchLive(ctx, p, shards) })
 	}
 	wg.Wait()
-
-	// One record may come from several neighbours: keep the freshest
-	// liveness any of them reports, in the order first received.
-	self := g.h.ID().String()
-	index := map[[32]byte]int{}
-	var merged []LiveRecord
-	answered := 0
+	var answers [][]LiveRecord
 	for i, recs := range results {
 		if errs[i] != nil {
 			g.log.Debug("sync with peer failed", "peer", peers[i], "err", errs[i])
 			continue
 		}
-		answered++
+		answers = append(answers, recs)
+	}
+	if len(answers) == 0 {
+		return 0, fmt.Errorf("gossip: sync: no neighbour answered: %w", errors.Join(errs...))
+	}
+	news := g.absorb(answers)
+	g.log.Debug("sync done", "peers", len(peers), "answered", len(answers), "new_records", news)
+	return news, nil
+}
+
+// absorb merges sync answers, verifies every record and hands the news
+// to the sink; it returns how many records were news.
+func (g *Gossip) absorb(answers [][]LiveRecord) int {
+	// One record may come from several neighbours: keep the freshest
+	// liveness any of them reports, in the order first received.
+	self := g.h.ID().String()
+	index := map[[32]byte]int{}
+	var merged []LiveRecord
+	for _, recs := range answers {
 		for _, lr := range recs {
 			if lr.Record.Agent.PeerID == self {
 				continue
@@ -430,11 +471,7 @@ func (g *Gossip) Sync(ctx context.Context) (int, error) {
 		g.sink.Synced(sa, pid, lr.Heard)
 		news++
 	}
-	if answered == 0 {
-		return 0, fmt.Errorf("gossip: sync: no neighbour answered: %w", errors.Join(errs...))
-	}
-	g.log.Debug("sync done", "peers", len(peers), "answered", answered, "new_records", news)
-	return news, nil
+	return news
 }
 
 // syncCandidates picks up to SyncPeers neighbours: announce-topic peers,
@@ -457,6 +494,9 @@ func (g *Gossip) syncCandidates() []peer.ID {
 		}
 	}
 	add(g.TopicPeers())
+	for _, sh := range g.Shards() {
+		add(g.ShardPeers(sh))
+	}
 	var speaks, others []peer.ID
 	for _, p := range g.h.Network().Peers() {
 		if taken[p] {
@@ -473,11 +513,13 @@ func (g *Gossip) syncCandidates() []peer.ID {
 	return out
 }
 
-// fetchLive runs one sync exchange with p.
-func (g *Gossip) fetchLive(ctx context.Context, p peer.ID) ([]LiveRecord, error) {
+// fetchLive runs one sync exchange with p for shards (nil: everything).
+// A peer that serves only SyncProtocol answers its whole view; the answer
+// is filtered here either way.
+func (g *Gossip) fetchLive(ctx context.Context, p peer.ID, shards []string) ([]LiveRecord, error) {
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.SyncTimeout)
 	defer cancel()
-	s, err := g.h.NewStream(ctx, p, protocol.ID(SyncProtocol))
+	s, err := g.h.NewStream(ctx, p, protocol.ID(ScopedSyncProtocol), protocol.ID(SyncProtocol))
 	if err != nil {
 		return nil, fmt.Errorf("open sync stream: %w", err)
 	}
@@ -485,7 +527,11 @@ func (g *Gossip) fetchLive(ctx context.Context, p peer.ID) ([]LiveRecord, error)
 	defer stop()
 	_ = s.SetDeadline(time.Now().Add(g.cfg.SyncTimeout))
 	limit := g.cfg.SyncLimit
-	req, err := json.Marshal(syncRequest{ProtocolVersion: record.ProtocolVersion, Limit: limit})
+	sr := syncRequest{ProtocolVersion: record.ProtocolVersion, Limit: limit}
+	if s.Protocol() == protocol.ID(ScopedSyncProtocol) {
+		sr.Shards = shards
+	}
+	req, err := json.Marshal(sr)
 	if err != nil {
 		_ = s.Reset()
 		return nil, err
@@ -521,6 +567,13 @@ func (g *Gossip) fetchLive(ctx context.Context, p peer.ID) ([]LiveRecord, error)
 			g.m.Rejects.WithLabelValues("sync", string(trust.ReasonMalformed)).Add(float64(bad))
 		}
 		g.log.Debug("sync answer carried undecodable records", "peer", p, "count", bad)
+	}
+	if shards != nil {
+		want := make(map[string]bool, len(shards))
+		for _, sh := range shards {
+			want[sh] = true
+		}
+		recs = slices.DeleteFunc(recs, func(lr LiveRecord) bool { return !lr.Record.Agent.InShards(want) })
 	}
 	return recs, nil
 }

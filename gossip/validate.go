@@ -18,6 +18,9 @@ const (
 	// ReasonSceneMismatch: an announcement on a scene topic for an agent
 	// that has no skill in the scene.
 	ReasonSceneMismatch trust.Reason = "scene_mismatch"
+	// ReasonShardMismatch: an announcement on a shard topic for an agent
+	// that has no capability in the shard.
+	ReasonShardMismatch trust.Reason = "shard_mismatch"
 	// ReasonInternal: a local failure (e.g. reading a key pin) prevented a
 	// decision; the message is ignored, nobody is penalised.
 	ReasonInternal trust.Reason = "internal"
@@ -36,8 +39,8 @@ type accepted struct {
 
 // validate is the topic validator. See the package doc for the order of
 // the checks and which outcome each failure has.
-func (g *Gossip) validate(ctx context.Context, topic, scene string, msg *pubsub.Message) pubsub.ValidationResult {
-	a, res, reason, err := g.check(topic, scene, msg.Data, msg.GetFrom())
+func (g *Gossip) validate(ctx context.Context, topic, scene, shard string, msg *pubsub.Message) pubsub.ValidationResult {
+	a, res, reason, err := g.check(topic, scene, shard, msg.Data, msg.GetFrom())
 	if err == nil && !a.dup && a.msg.Kind == KindAnnounce && msg.GetFrom() != g.h.ID() {
 		if v, ok := g.sink.(AuthorVetter); ok {
 			vctx, cancel := context.WithTimeout(ctx, vetWaitDefault)
@@ -73,7 +76,7 @@ func (g *Gossip) validate(ctx context.Context, topic, scene string, msg *pubsub.
 // check decodes and judges one payload authored by author. A nil error
 // means accept. Messages this node authored skip the sink's replay check
 // (the view applies local changes directly).
-func (g *Gossip) check(topic, scene string, data []byte, author peer.ID) (*accepted, pubsub.ValidationResult, trust.Reason, error) {
+func (g *Gossip) check(topic, scene, shard string, data []byte, author peer.ID) (*accepted, pubsub.ValidationResult, trust.Reason, error) {
 	local := author == g.h.ID()
 	m, err := Decode(data, g.cfg.MaxMessageBytes)
 	if err != nil {
@@ -95,6 +98,10 @@ func (g *Gossip) check(topic, scene string, data []byte, author peer.ID) (*accep
 	if scene != "" && m.Kind == KindAnnounce && !slices.Contains(m.Agent.Agent.AllScenes(), scene) {
 		return nil, pubsub.ValidationReject, ReasonSceneMismatch,
 			&trust.RejectError{Reason: ReasonSceneMismatch, Detail: "agent " + m.Agent.Agent.AgentID + " has no skill in scene " + scene}
+	}
+	if shard != "" && m.Kind == KindAnnounce && !slices.Contains(m.Agent.Agent.Shards(), shard) {
+		return nil, pubsub.ValidationReject, ReasonShardMismatch,
+			&trust.RejectError{Reason: ReasonShardMismatch, Detail: "agent " + m.Agent.Agent.AgentID + " has no capability in shard " + shard}
 	}
 	if m.Kind == KindAnnounce {
 		err = g.v.VerifyAgent(m.Agent, trust.VerifyOptions{From: author})

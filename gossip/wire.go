@@ -197,7 +197,7 @@ var (
 	envelopeMembers = []string{"protocol_version", "type", "announce", "beat"}
 	announceMembers = []string{"protocol_version", "agent", "signature", "peer_signature", "timestamp"}
 	wireBeatMembers = []string{"beat", "signature"}
-	syncReqMembers  = []string{"protocol_version", "limit"}
+	syncReqMembers  = []string{"protocol_version", "limit", "shards"}
 	syncRespMembers = []string{"protocol_version", "records", "heard", "error"}
 	heardMembers    = []string{"age_ms", "interval_ms"}
 )

@@ -280,14 +280,18 @@ func TestSyncCodec(t *testing.T) {
 		t.Fatalf("request: %+v, %v", r, err)
 	}
 	for in, reason := range map[string]trust.Reason{
-		`{"protocol_version":"v1.0","Limit":5}`:                                 trust.ReasonMalformed,
-		`{"protocol_version":"v1.0","limit":-1}`:                                trust.ReasonMalformed,
-		`{"protocol_version":"v1.0","limit":10001}`:                             trust.ReasonMalformed,
-		`{"protocol_version":"v1.0","limit":"5"}`:                               trust.ReasonMalformed,
-		`{"protocol_version":"v2.0","limit":5}`:                                 trust.ReasonVersion,
-		`{"limit":5}`:                                                           trust.ReasonMalformed,
-		`{"protocol_version":"v1.0","limit":1,"limit":2}`:                       trust.ReasonMalformed,
-		`{"protocol_version":"v1.0","pad":"` + strings.Repeat("x", 1100) + `"}`: trust.ReasonTooLarge,
+		`{"protocol_version":"v1.0","Limit":5}`:                                                          trust.ReasonMalformed,
+		`{"protocol_version":"v1.0","limit":-1}`:                                                         trust.ReasonMalformed,
+		`{"protocol_version":"v1.0","limit":10001}`:                                                      trust.ReasonMalformed,
+		`{"protocol_version":"v1.0","limit":"5"}`:                                                        trust.ReasonMalformed,
+		`{"protocol_version":"v2.0","limit":5}`:                                                          trust.ReasonVersion,
+		`{"limit":5}`:                                                                                    trust.ReasonMalformed,
+		`{"protocol_version":"v1.0","limit":1,"limit":2}`:                                                trust.ReasonMalformed,
+		`{"protocol_version":"v1.0","pad":"` + strings.Repeat("x", 11000) + `"}`:                         trust.ReasonTooLarge,
+		`{"protocol_version":"v1.0","limit":5,"shards":["00ab","XYZ1"]}`:                                 trust.ReasonMalformed,
+		`{"protocol_version":"v1.0","limit":5,"shards":"00ab"}`:                                          trust.ReasonMalformed,
+		`{"protocol_version":"v1.0","limit":5,"Shards":["00ab"]}`:                                        trust.ReasonMalformed,
+		`{"protocol_version":"v1.0","limit":5,"shards":[` + strings.Repeat(`"00ab",`, 1024) + `"00ab"]}`: trust.ReasonMalformed,
 	} {
 		if _, err := decodeSyncRequest([]byte(in)); trust.ReasonOf(err) != reason {
 			t.Errorf("request %.60s: %v, want %s", in, err, reason)

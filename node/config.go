@@ -61,9 +61,23 @@ type Config struct {
 	DisableSuspicion bool
 	// Liveness tunes early failure detection; its own defaults apply.
 	Liveness liveness.Config
+	// Scope is ScopeInterest (the default: hear only the agents of this
+	// node's interest, on their shard topics) or ScopeFull (hear the
+	// whole network on the announce topic). See docs/scaling.md.
+	Scope string
+	// InterestTTL is how long a queried capability stays in the interest
+	// after the last query for it (default 10 min).
+	InterestTTL time.Duration
+	// InterestCheck is how often query interest expires and shards
+	// without peers are looked for again (default 30 s).
+	InterestCheck time.Duration
 	// DisableDHT / DisableGossip turn a transport off (tests).
 	DisableDHT    bool
 	DisableGossip bool
+	// legacy makes the node behave as one of the previous protocol version
+	// (tests of compatibility): announce topic only, no shard topics, sync
+	// 1.0.0 only.
+	legacy bool
 	// DHT and Gossip configure the transports; their own defaults apply.
 	DHT    dht.Config
 	Gossip *gossip.Config
@@ -104,6 +118,15 @@ func (c *Config) defaults() {
 	}
 	if c.UnknownFetchConcurrency <= 0 {
 		c.UnknownFetchConcurrency = 4
+	}
+	if c.Scope == "" {
+		c.Scope = ScopeInterest
+	}
+	if c.InterestTTL <= 0 {
+		c.InterestTTL = 10 * time.Minute
+	}
+	if c.InterestCheck <= 0 {
+		c.InterestCheck = 30 * time.Second
 	}
 	if c.UnknownFetchBackoff <= 0 {
 		c.UnknownFetchBackoff = 5 * time.Second

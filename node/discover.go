@@ -72,11 +72,18 @@ func (n *Node) Discover(ctx context.Context, q Query) ([]Result, error) {
 		return res, nil
 	}
 
-	// 1. The live view.
+	// 1. The live view. On a scoped node it holds only the node's
+	// interest: a query for a capability outside it (or by skill alone)
+	// goes on to the network, and the capability joins the interest, so
+	// the next query is answered here. What the view has is the answer of
+	// last resort before the cache.
 	tried = append(tried, "local")
-	if res := n.fromView(m, q.Limit); len(res) > 0 {
-		return done(res[0].Source, res)
+	viewRes := n.fromView(m, q.Limit)
+	whole := q.LocalOnly || n.covers(q.Capability) || (q.Capability == "" && q.Skill == "")
+	if len(viewRes) > 0 && whole {
+		return done(viewRes[0].Source, viewRes)
 	}
+	n.touchInterest(q.Capability)
 	if !q.LocalOnly {
 		// 2. The LAN.
 		if n.lan != nil {
@@ -109,6 +116,9 @@ func (n *Node) Discover(ctx context.Context, q Query) ([]Result, error) {
 			if len(res) > 0 {
 				return done(store.SourceDHT, res)
 			}
+		}
+		if len(viewRes) > 0 {
+			return done(viewRes[0].Source, viewRes)
 		}
 		// 4. The SkillCenter catalog. Asked even when the deadline has
 		// passed: its cache then answers at once, and what it serves

@@ -55,6 +55,11 @@ func newNet(t *testing.T, n int, cfg Config) *tnet {
 	t.Helper()
 	mn := mocknet.New()
 	mn.SetLinkDefaults(mocknet.LinkOptions{Latency: 20 * time.Millisecond})
+	if cfg.Scope == "" {
+		// Most tests here are about the whole network's view; the scoped
+		// ones say so.
+		cfg.Scope = ScopeFull
+	}
 	tn := &tnet{t: t, mn: mn, cfg: cfg}
 	t.Cleanup(func() {
 		for _, nd := range tn.nodes {

@@ -97,6 +97,7 @@ func (n *Node) host_(ctx context.Context, sa *record.SignedAgent) (*record.Signe
 		return nil, fmt.Errorf("store registration: %w", err)
 	}
 	n.view.ApplyLocal(sa)
+	n.syncInterest() // join the record's shards before announcing there
 	n.announce(ctx, sa)
 	return sa, nil
 }
@@ -148,6 +149,7 @@ func (n *Node) Unregister(ctx context.Context, agentID string, reason record.Unr
 		}
 	}
 	n.view.RemoveLocal(agentID, reason)
+	n.syncInterest()
 	if n.dht != nil {
 		n.dht.SetProvided(n.view.Locals())
 	}
@@ -168,7 +170,7 @@ func (n *Node) publishUnregister(ctx context.Context, agentID string, reason rec
 	if n.gsp == nil {
 		return nil
 	}
-	return n.gsp.PublishBeat(ctx, gossip.Kind(kindUnregister), sb)
+	return n.gsp.PublishBeat(ctx, gossip.Kind(kindUnregister), sb, n.hostedShards(agentID)...)
 }
 
 // SetStatus sets a hosted agent's status, stores it durably (a restart
@@ -200,7 +202,7 @@ func (n *Node) publishStatus(ctx context.Context, agentID string, st record.Stat
 	if n.gsp == nil {
 		return nil
 	}
-	return n.gsp.PublishBeat(ctx, gossip.Kind(kindStatus), sb)
+	return n.gsp.PublishBeat(ctx, gossip.Kind(kindStatus), sb, n.hostedShards(agentID)...)
 }
 
 // restoreStatuses applies the statuses hosted agents reported before a
@@ -237,6 +239,14 @@ func (n *Node) hostedRecord(agentID string) (*record.SignedAgent, bool) {
 		return nil, false
 	}
 	return a.Record, true
+}
+
+// hostedShards returns the shards of a hosted agent's record.
+func (n *Node) hostedShards(agentID string) []string {
+	if sa, ok := n.hostedRecord(agentID); ok {
+		return sa.Agent.Shards()
+	}
+	return nil
 }
 
 // nextRecordSeq returns a persisted seq for a new record of agentID.
@@ -327,7 +337,7 @@ func (n *Node) heartbeatLoop() {
 				continue
 			}
 			if n.gsp != nil {
-				if err := n.gsp.PublishBeat(n.ctx, gossip.Kind(kindHeartbeat), sb); err != nil && n.ctx.Err() == nil {
+				if err := n.gsp.PublishBeat(n.ctx, gossip.Kind(kindHeartbeat), sb, sa.Agent.Shards()...); err != nil && n.ctx.Err() == nil {
 					n.log.Debug("publish heartbeat failed", "agent", sa.Agent.AgentID, "err", err)
 				}
 			}

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -107,6 +108,9 @@ type Node struct {
 
 	ownHost, ownStore bool
 
+	in         *interest
+	interestMu sync.Mutex // serializes syncInterest
+
 	mu       sync.Mutex
 	lastSeq  map[string]uint64 // highest seq used per hosted agent
 	fetches  map[string]time.Time
@@ -139,6 +143,12 @@ func New(cfg Config, opts Options) (n *Node, err error) {
 		cfg: cfg, id: opts.Identity, host: opts.Host, st: opts.Store, lan: opts.LAN, cat: opts.Catalog,
 		m: m, log: log, lastSeq: map[string]uint64{}, fetches: map[string]time.Time{}, leases: map[string]time.Time{},
 		fetchSem: make(chan struct{}, cfg.UnknownFetchConcurrency),
+		in:       newInterest(),
+	}
+	switch cfg.Scope {
+	case ScopeInterest, ScopeFull:
+	default:
+		return nil, fmt.Errorf("node: scope %q is not %q or %q", cfg.Scope, ScopeInterest, ScopeFull)
 	}
 	defer func() {
 		if err != nil {
@@ -251,6 +261,7 @@ func (n *Node) Start(ctx context.Context) error {
 		if n.cfg.Gossip != nil {
 			gc = *n.cfg.Gossip
 		}
+		gc.Scoped = n.cfg.Scope == ScopeInterest && !n.cfg.legacy
 		g, err := gossip.New(n.ctx, n.host, gc, n.ver, gossipSink{n.view, n.vet}, n.m, n.log)
 		if err != nil {
 			return fmt.Errorf("gossip: %w", err)
@@ -259,6 +270,9 @@ func (n *Node) Start(ctx context.Context) error {
 		g.OnTopicPeers(n.republishLocals)
 		if err := g.Start(n.ctx); err != nil {
 			return fmt.Errorf("start gossip: %w", err)
+		}
+		if n.cfg.legacy {
+			n.host.RemoveStreamHandler(gossip.ScopedSyncProtocol)
 		}
 	}
 	if !n.cfg.DisableSuspicion {
@@ -291,6 +305,7 @@ func (n *Node) Start(ctx context.Context) error {
 		n.noteSeq(sa.Agent.AgentID, sa.Agent.Seq)
 		n.view.ApplyLocal(sa)
 	}
+	n.syncInterest()
 	statuses, err := n.restoreStatuses(ctx)
 	if err != nil {
 		return fmt.Errorf("load statuses: %w", err)
@@ -332,6 +347,10 @@ func (n *Node) Start(ctx context.Context) error {
 	go n.joinLoop()
 	n.wg.Add(1)
 	go n.peerGaugeLoop()
+	if n.gsp != nil {
+		n.wg.Add(1)
+		go n.interestLoop()
+	}
 	return nil
 }
 
@@ -432,8 +451,6 @@ func (n *Node) DHT() *dht.DHT { return n.dht }
 // Gossip returns the gossip transport, or nil before Start or when disabled.
 func (n *Node) Gossip() *gossip.Gossip { return n.gsp }
 
-// Subscribe returns a subscription to registry events (seed 004 watch).
-func (n *Node) Subscribe(f view.Filter, buf int) *view.Subscription { return n.view.Subscribe(f, buf) }
 
 // Lookup returns the ranked providers of a capability.
 func (n *Node) Lookup(capability string) []view.Provider { return n.view.Lookup(capability) }
@@ -609,13 +626,19 @@ func (n *Node) peerGaugeLoop() {
 	}
 }
 
-// republishLocals announces every hosted record again. Gossip calls it
-// when the announce topic gains its first peer: what was published before
-// reached nobody. The record is re-signed with the next seq, because
-// pubsub drops a payload it has published already (message ids are
-// content hashes) and peers would refuse a seq they hold as a replay.
-func (n *Node) republishLocals() {
+// republishLocals announces the hosted records of a topic again (all of
+// them for the announce topic, those with a capability in the shard for a
+// shard topic). Gossip calls it when the topic gains its first peer: what
+// was published before reached nobody. The record is re-signed with the
+// next seq, because pubsub drops a payload it has published already
+// (message ids are content hashes) and peers would refuse a seq they hold
+// as a replay.
+func (n *Node) republishLocals(topic string) {
+	shard, isShard := gossip.ShardOfTopic(topic)
 	for _, sa := range n.view.Locals() {
+		if isShard && !slices.Contains(sa.Agent.Shards(), shard) {
+			continue
+		}
 		if _, err := n.resign(n.ctx, sa); err != nil && n.ctx.Err() == nil {
 			n.log.Debug("re-announce to the first topic peer failed", "agent", sa.Agent.AgentID, "err", err)
 			continue
@@ -645,8 +668,8 @@ func (s gossipSink) Synced(sa *record.SignedAgent, _ peer.ID, h gossip.Heard) {
 	_ = s.View.Synced(sa, h.Age, h.Interval) // not news: nothing to do
 }
 
-func (s gossipSink) LiveRecords(limit int) []gossip.LiveRecord {
-	recs := s.View.LiveRecords(limit)
+func (s gossipSink) LiveRecords(limit int, keep func(*record.Agent) bool) []gossip.LiveRecord {
+	recs := s.View.LiveRecords(limit, keep)
 	out := make([]gossip.LiveRecord, len(recs))
 	for i, r := range recs {
 		out[i] = gossip.LiveRecord{Record: r.Record, Heard: gossip.Heard{Age: r.Age, Interval: r.Interval}}

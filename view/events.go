@@ -140,6 +140,8 @@ type Subscription struct {
 	once   sync.Once
 	mu     sync.Mutex
 	err    error
+	// onClose runs once when the subscription ends (SubscribeNotify).
+	onClose func()
 }
 
 // C is the event channel; it is closed when the subscription ends.
@@ -160,11 +162,11 @@ type hub struct {
 	subs map[*Subscription]struct{}
 }
 
-func (h *hub) subscribe(f Filter, buf int) *Subscription {
+func (h *hub) subscribe(f Filter, buf int, onClose func()) *Subscription {
 	if buf <= 0 {
 		buf = 256
 	}
-	s := &Subscription{c: make(chan Event, buf), filter: f, hub: h}
+	s := &Subscription{c: make(chan Event, buf), filter: f, hub: h, onClose: onClose}
 	h.mu.Lock()
 	if h.subs == nil {
 		h.subs = map[*Subscription]struct{}{}
@@ -187,6 +189,9 @@ func (h *hub) remove(s *Subscription, err error) {
 		s.err = err
 		s.mu.Unlock()
 		close(s.c)
+		if s.onClose != nil {
+			s.onClose()
+		}
 	})
 }
 

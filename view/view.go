@@ -268,7 +268,13 @@ func (v *View) Close() error {
 // Subscribe returns a subscription to the events matching f. buf is the
 // channel buffer (default 256); a consumer that falls further behind is
 // cut off with ErrLagged.
-func (v *View) Subscribe(f Filter, buf int) *Subscription { return v.hub.subscribe(f, buf) }
+func (v *View) Subscribe(f Filter, buf int) *Subscription { return v.hub.subscribe(f, buf, nil) }
+
+// SubscribeNotify is Subscribe with onClose, called once when the
+// subscription ends (Close, a lagging consumer, or the view's Close).
+func (v *View) SubscribeNotify(f Filter, buf int, onClose func()) *Subscription {
+	return v.hub.subscribe(f, buf, onClose)
+}
 
 // ---- ordering checks (gossip validator) ----
 
@@ -524,7 +530,8 @@ type LiveRecord struct {
 // LiveRecords returns up to limit records of live agents (local ones
 // first), each with how long ago it was last heard from and its
 // heartbeat interval; it answers gossip's sync requests.
-func (v *View) LiveRecords(limit int) []LiveRecord {
+// When keep is not nil, only the agents it accepts are returned.
+func (v *View) LiveRecords(limit int, keep func(*record.Agent) bool) []LiveRecord {
 	now := v.cfg.Now()
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -534,7 +541,7 @@ func (v *View) LiveRecords(limit int) []LiveRecord {
 			if len(out) >= limit {
 				return out
 			}
-			if s.local != local {
+			if s.local != local || (keep != nil && !keep(&s.rec.Agent)) {
 				continue
 			}
 			lr := LiveRecord{Record: s.rec, Interval: s.interval}
@@ -851,6 +858,32 @@ func (v *View) DropPeer(p peer.ID, reason string) int {
 	}
 	v.emit(events)
 	return len(gone)
+}
+
+// Prune forgets the remote agents keep refuses: a scoped node calls it
+// when its interest shrinks, for agents it no longer wants to hear of.
+// Nothing is emitted (no watch of this node covers them: a watch holds
+// its capability's interest), and the store's cache keeps the records
+// until they expire. It returns how many agents were forgotten.
+func (v *View) Prune(keep func(*record.Agent) bool) int {
+	now := v.cfg.Now()
+	n := 0
+	v.mu.Lock()
+	for _, s := range v.agents {
+		if s.local || keep(&s.rec.Agent) {
+			continue
+		}
+		v.delLocked(s)
+		_ = v.proj.update(s.rec, nil, "", now)
+		n++
+	}
+	for id, h := range v.pending {
+		if !keep(&h.sa.Agent) {
+			delete(v.pending, id)
+		}
+	}
+	v.mu.Unlock()
+	return n
 }
 
 // PeerUp tells the view that peer p was reached (a connection): what

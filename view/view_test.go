@@ -423,7 +423,7 @@ func TestSyncedRecordKeepsItsAge(t *testing.T) {
 		t.Fatalf("agent heard 27 s ago: listed %v, status %s; want UNHEALTHY", ok, a.Status)
 	}
 	ages := map[string]time.Duration{}
-	for _, lr := range f.v.LiveRecords(10) {
+	for _, lr := range f.v.LiveRecords(10, nil) {
 		ages[lr.Record.Agent.AgentID] = lr.Age
 	}
 	if ages[old.id.AgentID] != 27*time.Second || ages[fresh.id.AgentID] != 2*time.Second || len(ages) != 2 {

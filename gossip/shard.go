@@ -1,0 +1,328 @@
+package gossip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/agentd/agentd/record"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+)
+
+// Scoped liveness: a capability's agents speak on the topic of its shard
+// (record.Shard), and a node subscribes to the shards of its interest.
+
+const (
+	shardPrefix = "/agentd/shard/"
+	shardSuffix = "/1.0.0"
+
+	// shardSyncQueue bounds the shard syncs waiting for a worker; a sync
+	// that does not fit is dropped (the next peer to join the topic, or a
+	// heartbeat of an unknown agent, makes up for it).
+	shardSyncQueue = 256
+	// shardSyncWorkers run shard syncs.
+	shardSyncWorkers = 2
+	// maxSyncShards bounds the shards of one sync request.
+	maxSyncShards = 1024
+	// legacyIdentifyWait bounds how long the legacy check waits for
+	// identify to list a new announce-topic peer's protocols.
+	legacyIdentifyWait = 5 * time.Second
+)
+
+// ErrTooManyShards is returned when Config.MaxShards are joined.
+var ErrTooManyShards = errors.New("gossip: too many shards")
+
+// ShardTopic returns the topic of a shard: "/agentd/shard/<shard>/1.0.0",
+// or "" when shard is not 4 lowercase hex digits.
+func ShardTopic(shard string) string {
+	if !record.ValidShard(shard) {
+		return ""
+	}
+	return shardPrefix + shard + shardSuffix
+}
+
+// ShardOfTopic returns the shard of a shard topic.
+func ShardOfTopic(topic string) (string, bool) {
+	if !strings.HasPrefix(topic, shardPrefix) || !strings.HasSuffix(topic, shardSuffix) {
+		return "", false
+	}
+	s := topic[len(shardPrefix) : len(topic)-len(shardSuffix)]
+	return s, record.ValidShard(s)
+}
+
+// shardSync is one queued sync of a shard with a peer.
+type shardSync struct {
+	p  peer.ID
+	ts *topicState
+}
+
+// JoinShard subscribes to a shard topic: the node then hears the
+// announcements, heartbeats, status changes and unregisters of every
+// agent with a capability in the shard, and asks the first peers it meets
+// there (Config.SyncPeers of them) for the shard's live agents. Joining a
+// shard already joined does nothing.
+func (g *Gossip) JoinShard(shard string) error {
+	topic := ShardTopic(shard)
+	if topic == "" {
+		return fmt.Errorf("gossip: invalid shard %q", record.Truncate(shard, 16))
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case g.closed:
+		return ErrClosed
+	case !g.started:
+		return ErrNotStarted
+	}
+	if _, ok := g.shards[shard]; ok {
+		return nil
+	}
+	if len(g.shards) >= g.cfg.MaxShards {
+		return fmt.Errorf("%w: %d joined, limit %d", ErrTooManyShards, len(g.shards), g.cfg.MaxShards)
+	}
+	ts, err := g.joinLocked(topic, "", shard, true)
+	if err != nil {
+		return err
+	}
+	if err := g.watchLocked(ts); err != nil {
+		g.mu.Unlock()
+		g.leave(ts)
+		g.mu.Lock()
+		return err
+	}
+	g.shards[shard] = ts
+	g.log.Debug("shard joined", "shard", shard)
+	return nil
+}
+
+// LeaveShard unsubscribes from a shard topic; leaving a shard not joined
+// does nothing.
+func (g *Gossip) LeaveShard(shard string) {
+	g.mu.Lock()
+	ts, ok := g.shards[shard]
+	if ok {
+		delete(g.shards, shard)
+	}
+	closed := g.closed
+	g.mu.Unlock()
+	if !ok || closed {
+		return
+	}
+	g.leave(ts)
+	g.log.Debug("shard left", "shard", shard)
+}
+
+// Shards returns the joined shards, sorted.
+func (g *Gossip) Shards() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]string, 0, len(g.shards))
+	for s := range g.shards {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ShardReady reports whether shard is joined and a peer of its topic has
+// answered a sync since: the node's view then holds the shard's live
+// agents, and a query for a capability of the shard can be answered from
+// it.
+func (g *Gossip) ShardReady(shard string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ts, ok := g.shards[shard]
+	return ok && ts.ready
+}
+
+// ShardPeers returns the peers known to be in a joined shard topic.
+func (g *Gossip) ShardPeers(shard string) []peer.ID {
+	g.mu.Lock()
+	ts := g.shards[shard]
+	g.mu.Unlock()
+	if ts == nil {
+		return nil
+	}
+	return ts.t.ListPeers()
+}
+
+// Bridging reports whether a scoped node subscribes to the announce topic
+// because a peer of the previous version does.
+func (g *Gossip) Bridging() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.cfg.Scoped && g.announce != nil && g.announce.sub != nil
+}
+
+// watchLocked starts the peer watcher of a topic. g.mu is held.
+func (g *Gossip) watchLocked(ts *topicState) error {
+	eh, err := ts.t.EventHandler()
+	if err != nil {
+		return fmt.Errorf("gossip: watch %s: %w", ts.topic, err)
+	}
+	ctx, stop := context.WithCancel(g.ctx)
+	ts.wstop, ts.wdone = stop, make(chan struct{})
+	go func() {
+		defer close(ts.wdone)
+		defer eh.Cancel()
+		peers := map[peer.ID]bool{}
+		for {
+			ev, err := eh.NextPeerEvent(ctx)
+			if err != nil {
+				return
+			}
+			switch ev.Type {
+			case pubsub.PeerJoin:
+				first := len(peers) == 0
+				peers[ev.Peer] = true
+				g.peerJoined(ctx, ts, ev.Peer, first)
+			case pubsub.PeerLeave:
+				delete(peers, ev.Peer)
+				g.peerLeft(ts, ev.Peer, len(peers) == 0)
+			}
+		}
+	}()
+	return nil
+}
+
+// peerJoined handles a new subscriber of a watched topic.
+func (g *Gossip) peerJoined(ctx context.Context, ts *topicState, p peer.ID, first bool) {
+	g.mu.Lock()
+	onPeers := g.onPeers
+	g.mu.Unlock()
+	if first && onPeers != nil {
+		onPeers(ts.topic)
+	}
+	switch {
+	case ts.shard != "" && g.cfg.Scoped:
+		g.queueShardSync(p, ts)
+	case ts.topic == AnnounceTopic && g.cfg.Scoped:
+		g.wg.Go(func() { g.checkLegacy(ctx, p) })
+	}
+}
+
+// peerLeft handles a subscriber leaving a watched topic.
+func (g *Gossip) peerLeft(ts *topicState, p peer.ID, none bool) {
+	switch {
+	case ts.shard != "" && none:
+		// Partitioned from the shard: sync again with the first peers
+		// met after the heal.
+		g.mu.Lock()
+		ts.syncs = 0
+		g.mu.Unlock()
+	case ts.topic == AnnounceTopic && g.cfg.Scoped:
+		g.setLegacy(p, false)
+	}
+}
+
+// checkLegacy decides whether an announce-topic subscriber is a node of
+// the previous version: one that serves SyncProtocol but not
+// ScopedSyncProtocol. Identify may not have listed its protocols yet when
+// its subscription arrives, so the check waits for it a little.
+func (g *Gossip) checkLegacy(ctx context.Context, p peer.ID) {
+	deadline := time.Now().Add(legacyIdentifyWait)
+	for {
+		protos, err := g.h.Peerstore().SupportsProtocols(p, protocol.ID(SyncProtocol), protocol.ID(ScopedSyncProtocol))
+		if err == nil && len(protos) > 0 {
+			g.setLegacy(p, !slices.Contains(protos, protocol.ID(ScopedSyncProtocol)))
+			return
+		}
+		if time.Now().After(deadline) {
+			return // not an agentd node we know how to serve
+		}
+		t := time.NewTimer(250 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// setLegacy records whether p is a subscriber of the previous version and
+// subscribes to the announce topic while one is (the bridge), so that the
+// agents of old nodes stay in this node's view and its own reach them.
+func (g *Gossip) setLegacy(p peer.ID, legacy bool) {
+	g.mu.Lock()
+	if g.closed || g.announce == nil {
+		g.mu.Unlock()
+		return
+	}
+	if legacy {
+		g.legacy[p] = true
+	} else {
+		delete(g.legacy, p)
+	}
+	ts := g.announce
+	switch {
+	case len(g.legacy) > 0 && ts.sub == nil:
+		err := g.subscribeLocked(ts)
+		g.mu.Unlock()
+		if err != nil {
+			g.log.Warn("bridging the announce topic failed", "err", err)
+			return
+		}
+		g.log.Info("bridging the announce topic for a peer of the previous version", "peer", p)
+	case len(g.legacy) == 0 && ts.sub != nil:
+		sub, cancel, done := ts.sub, ts.cancel, ts.done
+		ts.sub = nil
+		g.mu.Unlock()
+		unsubscribe(sub, cancel, done)
+		g.log.Info("announce topic bridge closed: no peer of the previous version is left")
+	default:
+		g.mu.Unlock()
+	}
+}
+
+// queueShardSync asks p for the shard's live agents unless enough peers
+// of the topic were asked already.
+func (g *Gossip) queueShardSync(p peer.ID, ts *topicState) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || ts.syncs >= g.cfg.SyncPeers {
+		return
+	}
+	select {
+	case g.syncQ <- shardSync{p: p, ts: ts}:
+		ts.syncs++
+	default:
+	}
+}
+
+// shardSyncWorker runs queued shard syncs until Close.
+func (g *Gossip) shardSyncWorker() {
+	for {
+		select {
+		case <-g.ctx.Done():
+			return
+		case req := <-g.syncQ:
+			_, err := g.syncFrom(g.ctx, req.p, []string{req.ts.shard})
+			g.mu.Lock()
+			if err != nil {
+				req.ts.syncs-- // let the next peer try
+			} else {
+				req.ts.ready = true
+			}
+			g.mu.Unlock()
+			if err != nil {
+				g.log.Debug("shard sync failed", "shard", req.ts.shard, "peer", req.p, "err", err)
+			}
+		}
+	}
+}
+
+// syncFrom runs one sync exchange with p for shards (nil: everything p
+// holds) and hands the news to the sink.
+func (g *Gossip) syncFrom(ctx context.Context, p peer.ID, shards []string) (int, error) {
+	recs, err := g.fetchLive(ctx, p, shards)
+	if err != nil {
+		return 0, err
+	}
+	return g.absorb([][]LiveRecord{recs}), nil
+}

@@ -1,0 +1,151 @@
+package node
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/store"
+	"github.com/agentd/agentd/view"
+)
+
+// hears reports whether n's live view holds the agent.
+func hears(n *tnode, agentID string) bool { _, ok := live(n.Node, agentID); return ok }
+
+// TestScopedInterest: on scoped nodes an agent is heard by the nodes
+// interested in its capability — a watch, a host of the same capability,
+// a node that queried it — and by no other; a query outside the interest
+// is answered by the DHT and joins the interest, so the next agent of that
+// capability arrives by gossip; the interest lapses, and the agents with
+// it.
+func TestScopedInterest(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		ctx := context.Background()
+		tn := newNet(t, 10, Config{Scope: ScopeInterest, InterestTTL: 20 * time.Second, InterestCheck: 5 * time.Second})
+		n := tn.nodes
+		waitFor(t, 10*time.Second, "dht", func() bool { return n[9].DHT().RoutingTableSize() > 0 })
+
+		watch := n[9].Subscribe(view.Filter{Capability: "cap.a"}, 64)
+		defer watch.Close()
+		a1, err := n[1].Register(ctx, spec("skill-a", "cap.a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b1, err := n[2].Register(ctx, spec("skill-b", "cap.b"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a2, err := n[3].Register(ctx, spec("skill-a", "cap.a", "cap.c"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The watcher and the other host of cap.a hear both cap.a agents.
+		waitFor(t, 10*time.Second, "watcher hears cap.a", func() bool {
+			return hears(n[9], a1.Agent.AgentID) && hears(n[9], a2.Agent.AgentID)
+		})
+		waitFor(t, 10*time.Second, "hosts of cap.a hear each other", func() bool {
+			return hears(n[1], a2.Agent.AgentID) && hears(n[3], a1.Agent.AgentID)
+		})
+		ev := <-watch.C()
+		if ev.Type != view.EventRegistered {
+			t.Fatalf("first watch event %s, want %s", ev.Type, view.EventRegistered)
+		}
+		// Heartbeats keep them there past the liveness timeout.
+		time.Sleep(40 * time.Second)
+		if !hears(n[9], a1.Agent.AgentID) || !hears(n[1], a2.Agent.AgentID) {
+			t.Fatal("agents of the interest timed out: heartbeats do not reach the shard's subscribers")
+		}
+		// Nobody without interest in cap.b holds its agent.
+		for _, i := range []int{0, 1, 3, 4, 5, 9} {
+			if hears(n[i], b1.Agent.AgentID) {
+				t.Fatalf("node %d holds cap.b's agent without interest in it", i)
+			}
+			if got := n[i].Gossip().Shards(); slices.Contains(got, record.Shard("cap.b")) {
+				t.Fatalf("node %d joined cap.b's shard: %v", i, got)
+			}
+		}
+
+		// A query outside the interest goes to the DHT and joins the interest.
+		ids, src := discoverIDs(t, n[5].Node, Query{Filter: store.Filter{Capability: "cap.b"}})
+		if !slices.Contains(ids, b1.Agent.AgentID) || src != store.SourceDHT {
+			t.Fatalf("query for cap.b: %v from %s, want %s from dht", ids, src, b1.Agent.AgentID)
+		}
+		waitFor(t, 10*time.Second, "cap.b in the interest", func() bool { return n[5].Gossip().ShardReady(record.Shard("cap.b")) })
+		ids, src = discoverIDs(t, n[5].Node, Query{Filter: store.Filter{Capability: "cap.b"}})
+		if !slices.Contains(ids, b1.Agent.AgentID) || src != store.SourceGossip && src != store.SourceDHT {
+			t.Fatalf("second query for cap.b: %v from %s", ids, src)
+		}
+		// The next cap.b agent reaches the querier by gossip, unasked.
+		b2, err := n[6].Register(ctx, spec("skill-b", "cap.b"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "new cap.b agent at the querier", func() bool { return hears(n[5], b2.Agent.AgentID) })
+
+		// Unregister reaches the watcher at once.
+		if err := n[1].Unregister(ctx, a1.Agent.AgentID, record.ReasonShutdown); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, "unregister at the watcher", func() bool { return !hears(n[9], a1.Agent.AgentID) })
+
+		// Without queries the interest lapses and its agents are forgotten.
+		waitFor(t, 60*time.Second, "cap.b interest to lapse", func() bool {
+			return !slices.Contains(n[5].Gossip().Shards(), record.Shard("cap.b"))
+		})
+		waitFor(t, 5*time.Second, "cap.b agents forgotten", func() bool {
+			return !hears(n[5], b1.Agent.AgentID) && !hears(n[5], b2.Agent.AgentID)
+		})
+		time.Sleep(30 * time.Second)
+		if hears(n[5], b1.Agent.AgentID) || hears(n[5], b2.Agent.AgentID) {
+			t.Fatal("agents outside the interest came back after it lapsed")
+		}
+		// A closed watch releases its shard too.
+		watch.Close()
+		waitFor(t, 60*time.Second, "cap.a interest to lapse at the watcher", func() bool {
+			return len(n[9].Gossip().Shards()) == 0
+		})
+	})
+}
+
+// TestLegacyPeerIsBridged: a node of the previous version (announce topic
+// and sync 1.0.0 only) and scoped nodes hear each other's agents: the
+// scoped nodes publish on the announce topic while it has a subscriber,
+// and subscribe to it (the bridge) while a legacy node does.
+func TestLegacyPeerIsBridged(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		ctx := context.Background()
+		tn := newNet(t, 1, Config{Scope: ScopeInterest})
+		tn.cfg.legacy = true
+		old := tn.add(nil, nil)
+		tn.cfg.legacy = false
+		scoped := tn.add(nil, nil)
+		watcher := tn.add(nil, nil)
+		n0 := tn.nodes[0]
+		waitFor(t, 10*time.Second, "bridge at the scoped nodes", func() bool {
+			return n0.Gossip().Bridging() && scoped.Gossip().Bridging() && watcher.Gossip().Bridging()
+		})
+		watch := watcher.Subscribe(view.Filter{Capability: "cap.x"}, 16)
+		defer watch.Close()
+		ox, err := old.Register(ctx, spec("skill-x", "cap.x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sy, err := scoped.Register(ctx, spec("skill-y", "cap.y"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "legacy agent at the scoped watcher", func() bool { return hears(watcher, ox.Agent.AgentID) })
+		waitFor(t, 10*time.Second, "scoped agent at the legacy node", func() bool { return hears(old, sy.Agent.AgentID) })
+		time.Sleep(40 * time.Second)
+		if !hears(watcher, ox.Agent.AgentID) || !hears(old, sy.Agent.AgentID) {
+			t.Fatal("heartbeats do not cross between the versions")
+		}
+		// The legacy node leaves: the bridge closes.
+		if err := old.Close(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "bridge closed", func() bool { return !watcher.Gossip().Bridging() })
+	})
+}
