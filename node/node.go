@@ -451,7 +451,6 @@ func (n *Node) DHT() *dht.DHT { return n.dht }
 // Gossip returns the gossip transport, or nil before Start or when disabled.
 func (n *Node) Gossip() *gossip.Gossip { return n.gsp }
 
-
 // Lookup returns the ranked providers of a capability.
 func (n *Node) Lookup(capability string) []view.Provider { return n.view.Lookup(capability) }
 
