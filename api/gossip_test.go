@@ -19,7 +19,7 @@ import (
 func TestGossipThroughAPI(t *testing.T) {
 	mn := mocknet.New()
 	t.Cleanup(func() { _ = mn.Close() })
-	cfg := node.Config{DisableDHT: true, HeartbeatInterval: 200 * time.Millisecond}
+	cfg := node.Config{DisableDHT: true, HeartbeatInterval: 200 * time.Millisecond, Scope: node.ScopeFull}
 	na := newNode(t, nodeOpts{mn: mn, cfg: cfg})
 	nb := newNode(t, nodeOpts{mn: mn, cfg: cfg})
 	if err := mn.LinkAll(); err != nil {

@@ -64,6 +64,13 @@ type DiscoveryConfig struct {
 	// Interface is the network interface for LAN discovery ("" = all
 	// multicast-capable interfaces).
 	Interface string `yaml:"interface" json:"interface"`
+	// Scope is what the node hears of the network (agentd's addition):
+	// "interest" — only the agents of the capabilities it hosts, queries
+	// (for 10 minutes after the last query) and watches, on their shard
+	// topics; "full" — every agent, on the announce topic. Empty means
+	// "full" for a node that serves the registry (api.serveRegistry) and
+	// "interest" otherwise. See docs/scaling.md.
+	Scope string `yaml:"scope" json:"scope"`
 }
 
 // UDPConfig is seed 001 §5.1.

@@ -21,6 +21,7 @@ const (
 	EnvClientMode    = "AGENTD_CLIENT_MODE"    // discovery.dht.clientMode
 	EnvServeRegistry = "AGENTD_SERVE_REGISTRY" // api.serveRegistry
 	EnvMinFree       = "AGENTD_MIN_FREE"       // storage.minFree
+	EnvScope         = "AGENTD_SCOPE"          // discovery.scope
 )
 
 // EnvVars lists every environment variable agentd reads for its
@@ -28,5 +29,5 @@ const (
 var EnvVars = []string{
 	EnvConfig, EnvDataDir, EnvListen, EnvAPI, EnvBootstrap, EnvLogLevel,
 	EnvLogFormat, EnvTrustPolicy, EnvNoLAN, EnvLANInterface, EnvClientMode,
-	EnvServeRegistry, EnvMinFree,
+	EnvServeRegistry, EnvMinFree, EnvScope,
 }

@@ -40,6 +40,7 @@ var (
 	Policies   = []string{"open", "allowlist", "ca"}
 	LogLevels  = []string{"debug", "info", "warn", "error"}
 	LogFormats = []string{"text", "json"}
+	Scopes     = []string{"interest", "full"}
 )
 
 // Validate checks every setting against its bounds and returns all the
@@ -173,6 +174,9 @@ func (d DiscoveryConfig) validate(v *validator) {
 		v.add("discovery.healthCheck.unhealthyThreshold", "%d is out of range (1-100 missed heartbeats)", hc.UnhealthyThreshold)
 	}
 
+	if d.Scope != "" {
+		v.oneOf("discovery.scope", d.Scope, Scopes)
+	}
 	if d.Interface != "" {
 		if len(d.Interface) > 15 || strings.ContainsFunc(d.Interface, func(r rune) bool {
 			return r == '/' || unicode.IsSpace(r) || !unicode.IsPrint(r)

@@ -214,8 +214,9 @@ type topicState struct {
 	wdone chan struct{}
 	// Shard topics: syncs started since the topic last had no peer, and
 	// whether one succeeded (guarded by Gossip.mu).
-	syncs int
-	ready bool
+	syncs   int
+	ready   bool
+	readyCh chan struct{} // closed when ready is first set
 }
 
 // New builds the GossipSub router on h with the configured parameters and
@@ -395,7 +396,7 @@ func (g *Gossip) joinLocked(topic, scene, shard string, subscribe bool) (*topicS
 			return fail(fmt.Errorf("gossip: score parameters for %s: %w", topic, err))
 		}
 	}
-	ts := &topicState{topic: topic, scene: scene, shard: shard, t: t}
+	ts := &topicState{topic: topic, scene: scene, shard: shard, t: t, readyCh: make(chan struct{})}
 	if subscribe {
 		if err := g.subscribeLocked(ts); err != nil {
 			_ = t.Close()

@@ -140,6 +140,23 @@ func (g *Gossip) ShardReady(shard string) bool {
 	return ok && ts.ready
 }
 
+// WaitShardReady waits until ShardReady(shard) holds or ctx ends, and
+// reports which.
+func (g *Gossip) WaitShardReady(ctx context.Context, shard string) bool {
+	g.mu.Lock()
+	ts, ok := g.shards[shard]
+	g.mu.Unlock()
+	if !ok {
+		return false
+	}
+	select {
+	case <-ts.readyCh:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // ShardPeers returns the peers known to be in a joined shard topic.
 func (g *Gossip) ShardPeers(shard string) []peer.ID {
 	g.mu.Lock()
@@ -306,8 +323,9 @@ func (g *Gossip) shardSyncWorker() {
 			g.mu.Lock()
 			if err != nil {
 				req.ts.syncs-- // let the next peer try
-			} else {
+			} else if !req.ts.ready {
 				req.ts.ready = true
+				close(req.ts.readyCh)
 			}
 			g.mu.Unlock()
 			if err != nil {

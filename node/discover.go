@@ -106,12 +106,26 @@ func (n *Node) Discover(ctx context.Context, q Query) ([]Result, error) {
 				}
 			}
 		}
-		// 3. The DHT.
+		// 3. The DHT. A scoped node joined the capability's shard above;
+		// the first peers of the shard answer its sync while the DHT is
+		// asked (a few round trips), so what they said joins the answer:
+		// the DHT returns at most its MaxProviders providers.
+		var ready <-chan bool
+		if !whole && q.Capability != "" && n.scoped() {
+			ch := make(chan bool, 1)
+			rctx, rcancel := context.WithTimeout(ctx, shardReadyWait)
+			defer rcancel()
+			go func() { ch <- n.gsp.WaitShardReady(rctx, record.Shard(q.Capability)) }()
+			ready = ch
+		}
 		if n.dht != nil && ctx.Err() == nil {
 			tried = append(tried, "dht")
 			res, err := n.fromDHT(ctx, q, m)
 			if err != nil {
 				netErr = err
+			}
+			if ready != nil && <-ready {
+				res = mergeResults(res, n.fromView(m, 0), q.Limit)
 			}
 			if len(res) > 0 {
 				return done(store.SourceDHT, res)
@@ -217,6 +231,29 @@ func (n *Node) fromCatalog(ctx context.Context, f store.Filter) (fresh, stale []
 		}
 	}
 	return fresh, stale, err
+}
+
+// shardReadyWait bounds how long a lookup outside a scoped node's
+// interest waits for the newly joined shard's first sync.
+const shardReadyWait = 500 * time.Millisecond
+
+// mergeResults appends to res the results of more for agents res does
+// not name, up to limit (≤ 0: no limit).
+func mergeResults(res, more []Result, limit int) []Result {
+	seen := make(map[string]bool, len(res))
+	for _, r := range res {
+		seen[r.Agent.AgentID] = true
+	}
+	for _, r := range more {
+		if limit > 0 && len(res) >= limit {
+			break
+		}
+		if !seen[r.Agent.AgentID] {
+			seen[r.Agent.AgentID] = true
+			res = append(res, r)
+		}
+	}
+	return res
 }
 
 func limitResults(res []Result, limit int) []Result {

@@ -56,6 +56,10 @@ func newInterest() *interest {
 	}
 }
 
+// Scoped reports whether the node keeps to its interest (Config.Scope is
+// ScopeInterest and gossip runs).
+func (n *Node) Scoped() bool { return n.scoped() }
+
 // scoped reports whether the node keeps to its interest.
 func (n *Node) scoped() bool { return n.gsp != nil && n.cfg.Scope == ScopeInterest && !n.cfg.legacy }
 

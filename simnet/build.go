@@ -3,6 +3,8 @@ package simnet
 import (
 	"runtime"
 	"time"
+
+	"github.com/agentd/agentd/node"
 )
 
 // report assembles the report once the run is over.
@@ -20,8 +22,8 @@ func (sm *sim) report(setup SetupInfo) *Report {
 	r := &Report{
 		Scenario: ScenarioInfo{
 			Kind: s.Kind, Nodes: s.Nodes, BootstrapNodes: s.BootstrapNodes, DurationS: sec(s.Duration), Seed: s.Seed,
-			LatencyMS: float64(s.Latency) / 1e6, JitterMS: float64(s.Jitter) / 1e6, BandwidthBps: s.Bandwidth, Loss: s.Loss,
-			QueryRate: s.QueryRate, Skills: s.Skills, Capabilities: s.Capabilities, Zipf: s.Zipf,
+			LatencyMS: float64(s.Latency) / 1e6, JitterMS: float64(s.Jitter) / 1e6, BandwidthBps: s.Bandwidth, Loss: s.Loss, Scope: scopeOf(s.Node),
+			QueryRate: s.QueryRate, QueryInterest: s.QueryInterest, Skills: s.Skills, Capabilities: s.Capabilities, Zipf: s.Zipf,
 			HeartbeatInterval: sec(hb), LivenessTimeoutS: sec(timeout), StaleAfterS: sec(s.StaleAfter),
 			GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
 		},
@@ -74,7 +76,7 @@ func (sm *sim) report(setup SetupInfo) *Report {
 	r.Gossip = GossipStats{
 		SampledOneIn: int(sm.probe.every), Propagation: sm.probe.all.summary(), ByKind: map[string]Percentiles{},
 		ProbeDropped: sm.probe.dropped.Load(), RPCDrops: sm.probe.rpcDrops.Load(), Undeliverable: sm.probe.undeliverable.Load(),
-		CatchUp: sm.probe.catchUp.Load(),
+		CatchUp: sm.probe.catchUp.Load(), Interest: sm.interestAt,
 	}
 	for k, v := range sm.probe.byKind {
 		r.Gossip.ByKind[k] = v.summary()
@@ -155,4 +157,12 @@ func ratioF(a float64, b int, empty float64) float64 {
 		return empty
 	}
 	return a / float64(b)
+}
+
+// scopeOf is the scope every agent node runs with.
+func scopeOf(c node.Config) string {
+	if c.Scope == "" {
+		return node.ScopeInterest
+	}
+	return c.Scope
 }

@@ -115,7 +115,7 @@ func (p *probe) close() {
 	<-p.done
 }
 
-func (p *probe) deliver(msg *pubsub.Message, meshed *atomic.Int64) {
+func (p *probe) deliver(msg *pubsub.Message, meshed *meshTimes) {
 	if msg.Local {
 		return
 	}
@@ -136,7 +136,7 @@ func (p *probe) deliver(msg *pubsub.Message, meshed *atomic.Int64) {
 		return
 	}
 	joined := now // not in the mesh yet: whatever it gets is history
-	if t := meshed.Load(); t != 0 {
+	if t := meshed.first(msg.GetTopic()); t != 0 {
 		joined = time.Unix(0, t)
 	}
 	select {
@@ -148,13 +148,38 @@ func (p *probe) deliver(msg *pubsub.Message, meshed *atomic.Int64) {
 
 // tracer returns the pubsub raw tracer of one node.
 // tracer returns the tracer of a node instance that starts now.
-func (p *probe) tracer() pubsub.RawTracer { return probeTracer{p, new(atomic.Int64)} }
+func (p *probe) tracer() pubsub.RawTracer {
+	return probeTracer{p, &meshTimes{m: map[string]int64{}}}
+}
+
+// meshTimes records when a node instance first grafted a peer in each
+// topic (unix ns).
+type meshTimes struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+func (m *meshTimes) graft(topic string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.m[topic]; !ok {
+		m.m[topic] = time.Now().UnixNano()
+	}
+}
+
+// first returns when the instance first had a mesh peer in topic (0: not
+// yet).
+func (m *meshTimes) first(topic string) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.m[topic]
+}
 
 // probeTracer is one node instance's tracer. meshed is when the instance
-// first grafted a peer in the announce topic (unix ns; 0: not yet).
+// first grafted a peer in each topic.
 type probeTracer struct {
 	p      *probe
-	meshed *atomic.Int64
+	meshed *meshTimes
 }
 
 var _ pubsub.RawTracer = probeTracer{}
@@ -166,11 +191,7 @@ func (t probeTracer) OnNewOutboundStream(peer.ID, protocol.ID) {}
 func (t probeTracer) OnClosedOutboundStream(peer.ID)           {}
 func (t probeTracer) Join(string)                              {}
 func (t probeTracer) Leave(string)                             {}
-func (t probeTracer) Graft(_ peer.ID, topic string) {
-	if topic == gossip.AnnounceTopic {
-		t.meshed.CompareAndSwap(0, time.Now().UnixNano())
-	}
-}
+func (t probeTracer) Graft(_ peer.ID, topic string) { t.meshed.graft(topic) }
 func (t probeTracer) Prune(peer.ID, string)                 {}
 func (t probeTracer) ValidateMessage(*pubsub.Message)       {}
 func (t probeTracer) RejectMessage(*pubsub.Message, string) {}

@@ -3,6 +3,7 @@ package simnet
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/agentd/agentd/node"
 	"io"
 	"maps"
 	"slices"
@@ -52,6 +53,7 @@ type ScenarioInfo struct {
 	JitterMS          float64 `json:"jitter_ms"`
 	BandwidthBps      float64 `json:"bandwidth_bytes_per_s"`
 	Loss              float64 `json:"loss,omitempty"`
+	Scope             string  `json:"scope"`
 	ChurnIntervalS    float64 `json:"churn_interval_s,omitempty"`
 	ChurnFraction     float64 `json:"churn_fraction,omitempty"`
 	PartitionAtS      float64 `json:"partition_at_s,omitempty"`
@@ -62,6 +64,7 @@ type ScenarioInfo struct {
 	SybilRate         float64 `json:"sybil_rate_per_s,omitempty"`
 	SybilAtS          float64 `json:"sybil_at_s,omitempty"`
 	QueryRate         float64 `json:"query_rate_per_s"`
+	QueryInterest     int     `json:"query_interest,omitempty"`
 	Skills            int     `json:"catalog_skills"`
 	Capabilities      int     `json:"catalog_capabilities"`
 	Zipf              float64 `json:"zipf"`
@@ -145,6 +148,40 @@ type GossipStats struct {
 	// before the delivering node had its first mesh peer in the announce
 	// topic: history a joiner fetched through IHAVE/IWANT.
 	CatchUp int64 `json:"catch_up_at_joiners"`
+	// Interest is what the nodes listened to at the end of the run.
+	Interest InterestStats `json:"interest"`
+}
+
+// InterestStats describes the nodes' interest at the end of a run: mean
+// shard topics joined and agents held in the live view per node, and how
+// many nodes subscribed to the announce topic (full scope, or a bridge
+// for a node of the previous version).
+type InterestStats struct {
+	ShardsPerNode float64 `json:"shards_per_node"`
+	ViewPerNode   float64 `json:"view_per_node"`
+	AnnounceNodes int     `json:"announce_topic_nodes"`
+}
+
+// interestOf measures the interest of the nodes given.
+func interestOf(nodes []*node.Node) InterestStats {
+	var st InterestStats
+	if len(nodes) == 0 {
+		return st
+	}
+	for _, n := range nodes {
+		g := n.Gossip()
+		if g == nil {
+			continue
+		}
+		st.ShardsPerNode += float64(len(g.Shards()))
+		st.ViewPerNode += float64(n.View().Len())
+		if !n.Scoped() || g.Bridging() {
+			st.AnnounceNodes++
+		}
+	}
+	st.ShardsPerNode /= float64(len(nodes))
+	st.ViewPerNode /= float64(len(nodes))
+	return st
 }
 
 // ChurnStats counts the churn and how fast views followed it.
@@ -339,7 +376,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	if s.Loss > 0 {
 		bw += fmt.Sprintf(", %g%% packet loss", 100*s.Loss)
 	}
-	fmt.Fprintf(&b, "links: %gms ± %gms, bandwidth %s; queries %g/s; heartbeat %gs, liveness timeout %gs\n", s.LatencyMS, s.JitterMS, bw, s.QueryRate, s.HeartbeatInterval, s.LivenessTimeoutS)
+	fmt.Fprintf(&b, "links: %gms ± %gms, bandwidth %s; queries %g/s; heartbeat %gs, liveness timeout %gs; scope %s\n", s.LatencyMS, s.JitterMS, bw, s.QueryRate, s.HeartbeatInterval, s.LivenessTimeoutS, s.Scope)
 	if r.Command != "" {
 		fmt.Fprintf(&b, "command: %s\n", r.Command)
 	}
@@ -454,6 +491,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	row("goroutines", fmt.Sprintf("%.0f per node (peak %d in the process)", res.GoroutinesPerNode, res.GoroutinesPeak))
 	row("live heap", fmt.Sprintf("%.2f MB per node (peak %.0f MB); RSS peak %.0f MB", res.HeapPerNodeMB, res.HeapPeakMB, res.RSSPeakMB))
 	row("CPU", fmt.Sprintf("%.1f s total, %.1f s in the measured window (%.3f s per node per second)", res.CPUSeconds, res.RunCPUSeconds, perNodeSecond(res.RunCPUSeconds, t.NodeSeconds)))
+	if i := r.Gossip.Interest; i.ShardsPerNode > 0 || i.ViewPerNode > 0 {
+		row("interest", fmt.Sprintf("%.1f shard topics and %.1f agents in the view per node; %d nodes on the announce topic", i.ShardsPerNode, i.ViewPerNode, i.AnnounceNodes))
+	}
 	if g := r.Gossip; g.CatchUp > 0 {
 		row("gossip catch-up", fmt.Sprintf("%d deliveries of messages signed before the delivering node had a mesh peer (history a joiner fetched; not in propagation)", g.CatchUp))
 	}

@@ -120,6 +120,12 @@ type Scenario struct {
 	// 256); a query beyond it is skipped and counted.
 	QueryRate        float64
 	QueryConcurrency int
+	// QueryInterest, when > 0, keeps each node's queries to its own
+	// interest: k capabilities drawn per node (Zipf) when it is created;
+	// a query then asks the chosen node for one of them, by capability.
+	// With a catalog that grows with the network (Capabilities ∝ Nodes),
+	// every node has the same interest at every size (make simnet-curve).
+	QueryInterest int
 
 	// Skills and Capabilities size the catalog (default 40 and 60). Each
 	// skill offers 1–3 capabilities; each node registers 1–3 skills. Skills,
@@ -320,6 +326,8 @@ func (s *Scenario) validate() error {
 		return bad("sybil at", "is %s; must be inside the duration %s", s.SybilAt, s.Duration)
 	case s.MassJoinAt < 0 || s.MassJoinAt >= s.Duration:
 		return bad("mass join at", "is %s; must be inside the duration %s", s.MassJoinAt, s.Duration)
+	case s.QueryInterest < 0 || s.QueryInterest > MaxCatalog:
+		return bad("query interest", "is %d; must be between 0 and %d", s.QueryInterest, MaxCatalog)
 	case !finite(s.QueryRate) || s.QueryRate < 0 || s.QueryRate > MaxQueryRate:
 		return bad("query rate", "is %v; must be between 0 and %d per second", s.QueryRate, MaxQueryRate)
 	case s.QueryConcurrency < 1:

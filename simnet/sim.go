@@ -47,6 +47,8 @@ type vnode struct {
 	raw    host.Host // the mocknet host, reused across restarts
 	tr     *traffic
 	skills []CatalogSkill
+	shards map[string]bool // the shards of its agent's capabilities
+	asks   []string        // its query interest (Scenario.QueryInterest)
 
 	// guarded by sim.mu
 	st      store.Store
@@ -131,6 +133,8 @@ type sim struct {
 	buckets    []*bucketAcc
 	marks      []Mark
 	pend       []*pending
+	shardsOf   map[string]map[string]bool // agent id → its shards
+	interestAt InterestStats              // at the end of the run
 	watches    []reconvergeWatch
 	crashGone  *samples
 	leaveGone  *samples
@@ -233,8 +237,16 @@ func (sm *sim) newVnode(boot bool) (*vnode, error) {
 	vn := &vnode{idx: idx, boot: boot, id: id, raw: h, tr: &traffic{}}
 	if !boot {
 		vn.skills = sm.cat.pickSkills(newRand(sm.s.Seed, streamSpec, uint64(idx)))
+		vn.shards = agentShards(idx, vn.skills)
+		if sm.s.QueryInterest > 0 {
+			vn.asks = sm.cat.pickInterest(newRand(sm.s.Seed, streamInterest, uint64(idx)), sm.s.QueryInterest, sm.s.Zipf)
+		}
 	}
 	sm.mu.Lock()
+	if sm.shardsOf == nil {
+		sm.shardsOf = map[string]map[string]bool{}
+	}
+	sm.shardsOf[id.AgentID] = vn.shards
 	sm.nodes = append(sm.nodes, vn)
 	sm.mu.Unlock()
 	return vn, nil
@@ -566,31 +578,56 @@ func (sm *sim) warmup(ctx context.Context) (SetupInfo, error) {
 	return info, nil
 }
 
-// converged reports whether every up agent node sees every live agent.
+// converged reports whether every up agent node sees every live agent it
+// is interested in (every one, for a node of full scope).
 func (sm *sim) converged() bool {
 	sm.mu.Lock()
 	ups := sm.upAgentsLocked(-1)
 	sm.mu.Unlock()
-	ids := make([]string, len(ups))
-	for i, w := range ups {
-		ids[i] = w.vn.id.AgentID
-	}
 	for _, w := range ups {
 		n := sm.nodeOf(w)
 		if n == nil {
 			continue
 		}
 		v := n.View()
-		if v.Len() < len(ids) {
-			return false
-		}
-		for _, id := range ids {
-			if _, ok := v.Get(id); !ok {
+		joined := joinedShards(n)
+		for _, a := range ups {
+			if !interested(joined, a.vn.shards) {
+				continue
+			}
+			if _, ok := v.Get(a.vn.id.AgentID); !ok {
 				return false
 			}
 		}
 	}
 	return true
+}
+
+// joinedShards returns the shards a node listens to; nil means every
+// agent (a node of full scope).
+func joinedShards(n *node.Node) map[string]bool {
+	if !n.Scoped() {
+		return nil
+	}
+	out := map[string]bool{}
+	for _, sh := range n.Gossip().Shards() {
+		out[sh] = true
+	}
+	return out
+}
+
+// interested reports whether a node listening to joined (nil: everything)
+// hears an agent with the given shards.
+func interested(joined, shards map[string]bool) bool {
+	if joined == nil {
+		return true
+	}
+	for sh := range shards {
+		if joined[sh] {
+			return true
+		}
+	}
+	return false
 }
 
 // nodeOf returns w's node if it is still up in the same epoch.
@@ -641,7 +678,14 @@ func (sm *sim) runSchedule(ctx context.Context) (interrupted bool, cpu float64) 
 		}
 	}
 	// Uptime is now counted to tEnd; nodes stopping later add nothing.
+	var ups []*node.Node
+	for _, vn := range sm.nodes {
+		if !vn.boot && vn.state == stateUp && vn.n != nil {
+			ups = append(ups, vn.n)
+		}
+	}
 	sm.mu.Unlock()
+	sm.interestAt = interestOf(ups)
 	cpu = cpuSeconds() - cpu0
 	sm.sampleAt(end)
 	agents, boots := sm.trafficAt()
@@ -894,6 +938,9 @@ func (sm *sim) query(ev Event) {
 	sm.q.Issued++
 	sm.mu.Unlock()
 	q := *ev.Query
+	if len(vn.asks) > 0 {
+		q = Query{Capability: vn.asks[(ev.Rand>>32)%uint64(len(vn.asks))]}
+	}
 	sm.ops.Add(1)
 	go func() {
 		defer sm.ops.Done()
@@ -1120,18 +1167,22 @@ func (sm *sim) pollOnce(now time.Time) {
 }
 
 // allSee reports whether every node p waits on (still up) has the agent in
-// its view (want) or none has (!want). A nil waiting list means every
-// agent node up now.
+// its view (want: every such node interested in the agent) or none has
+// (!want). A nil waiting list means every agent node up now.
 func (sm *sim) allSee(p *pending, want bool) bool {
 	waiting := p.waiting
+	sm.mu.Lock()
 	if waiting == nil {
-		sm.mu.Lock()
 		waiting = sm.upAgentsLocked(-1)
-		sm.mu.Unlock()
 	}
+	shards := sm.shardsOf[p.agent]
+	sm.mu.Unlock()
 	for _, w := range waiting {
 		n := sm.nodeOf(w)
 		if n == nil {
+			continue
+		}
+		if want && !interested(joinedShards(n), shards) {
 			continue
 		}
 		if _, ok := n.View().Get(p.agent); ok != want {

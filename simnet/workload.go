@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/trust"
@@ -25,6 +26,7 @@ const (
 	streamSpec     = "spec"
 	streamIdentity = "identity"
 	streamEvent    = "event"
+	streamInterest = "interest"
 )
 
 func subSeed(seed uint64, stream string, i uint64) [32]byte {
@@ -146,6 +148,28 @@ func (c *Catalog) drawQuery(r *rand.Rand, capZipf, skillZipf func() int) Query {
 	}
 	s := c.Skills[skillZipf()]
 	return Query{Skill: s.ID, Capability: s.Capabilities[r.IntN(len(s.Capabilities))]}
+}
+
+// agentShards returns the shards of the capabilities agentSpec gives.
+func agentShards(idx int, skills []CatalogSkill) map[string]bool {
+	out := map[string]bool{}
+	for _, sh := range agentSpec(idx, skills).Shards() {
+		out[sh] = true
+	}
+	return out
+}
+
+// pickInterest draws the k capabilities a node asks for when queries keep
+// to a per-node interest (Scenario.QueryInterest), with Zipf popularity.
+func (c *Catalog) pickInterest(r *rand.Rand, k int, zipf float64) []string {
+	z := newZipf(r, zipf, len(c.Offered))
+	var out []string
+	for tries := 0; len(out) < min(k, len(c.Offered)) && tries < 100*k; tries++ {
+		if cp := c.Offered[z()]; !slices.Contains(out, cp) {
+			out = append(out, cp)
+		}
+	}
+	return out
 }
 
 // agentSpec builds the record a node registers from its skills.

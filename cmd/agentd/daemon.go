@@ -79,6 +79,12 @@ func nodeConfig(cfg config.Config, log *slog.Logger) (node.Config, error) {
 			RotationGrace: cfg.Trust.RotationGrace.D()},
 	}
 	nc.DHT.ClientMode = cfg.Discovery.DHT.ClientMode
+	switch nc.Scope = cfg.Discovery.Scope; {
+	case nc.Scope == "" && cfg.API.ServeRegistry:
+		nc.Scope = node.ScopeFull // a registry lists the network
+	case nc.Scope == "":
+		nc.Scope = node.ScopeInterest
+	}
 	return nc, nil
 }
 

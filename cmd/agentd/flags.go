@@ -25,6 +25,7 @@ const (
 	flagClientMode   = "client-mode"
 	flagServeReg     = "serve-registry"
 	flagMinFree      = "min-free"
+	flagScope        = "scope"
 	flagJSON         = "json"
 )
 
@@ -52,6 +53,7 @@ func nodeFlags() []cli.Flag {
 		&cli.StringFlag{Name: flagLANInterface, EnvVars: []string{config.EnvLANInterface}, Usage: "network `INTERFACE` for LAN discovery (default: every multicast-capable interface)"},
 		&cli.BoolFlag{Name: flagServeReg, EnvVars: []string{config.EnvServeRegistry}, Usage: "act as a seed-000 registry (POST /agents) for agents that cannot run P2P; needs api.jwtSecret or api.jwtPublicKey (auth is required)"},
 		&cli.BoolFlag{Name: flagClientMode, EnvVars: []string{config.EnvClientMode}, Usage: "DHT client mode, for hosts that cannot accept connections: the node queries the DHT but does not serve it"},
+		&cli.StringFlag{Name: flagScope, EnvVars: []string{config.EnvScope}, Usage: "what the node hears of the network: `SCOPE` interest (the agents of the capabilities it hosts, queries and watches; other queries go to the DHT) or full (every agent). Default interest, or full with --serve-registry (sets discovery.scope)"},
 		&cli.StringFlag{Name: flagMinFree, EnvVars: []string{config.EnvMinFree}, Usage: "free `SIZE` kept on the data directory's filesystem (\"64MiB\", bytes, 0 = off): below it registrations and other writes get HTTP 507 while reads and the network go on (default 64MiB)"},
 	}
 }
@@ -107,6 +109,7 @@ var flagHint = []struct{ field, hint string }{
 	{"log.format", "--log-format / " + config.EnvLogFormat},
 	{"api.serveRegistry", "--serve-registry / " + config.EnvServeRegistry},
 	{"storage.minFree", "--min-free / " + config.EnvMinFree},
+	{"discovery.scope", "--scope / " + config.EnvScope},
 }
 
 // effectiveConfig builds the configuration of this invocation: defaults,
@@ -147,6 +150,7 @@ func effectiveConfig(c *cli.Context) (config.Config, error) {
 	set("discovery.interface", func(x *cli.Context, n string) { cfg.Discovery.Interface = x.String(n) })(flagLANInterface)
 	set("discovery.dht.clientMode", func(x *cli.Context, n string) { cfg.Discovery.DHT.ClientMode = x.Bool(n) })(flagClientMode)
 	set("api.serveRegistry", func(x *cli.Context, n string) { cfg.API.ServeRegistry = x.Bool(n) })(flagServeReg)
+	set("discovery.scope", func(x *cli.Context, n string) { cfg.Discovery.Scope = x.String(n) })(flagScope)
 	var sizeErr error
 	set("storage.minFree", func(x *cli.Context, n string) {
 		v, err := config.ParseByteSize(x.String(n))

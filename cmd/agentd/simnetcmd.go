@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/config"
+	"github.com/agentd/agentd/node"
 	"github.com/agentd/agentd/simnet"
 	"github.com/urfave/cli/v2"
 )
@@ -27,6 +28,7 @@ const (
 	flagSimJitter        = "jitter"
 	flagSimBandwidth     = "bandwidth"
 	flagSimLoss          = "loss"
+	flagSimScope         = "scope"
 	flagSimChurnInterval = "churn-interval"
 	flagSimChurnFraction = "churn-fraction"
 	flagSimScenario      = "scenario"
@@ -36,6 +38,9 @@ const (
 	flagSimSybilRate     = "sybil-rate"
 	flagSimSybilFresh    = "sybil-fresh-peers"
 	flagSimQueryRate     = "query-rate"
+	flagSimQueryInterest = "query-interest"
+	flagSimCapabilities  = "capabilities"
+	flagSimSkills        = "skills"
 	flagSimMinRecall     = "min-recall"
 	flagSimMaxStale      = "max-stale"
 	flagSimJSON          = "json"
@@ -93,6 +98,7 @@ func simnetCommand() *cli.Command {
 			&cli.DurationFlag{Name: flagSimJitter, Value: 5 * time.Millisecond, Usage: "per-link latency spread: each link gets latency ± a uniform draw up to this"},
 			&cli.Float64Flag{Name: flagSimBandwidth, Value: 0, Usage: "per-link bandwidth in bytes per second (0 = unlimited)"},
 			&cli.Float64Flag{Name: flagSimLoss, Value: 0, Usage: "share of packets lost on every link, 0 to 0.5 (streams stay reliable: each loss costs a 200 ms+ retransmission timeout, as over TCP)"},
+			&cli.StringFlag{Name: flagSimScope, Value: "interest", Usage: "what each node hears: interest (the agents of the capabilities it hosts, queries and watches, on their shard topics) or full (every agent, on the announce topic)"},
 			&cli.DurationFlag{Name: flagSimChurnInterval, Value: 10 * time.Second, Usage: "churn: time between churn events"},
 			&cli.Float64Flag{Name: flagSimChurnFraction, Value: 0.1, Usage: "churn: fraction of the nodes that leave (and join) at each event"},
 			&cli.DurationFlag{Name: flagSimPartitionFor, Value: 30 * time.Second, Usage: "partition: how long the halves stay apart (it starts at a quarter of the run)"},
@@ -101,6 +107,9 @@ func simnetCommand() *cli.Command {
 			&cli.Float64Flag{Name: flagSimSybilRate, Value: 500, Usage: "sybil: fake agents announced per second"},
 			&cli.BoolFlag{Name: flagSimSybilFresh, Usage: "sybil: sign every fake with a peer key of its own (the attacker a per-peer quota cannot bound)"},
 			&cli.Float64Flag{Name: flagSimQueryRate, Value: 20, Usage: "discover queries per second over the whole network"},
+			&cli.IntFlag{Name: flagSimQueryInterest, Usage: "keep each node's queries to `K` capabilities of its own (drawn Zipf per node); 0 = every query draws from the whole catalog"},
+			&cli.IntFlag{Name: flagSimCapabilities, Usage: "capabilities in the catalog (default 60; give it in proportion to --nodes for the same interest per node at every size)"},
+			&cli.IntFlag{Name: flagSimSkills, Usage: "skills in the catalog, each offering 1-3 capabilities (default 40)"},
 			&cli.Float64Flag{Name: flagSimMinRecall, Value: 0.99, Usage: "fail (exit 1) when recall is below this"},
 			&cli.Float64Flag{Name: flagSimMaxStale, Value: 0.01, Usage: "fail (exit 1) when the stale rate is above this"},
 			&cli.StringFlag{Name: flagSimJSON, Usage: "write the report as JSON to `FILE`"},
@@ -139,6 +148,15 @@ func simnetScenario(c *cli.Context) (simnet.Scenario, simnet.Thresholds, error) 
 		SybilRate:       c.Float64(flagSimSybilRate),
 		SybilFreshPeers: c.Bool(flagSimSybilFresh),
 		QueryRate:       c.Float64(flagSimQueryRate),
+		QueryInterest:   c.Int(flagSimQueryInterest),
+		Capabilities:    c.Int(flagSimCapabilities),
+		Skills:          c.Int(flagSimSkills),
+	}
+	switch sc := c.String(flagSimScope); sc {
+	case node.ScopeInterest, node.ScopeFull:
+		s.Node.Scope = sc
+	default:
+		return simnet.Scenario{}, th, usagef("--%s: %q is not interest or full", flagSimScope, sc)
 	}
 	// Zero means "default" in a Scenario; on the command line it means zero.
 	if s.Latency == 0 {

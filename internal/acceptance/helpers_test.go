@@ -190,7 +190,7 @@ func (tn *tnet) add(id *trust.Identity, tc trust.Config, chain trust.ChainVerifi
 func (tn *tnet) start(id *trust.Identity, tc trust.Config, chain trust.ChainVerifier, st store.Store, h host.Host) *tnode {
 	t := tn.t
 	t.Helper()
-	cfg := node.Config{Trust: tc}
+	cfg := node.Config{Trust: tc, Scope: node.ScopeFull}
 	if len(tn.nodes) > 0 {
 		b := tn.nodes[0].Host()
 		cfg.Bootstrap = []peer.AddrInfo{{ID: b.ID(), Addrs: b.Addrs()}}

@@ -120,8 +120,8 @@ func TestWatchAcrossProcesses(t *testing.T) {
 		return p >= 2
 	})
 	agent := n2.health()["agent_id"].(string)
-	w := watch(t, n1.api, "--agent", agent)
-	w3 := watch(t, n3.api, "--agent", agent)
+	w := watch(t, n1.api, "--agent", agent, "--capability", "product.search")
+	w3 := watch(t, n3.api, "--agent", agent, "--capability", "product.search")
 
 	if r := cli(t, "register", "-f", repoFile(t, "examples/agentspec.yaml"), "--api", n2.api); r.code != 0 {
 		t.Fatalf("register: %+v", r)
