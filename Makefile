@@ -27,7 +27,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 .DEFAULT_GOAL := build
 
-.PHONY: help build run test race bench fuzz lint golangci-lint tidy simnet simnet-smoke clean
+.PHONY: help build run test race bench fuzz lint golangci-lint tidy simnet simnet-smoke simnet-curve clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
@@ -115,6 +115,22 @@ simnet-smoke: ## simnet scenarios in virtual time: 20-node smoke, partition, mas
 # 2 minutes, in real time; exit 1 when recall < 99 % or stale rate > 1 %.
 # SIMNET_ARGS adds flags, e.g. SIMNET_ARGS='--scenario partition'.
 SIMNET_ARGS ?=
+# simnet-curve runs simnet at CURVE_SIZES with the same interest per node
+# (the catalog grows with the network: 0.6 capabilities and 0.4 skills per
+# node, drawn uniformly; each node asks for 3 capabilities of its own; 0.2
+# queries per node per second) and writes the table into docs/simnet.md and
+# the plot into docs/simnet-curve.svg. A size that fails its thresholds
+# still gets its row (marked FAIL).
+CURVE_SIZES ?= 100 250 500 1000
+CURVE_DURATION ?= 2m
+simnet-curve: build ## simnet at 100, 250, 500 and 1000 nodes with the same interest per node: table in docs/simnet.md, plot in docs/simnet-curve.svg (long)
+	for n in $(CURVE_SIZES); do \
+	  $(BIN)/agentd simnet --quiet --nodes $$n --duration $(CURVE_DURATION) --uniform --capabilities $$((n*6/10)) --skills $$((n*4/10)) \
+	    --query-interest 3 --query-rate $$((n/5)) --json $(BIN)/curve-$$n.json $(SIMNET_ARGS) > $(BIN)/curve-$$n.txt; \
+	  echo "$$n nodes: exit $$? ($(BIN)/curve-$$n.txt)"; \
+	done
+	$(BIN)/agentd simnet curve --md docs/simnet.md --svg docs/simnet-curve.svg $(foreach n,$(CURVE_SIZES),$(BIN)/curve-$(n).json)
+
 simnet: build ## 100 nodes under churn for 2 minutes (report in bin/simnet.{txt,json,svg}); SIMNET_ARGS for more flags
 	set -o pipefail; $(BIN)/agentd simnet --nodes 100 --duration 2m --json $(BIN)/simnet.json --svg $(BIN)/simnet.svg $(SIMNET_ARGS) | tee $(BIN)/simnet.txt
 

@@ -7,8 +7,18 @@
 //
 // # Topics
 //
-//   - /agentd/announce/1.0.0 — every node joins it; it carries announce,
-//     heartbeat, status and unregister messages.
+//   - /agentd/shard/<shard>/1.0.0 — joined with JoinShard for the shards
+//     (record.Shard: 4 hex digits of SHA256("*:"+capability)) of a node's
+//     interest; it carries the announce, heartbeat, status and unregister
+//     messages of agents with a capability in the shard. A node asks the
+//     topic's first Config.SyncPeers peers for the shard's live agents
+//     (ShardReady once one answered).
+//   - /agentd/announce/1.0.0 — every unscoped node subscribes; it carries
+//     announce, heartbeat, status and unregister messages of every agent.
+//     A scoped node (Config.Scoped) joins it without subscribing and
+//     publishes there only while it has subscribers; it subscribes (the
+//     bridge) while a subscriber serves SyncProtocol but not
+//     ScopedSyncProtocol: a node of the previous version.
 //   - /agentd/scene/<name>/1.0.0 — joined with JoinScene (seed 001 §4);
 //     PublishAnnounce also publishes there when the record has a skill in
 //     the scene. An announcement on a scene topic must list the scene.
@@ -65,12 +75,12 @@
 // once per agent per backoff, off the validator), so the node fetches the
 // record over /agentd/record/1.0.0.
 //
-// # Sync protocol /agentd/sync/1.0.0
+// # Sync protocol /agentd/sync/1.0.0 and 1.1.0
 //
 // One request and one answer per stream, each an unsigned-varint length
 // followed by that many bytes of JSON:
 //
-//	request: {"protocol_version":"v1.0","limit":N}           (≤ 1 KiB; 0 ≤ N ≤ 10000)
+//	request: {"protocol_version":"v1.0","limit":N[,"shards":[...]]}  (≤ 10 KiB; 0 ≤ N ≤ 10000)
 //	answer:  {"protocol_version":"v1.0","records":[<record.Announce>...],
 //	          "heard":[{"age_ms":A,"interval_ms":I}...]}
 //	     or  {"protocol_version":"v1.0","records":[],"heard":[],"error":{"code":"ErrRateLimited","message":"..."}}

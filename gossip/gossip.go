@@ -610,7 +610,7 @@ func (g *Gossip) publishTopics(scenes, shards []string) ([]*topicState, error) {
 		out = append(out, g.announce)
 	}
 	for _, s := range shards {
-		if ts, ok := g.shards[s]; ok {
+		if ts, ok := g.shards[s]; ok && (ts.sub != nil || len(ts.t.ListPeers()) > 0) {
 			out = append(out, ts)
 		}
 	}

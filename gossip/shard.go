@@ -61,11 +61,13 @@ type shardSync struct {
 	ts *topicState
 }
 
-// JoinShard subscribes to a shard topic: the node then hears the
-// announcements, heartbeats, status changes and unregisters of every
+// JoinShard joins a shard topic. A scoped node subscribes: it then hears
+// the announcements, heartbeats, status changes and unregisters of every
 // agent with a capability in the shard, and asks the first peers it meets
-// there (Config.SyncPeers of them) for the shard's live agents. Joining a
-// shard already joined does nothing.
+// there (Config.SyncPeers of them) for the shard's live agents. An
+// unscoped node, which hears everything on the announce topic, only
+// joins, to publish its own agents there while the topic has
+// subscribers. Joining a shard already joined does nothing.
 func (g *Gossip) JoinShard(shard string) error {
 	topic := ShardTopic(shard)
 	if topic == "" {
@@ -85,7 +87,7 @@ func (g *Gossip) JoinShard(shard string) error {
 	if len(g.shards) >= g.cfg.MaxShards {
 		return fmt.Errorf("%w: %d joined, limit %d", ErrTooManyShards, len(g.shards), g.cfg.MaxShards)
 	}
-	ts, err := g.joinLocked(topic, "", shard, true)
+	ts, err := g.joinLocked(topic, "", shard, g.cfg.Scoped)
 	if err != nil {
 		return err
 	}

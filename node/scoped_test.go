@@ -149,3 +149,40 @@ func TestLegacyPeerIsBridged(t *testing.T) {
 		waitFor(t, 10*time.Second, "bridge closed", func() bool { return !watcher.Gossip().Bridging() })
 	})
 }
+
+// TestFullAndScopedNodes: a node of full scope hears every agent on the
+// announce topic, and its own agent reaches the scoped nodes interested in
+// it on the shard topic, which the full node joins without subscribing.
+func TestFullAndScopedNodes(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		ctx := context.Background()
+		tn := newNet(t, 2, Config{Scope: ScopeInterest})
+		tn.cfg.Scope = ScopeFull
+		full := tn.add(nil, nil)
+		tn.cfg.Scope = ScopeInterest
+		scoped := tn.add(nil, nil)
+		waitFor(t, 10*time.Second, "dht", func() bool { return scoped.DHT().RoutingTableSize() > 0 && full.DHT().RoutingTableSize() > 0 })
+		watch := scoped.Subscribe(view.Filter{Capability: "cap.f"}, 16)
+		defer watch.Close()
+		fa, err := full.Register(ctx, spec("skill-f", "cap.f"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sa, err := tn.nodes[1].Register(ctx, spec("skill-s", "cap.s"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "full node's agent at the scoped watcher", func() bool { return hears(scoped, fa.Agent.AgentID) })
+		waitFor(t, 10*time.Second, "scoped agent at the full node", func() bool { return hears(full, sa.Agent.AgentID) })
+		if scoped.Gossip().Bridging() {
+			t.Fatal("a node of full scope of this version was taken for one of the previous version")
+		}
+		if hears(scoped, sa.Agent.AgentID) {
+			t.Fatal("the watcher holds an agent outside its interest")
+		}
+		time.Sleep(40 * time.Second)
+		if !hears(scoped, fa.Agent.AgentID) || !hears(full, sa.Agent.AgentID) {
+			t.Fatal("heartbeats do not cross between full and scoped nodes")
+		}
+	})
+}

@@ -130,10 +130,14 @@ type Scenario struct {
 	// Skills and Capabilities size the catalog (default 40 and 60). Each
 	// skill offers 1–3 capabilities; each node registers 1–3 skills. Skills,
 	// capabilities and queries are drawn with Zipf popularity of exponent
-	// Zipf (default 1.2; must be > 1).
+	// Zipf (default 1.2; must be > 1), or uniformly when Uniform is set:
+	// then every capability is offered by about as many agents, and a
+	// catalog that grows with the network keeps the agents per capability,
+	// so each node's interest holds as many agents at every size.
 	Skills       int
 	Capabilities int
 	Zipf         float64
+	Uniform      bool
 
 	// Node configures every agent node; its zero value is the production
 	// defaults (heartbeat 5 s, timeout 30 s, …). LAN discovery is always
@@ -249,7 +253,9 @@ func (s Scenario) withDefaults() (Scenario, error) {
 	if s.Capabilities == 0 {
 		s.Capabilities = 60
 	}
-	if s.Zipf == 0 {
+	if s.Uniform {
+		s.Zipf = 0 // newZipf draws uniformly
+	} else if s.Zipf == 0 {
 		s.Zipf = 1.2
 	}
 	if s.StaleAfter == 0 {
@@ -336,7 +342,7 @@ func (s *Scenario) validate() error {
 		return bad("skills", "is %d; must be between 1 and %d", s.Skills, MaxCatalog)
 	case s.Capabilities < 1 || s.Capabilities > MaxCatalog:
 		return bad("capabilities", "is %d; must be between 1 and %d", s.Capabilities, MaxCatalog)
-	case !finite(s.Zipf) || s.Zipf <= 1 || s.Zipf > 10:
+	case !s.Uniform && (!finite(s.Zipf) || s.Zipf <= 1 || s.Zipf > 10):
 		return bad("zipf", "is %v; must be above 1 and at most 10", s.Zipf)
 	case s.StaleAfter < 0:
 		return bad("stale after", "is %s; must not be negative", s.StaleAfter)

@@ -61,6 +61,9 @@ func newZipf(r *rand.Rand, s float64, n int) func() int {
 	if n <= 1 {
 		return func() int { return 0 }
 	}
+	if s == 0 { // Scenario.Uniform
+		return func() int { return r.IntN(n) }
+	}
 	z := rand.NewZipf(r, s, 1, uint64(n-1))
 	return func() int { return int(z.Uint64()) }
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -41,6 +42,7 @@ const (
 	flagSimQueryInterest = "query-interest"
 	flagSimCapabilities  = "capabilities"
 	flagSimSkills        = "skills"
+	flagSimUniform       = "uniform"
 	flagSimMinRecall     = "min-recall"
 	flagSimMaxStale      = "max-stale"
 	flagSimJSON          = "json"
@@ -110,6 +112,7 @@ func simnetCommand() *cli.Command {
 			&cli.IntFlag{Name: flagSimQueryInterest, Usage: "keep each node's queries to `K` capabilities of its own (drawn Zipf per node); 0 = every query draws from the whole catalog"},
 			&cli.IntFlag{Name: flagSimCapabilities, Usage: "capabilities in the catalog (default 60; give it in proportion to --nodes for the same interest per node at every size)"},
 			&cli.IntFlag{Name: flagSimSkills, Usage: "skills in the catalog, each offering 1-3 capabilities (default 40)"},
+			&cli.BoolFlag{Name: flagSimUniform, Usage: "draw skills, capabilities and queries uniformly instead of with Zipf popularity"},
 			&cli.Float64Flag{Name: flagSimMinRecall, Value: 0.99, Usage: "fail (exit 1) when recall is below this"},
 			&cli.Float64Flag{Name: flagSimMaxStale, Value: 0.01, Usage: "fail (exit 1) when the stale rate is above this"},
 			&cli.StringFlag{Name: flagSimJSON, Usage: "write the report as JSON to `FILE`"},
@@ -119,7 +122,8 @@ func simnetCommand() *cli.Command {
 			&cli.StringFlag{Name: flagSimCPUProfile, Usage: "write a CPU profile of the run to `FILE`"},
 			&cli.StringFlag{Name: flagSimMemProfile, Usage: "write a heap profile taken at the end of the measured run, every node still up, to `FILE`"},
 		),
-		Action: runSimnet,
+		Action:      runSimnet,
+		Subcommands: []*cli.Command{simnetCurveCommand()},
 	}
 }
 
@@ -151,6 +155,7 @@ func simnetScenario(c *cli.Context) (simnet.Scenario, simnet.Thresholds, error) 
 		QueryInterest:   c.Int(flagSimQueryInterest),
 		Capabilities:    c.Int(flagSimCapabilities),
 		Skills:          c.Int(flagSimSkills),
+		Uniform:         c.Bool(flagSimUniform),
 	}
 	switch sc := c.String(flagSimScope); sc {
 	case node.ScopeInterest, node.ScopeFull:
@@ -425,5 +430,65 @@ func progressLogger(log *slog.Logger) func(simnet.Progress) {
 		last = p.Elapsed
 		log.Info("simnet progress", "phase", p.Phase, "elapsed", p.Elapsed.Round(time.Second).String(), "live", p.Live,
 			"queries", p.Queries, "recall", fmt.Sprintf("%.4f", p.Recall), "stale", fmt.Sprintf("%.4f", p.Stale))
+	}
+}
+
+// Markers of the curve table in docs/simnet.md.
+const (
+	curveBegin = "<!-- simnet-curve:begin -->"
+	curveEnd   = "<!-- simnet-curve:end -->"
+)
+
+func simnetCurveCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "curve",
+		Usage:     "turn simnet JSON reports of several sizes into a table and an SVG plot",
+		ArgsUsage: "REPORT.json...",
+		Description: "Reads reports written by `agentd simnet --json` (make simnet-curve runs them at\n" +
+			"100, 250, 500 and 1000 nodes with the same interest per node) and writes, per size,\n" +
+			"received messages and bytes per node per second, live heap per node, agents in a\n" +
+			"view, shard topics, recall and crash-detection time: a Markdown table to stdout or\n" +
+			"between the lines " + curveBegin + " and " + curveEnd + " of --md FILE, and a plot\n" +
+			"to --svg FILE.",
+		Flags: withGlobal(
+			&cli.StringFlag{Name: "md", Usage: "Markdown `FILE` whose curve markers get the table (default: print it)"},
+			&cli.StringFlag{Name: "svg", Usage: "write the plot to `FILE`"},
+		),
+		Action: func(c *cli.Context) error {
+			if c.NArg() == 0 {
+				return usagef("give the JSON reports to plot")
+			}
+			rows, err := simnet.ReadReports(c.Args().Slice())
+			if err != nil {
+				return err
+			}
+			var table bytes.Buffer
+			if err := simnet.WriteCurveTable(&table, rows); err != nil {
+				return err
+			}
+			if md := c.String("md"); md != "" {
+				doc, err := os.ReadFile(md)
+				if err != nil {
+					return err
+				}
+				out, err := simnet.ReplaceBetween(doc, curveBegin, curveEnd, table.Bytes())
+				if err != nil {
+					return fmt.Errorf("%s: %w", md, err)
+				}
+				if err := os.WriteFile(md, out, 0o644); err != nil {
+					return err
+				}
+			} else if _, err := c.App.Writer.Write(table.Bytes()); err != nil {
+				return err
+			}
+			if p := c.String("svg"); p != "" {
+				var b bytes.Buffer
+				if err := simnet.WriteCurveSVG(&b, rows); err != nil {
+					return err
+				}
+				return os.WriteFile(p, b.Bytes(), 0o644)
+			}
+			return nil
+		},
 	}
 }
