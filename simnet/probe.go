@@ -191,11 +191,11 @@ func (t probeTracer) OnNewOutboundStream(peer.ID, protocol.ID) {}
 func (t probeTracer) OnClosedOutboundStream(peer.ID)           {}
 func (t probeTracer) Join(string)                              {}
 func (t probeTracer) Leave(string)                             {}
-func (t probeTracer) Graft(_ peer.ID, topic string) { t.meshed.graft(topic) }
-func (t probeTracer) Prune(peer.ID, string)                 {}
-func (t probeTracer) ValidateMessage(*pubsub.Message)       {}
-func (t probeTracer) RejectMessage(*pubsub.Message, string) {}
-func (t probeTracer) DuplicateMessage(*pubsub.Message)      {}
-func (t probeTracer) ThrottlePeer(peer.ID)                  {}
-func (t probeTracer) RecvRPC(*pubsub.RPC)                   {}
-func (t probeTracer) SendRPC(*pubsub.RPC, peer.ID)          {}
+func (t probeTracer) Graft(_ peer.ID, topic string)            { t.meshed.graft(topic) }
+func (t probeTracer) Prune(peer.ID, string)                    {}
+func (t probeTracer) ValidateMessage(*pubsub.Message)          {}
+func (t probeTracer) RejectMessage(*pubsub.Message, string)    {}
+func (t probeTracer) DuplicateMessage(*pubsub.Message)         {}
+func (t probeTracer) ThrottlePeer(peer.ID)                     {}
+func (t probeTracer) RecvRPC(*pubsub.RPC)                      {}
+func (t probeTracer) SendRPC(*pubsub.RPC, peer.ID)             {}
