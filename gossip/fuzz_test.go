@@ -50,6 +50,7 @@ func FuzzDecode(f *testing.F) {
 // FuzzSyncRequest: a request either fails or survives a round trip.
 func FuzzSyncRequest(f *testing.F) {
 	f.Add([]byte(`{"protocol_version":"v1.0","limit":10}`))
+	f.Add([]byte(`{"protocol_version":"v1.0","limit":10,"shards":["00ab","ffff"]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := decodeSyncRequest(data)
 		if err != nil {
