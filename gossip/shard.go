@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -297,6 +298,27 @@ func (g *Gossip) setLegacy(p peer.ID, legacy bool) {
 	default:
 		g.mu.Unlock()
 	}
+}
+
+// RetryShardSync asks a peer of a joined shard topic for the shard's live
+// agents if no sync of the shard has succeeded yet (the first ones may
+// have been refused: rate limits, a busy peer). It reports whether a sync
+// was queued.
+func (g *Gossip) RetryShardSync(shard string) bool {
+	g.mu.Lock()
+	ts, ok := g.shards[shard]
+	if !ok || ts.ready || !g.cfg.Scoped {
+		g.mu.Unlock()
+		return false
+	}
+	ts.syncs = 0
+	g.mu.Unlock()
+	peers := ts.t.ListPeers()
+	if len(peers) == 0 {
+		return false
+	}
+	g.queueShardSync(peers[rand.IntN(len(peers))], ts)
+	return true
 }
 
 // queueShardSync asks p for the shard's live agents unless enough peers

@@ -287,6 +287,7 @@ func (n *Node) interestLoop() {
 			n.syncInterest()
 			for _, sh := range n.gsp.Shards() {
 				n.discoverShard(sh, false)
+				n.gsp.RetryShardSync(sh)
 			}
 		}
 	}
