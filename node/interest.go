@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -126,6 +127,20 @@ func (n *Node) Subscribe(f view.Filter, buf int) *view.Subscription {
 	return n.view.SubscribeNotify(f, buf, release)
 }
 
+// shardsJoined reports whether every shard of a hosted record is joined.
+func (n *Node) shardsJoined(sa *record.SignedAgent) bool {
+	if n.gsp == nil {
+		return true
+	}
+	joined := n.gsp.Shards()
+	for _, sh := range sa.Agent.Shards() {
+		if _, ok := slices.BinarySearch(joined, sh); !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // wantShards is the shard set the node should be subscribed to: the
 // shards of hosted agents (scoped or not: their heartbeats go there), and
 // for a scoped node those of unexpired queries and open watches.
@@ -160,13 +175,31 @@ func (n *Node) wantShards(now time.Time) map[string]bool {
 // syncInterest joins and leaves shard topics to match the interest,
 // updates the rendezvous keys the DHT provides, looks for peers of new
 // shards, and on a scoped node forgets the agents that left the interest.
-// It is serialized by interestMu.
+// One call runs at a time; a call made while another runs returns at once
+// and the running one goes round again, so a caller never waits for
+// another (leaving a shard waits for its topic's peer watcher, which may
+// be republishing a record and so calling here).
 func (n *Node) syncInterest() {
 	if n.gsp == nil {
 		return
 	}
-	n.interestMu.Lock()
-	defer n.interestMu.Unlock()
+	n.interestDirty.Store(true)
+	for {
+		if !n.interestMu.TryLock() {
+			return // the holder sees interestDirty
+		}
+		for n.interestDirty.Swap(false) {
+			n.syncInterestLocked()
+		}
+		n.interestMu.Unlock()
+		if !n.interestDirty.Load() {
+			return
+		}
+	}
+}
+
+// syncInterestLocked is one round of syncInterest; interestMu is held.
+func (n *Node) syncInterestLocked() {
 	if n.ctx.Err() != nil {
 		return
 	}

@@ -97,7 +97,9 @@ func (n *Node) host_(ctx context.Context, sa *record.SignedAgent) (*record.Signe
 		return nil, fmt.Errorf("store registration: %w", err)
 	}
 	n.view.ApplyLocal(sa)
-	n.syncInterest() // join the record's shards before announcing there
+	if !n.shardsJoined(sa) {
+		n.syncInterest() // join the record's shards before announcing there
+	}
 	n.announce(ctx, sa)
 	return sa, nil
 }

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentd/agentd/bootstrap"
@@ -108,8 +109,9 @@ type Node struct {
 
 	ownHost, ownStore bool
 
-	in         *interest
-	interestMu sync.Mutex // serializes syncInterest
+	in            *interest
+	interestMu    sync.Mutex // serializes syncInterest
+	interestDirty atomic.Bool
 
 	mu       sync.Mutex
 	lastSeq  map[string]uint64 // highest seq used per hosted agent
