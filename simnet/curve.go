@@ -18,6 +18,7 @@ import (
 // of its own. CurveRow is one size's figures.
 type CurveRow struct {
 	Nodes int
+	Scope string
 	// Received messages and bytes per node per second (all protocols).
 	MsgsPerS, BytesPerS float64
 	// GossipMsgsPerS is the gossip share of MsgsPerS.
@@ -35,7 +36,7 @@ type CurveRow struct {
 func CurveRowOf(r *Report) CurveRow {
 	g := r.Traffic.ByProtocol["gossip"]
 	return CurveRow{
-		Nodes: r.Scenario.Nodes, MsgsPerS: r.Traffic.MsgsPerNodeS, BytesPerS: r.Traffic.BytesInPerNode,
+		Nodes: r.Scenario.Nodes, Scope: r.Scenario.Scope, MsgsPerS: r.Traffic.MsgsPerNodeS, BytesPerS: r.Traffic.BytesInPerNode,
 		GossipMsgsPerS: g.MsgsPerS, HeapMB: r.Resources.HeapPerNodeMB,
 		ViewAgents: r.Gossip.Interest.ViewPerNode, Shards: r.Gossip.Interest.ShardsPerNode,
 		Recall: r.Queries.Outcome.Recall(), DetectP50: r.Churn.CrashToGoneAll.P50, DetectMax: r.Churn.CrashToGoneAll.Max,
@@ -58,31 +59,41 @@ func ReadReports(paths []string) ([]CurveRow, error) {
 		}
 		rows = append(rows, CurveRowOf(&r))
 	}
-	slices.SortFunc(rows, func(a, b CurveRow) int { return a.Nodes - b.Nodes })
+	slices.SortStableFunc(rows, func(a, b CurveRow) int {
+		if c := strings.Compare(b.Scope, a.Scope); c != 0 {
+			return c // interest first
+		}
+		return a.Nodes - b.Nodes
+	})
 	return rows, nil
 }
 
 // WriteCurveTable writes the rows as a Markdown table, with each size's
-// traffic as a multiple of the smallest size's.
+// traffic as a multiple of the smallest size's of the same scope.
 func WriteCurveTable(w io.Writer, rows []CurveRow) error {
 	if len(rows) == 0 {
 		return errors.New("simnet: no curve rows")
 	}
 	var b strings.Builder
-	b.WriteString("| nodes | received msg/s per node | × smallest | received KiB/s per node | gossip msg/s | live heap MB per node | agents in a view | shard topics | recall | crash → gone p50 / max (ms) | thresholds |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
-	base := rows[0].MsgsPerS
+	b.WriteString("| scope | nodes | received msg/s per node | × smallest | received KiB/s per node | gossip msg/s | live heap MB per node | agents in a view | shard topics | recall | crash → gone p50 / max (ms) | thresholds |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	base := map[string]float64{}
+	for _, r := range rows {
+		if _, ok := base[r.Scope]; !ok {
+			base[r.Scope] = r.MsgsPerS
+		}
+	}
 	for _, r := range rows {
 		ratio := "—"
-		if base > 0 {
-			ratio = fmt.Sprintf("%.2f", r.MsgsPerS/base)
+		if b := base[r.Scope]; b > 0 {
+			ratio = fmt.Sprintf("%.2f", r.MsgsPerS/b)
 		}
 		pass := "pass"
 		if !r.Pass {
 			pass = "FAIL"
 		}
-		fmt.Fprintf(&b, "| %d | %.1f | %s | %.1f | %.1f | %.2f | %.1f | %.1f | %.2f%% | %.0f / %.0f | %s |\n",
-			r.Nodes, r.MsgsPerS, ratio, r.BytesPerS/1024, r.GossipMsgsPerS, r.HeapMB, r.ViewAgents, r.Shards, 100*r.Recall, r.DetectP50, r.DetectMax, pass)
+		fmt.Fprintf(&b, "| %s | %d | %.1f | %s | %.1f | %.1f | %.2f | %.1f | %.1f | %.2f%% | %.0f / %.0f | %s |\n",
+			r.Scope, r.Nodes, r.MsgsPerS, ratio, r.BytesPerS/1024, r.GossipMsgsPerS, r.HeapMB, r.ViewAgents, r.Shards, 100*r.Recall, r.DetectP50, r.DetectMax, pass)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -106,7 +117,7 @@ func ReplaceBetween(doc []byte, begin, end string, body []byte) ([]byte, error) 
 }
 
 // WriteCurveSVG plots the rows: one panel per figure against the number of
-// nodes, each from zero to its largest value.
+// nodes, each from zero to its largest value, one line per scope.
 func WriteCurveSVG(w io.Writer, rows []CurveRow) error {
 	if len(rows) == 0 {
 		return errors.New("simnet: no curve rows")
@@ -122,19 +133,37 @@ func WriteCurveSVG(w io.Writer, rows []CurveRow) error {
 		{"recall", func(r CurveRow) float64 { return 100 * r.Recall }, "%"},
 		{"crash → gone at every node, p50", func(r CurveRow) float64 { return r.DetectP50 }, "ms"},
 	}
+	var sizes []int
+	var scopes []string
+	for _, r := range rows {
+		if !slices.Contains(sizes, r.Nodes) {
+			sizes = append(sizes, r.Nodes)
+		}
+		if !slices.Contains(scopes, r.Scope) {
+			scopes = append(scopes, r.Scope)
+		}
+	}
+	slices.Sort(sizes)
+	colors := []string{"#1f77b4", "#d62728", "#2ca02c", "#9467bd"}
 	const (
-		left, width, ph, gap, top = 70.0, 520.0, 110.0, 50.0, 40.0
+		left, width, ph, gap, top = 70.0, 520.0, 110.0, 50.0, 60.0
 	)
 	height := top + float64(len(panels))*(ph+gap) + 10
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif">`+"\n", left+width+30, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	text(&b, left, 22, "start", 14, "agentd simnet: the same interest per node at every size (make simnet-curve)")
-	xs := func(i int) float64 {
-		if len(rows) == 1 {
+	for i, sc := range scopes {
+		x := left + float64(i)*160
+		fmt.Fprintf(&b, `<rect x="%.1f" y="34" width="14" height="3" fill="%s"/>`+"\n", x, colors[i%len(colors)])
+		text(&b, x+18, 40, "start", 11, "scope "+sc)
+	}
+	xs := func(n int) float64 {
+		i := slices.Index(sizes, n)
+		if len(sizes) == 1 {
 			return left + width/2
 		}
-		return left + 20 + float64(i)*(width-40)/float64(len(rows)-1)
+		return left + 20 + float64(i)*(width-40)/float64(len(sizes)-1)
 	}
 	for k, p := range panels {
 		y0 := top + float64(k)*(ph+gap) + 20
@@ -152,12 +181,18 @@ func WriteCurveSVG(w io.Writer, rows []CurveRow) error {
 			fmt.Fprintf(&b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#e6e6e6"/>`+"\n", left, yy, left+width, yy)
 			text(&b, left-6, yy+4, "end", 11, fmt.Sprintf("%.3g", f*hi))
 		}
-		var pts []string
-		for i, r := range rows {
-			pts = append(pts, fmt.Sprintf("%.1f,%.1f", xs(i), y0+ph-p.val(r)/hi*ph))
-			text(&b, xs(i), y0+ph+14, "middle", 11, fmt.Sprintf("%d nodes", r.Nodes))
+		for _, n := range sizes {
+			text(&b, xs(n), y0+ph+14, "middle", 11, fmt.Sprintf("%d nodes", n))
 		}
-		polyline(&b, pts, "#1f77b4", p.title)
+		for i, sc := range scopes {
+			var pts []string
+			for _, r := range rows {
+				if r.Scope == sc {
+					pts = append(pts, fmt.Sprintf("%.1f,%.1f", xs(r.Nodes), y0+ph-p.val(r)/hi*ph))
+				}
+			}
+			polyline(&b, pts, colors[i%len(colors)], p.title+", scope "+sc)
+		}
 	}
 	b.WriteString("</svg>\n")
 	_, err := w.Write(b.Bytes())
