@@ -247,6 +247,12 @@ func (s Scenario) withDefaults() (Scenario, error) {
 	if s.QueryConcurrency == 0 {
 		s.QueryConcurrency = 256
 	}
+	if s.Kind == KindSybil && s.Node.Scope == "" {
+		// The flood tests admission into views that hold everything, the
+		// worst case: the hostile peer publishes on the announce topic,
+		// which scoped nodes do not hear at all.
+		s.Node.Scope = node.ScopeFull
+	}
 	if s.Skills == 0 {
 		s.Skills = 40
 	}

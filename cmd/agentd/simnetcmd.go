@@ -100,7 +100,7 @@ func simnetCommand() *cli.Command {
 			&cli.DurationFlag{Name: flagSimJitter, Value: 5 * time.Millisecond, Usage: "per-link latency spread: each link gets latency ± a uniform draw up to this"},
 			&cli.Float64Flag{Name: flagSimBandwidth, Value: 0, Usage: "per-link bandwidth in bytes per second (0 = unlimited)"},
 			&cli.Float64Flag{Name: flagSimLoss, Value: 0, Usage: "share of packets lost on every link, 0 to 0.5 (streams stay reliable: each loss costs a 200 ms+ retransmission timeout, as over TCP)"},
-			&cli.StringFlag{Name: flagSimScope, Value: "interest", Usage: "what each node hears: interest (the agents of the capabilities it hosts, queries and watches, on their shard topics) or full (every agent, on the announce topic)"},
+			&cli.StringFlag{Name: flagSimScope, Value: "interest", Usage: "what each node hears: interest (the agents of the capabilities it hosts, queries and watches, on their shard topics) or full (every agent, on the announce topic); the sybil scenario defaults to full, its worst case"},
 			&cli.DurationFlag{Name: flagSimChurnInterval, Value: 10 * time.Second, Usage: "churn: time between churn events"},
 			&cli.Float64Flag{Name: flagSimChurnFraction, Value: 0.1, Usage: "churn: fraction of the nodes that leave (and join) at each event"},
 			&cli.DurationFlag{Name: flagSimPartitionFor, Value: 30 * time.Second, Usage: "partition: how long the halves stay apart (it starts at a quarter of the run)"},
@@ -157,8 +157,10 @@ func simnetScenario(c *cli.Context) (simnet.Scenario, simnet.Thresholds, error) 
 		Skills:          c.Int(flagSimSkills),
 		Uniform:         c.Bool(flagSimUniform),
 	}
-	switch sc := c.String(flagSimScope); sc {
-	case node.ScopeInterest, node.ScopeFull:
+	switch sc := c.String(flagSimScope); {
+	case !c.IsSet(flagSimScope):
+		// The scenario's default: interest, full for sybil.
+	case sc == node.ScopeInterest || sc == node.ScopeFull:
 		s.Node.Scope = sc
 	default:
 		return simnet.Scenario{}, th, usagef("--%s: %q is not interest or full", flagSimScope, sc)
