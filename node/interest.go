@@ -27,7 +27,12 @@ const (
 const (
 	// shardPeerTarget is how many peers of a joined shard topic the node
 	// looks for through the shard's rendezvous key when it has fewer.
-	shardPeerTarget = 2
+	shardPeerTarget = 4
+	// shardRefresh is how often a shard with enough peers is looked up
+	// again, and shardRefreshPeers how many new subscribers it then
+	// connects to.
+	shardRefresh      = 2 * time.Minute
+	shardRefreshPeers = 2
 	// shardDiscoverPeers bounds the subscribers connected per discovery.
 	shardDiscoverPeers = 4
 	// shardDiscoverMin and shardDiscoverMax bound the backoff between
@@ -252,12 +257,17 @@ func (n *Node) syncInterestLocked() {
 }
 
 // discoverShard looks for subscribers of a joined shard through its
-// rendezvous key when the topic has fewer than shardPeerTarget peers,
-// at most once per backoff (unless now), and connects to a few.
+// rendezvous key and connects to those that are not yet its topic peers:
+// while the topic has fewer than shardPeerTarget peers, at most once per
+// backoff (unless now); otherwise once per shardRefresh, so that groups of
+// subscribers that found no one of each other's at first (a topic split
+// in two) merge.
 func (n *Node) discoverShard(sh string, now bool) {
-	if n.dht == nil || len(n.gsp.ShardPeers(sh)) >= shardPeerTarget {
+	if n.dht == nil {
 		return
 	}
+	topicPeers := n.gsp.ShardPeers(sh)
+	need := len(topicPeers) < shardPeerTarget
 	n.in.mu.Lock()
 	t := time.Now()
 	if !now && t.Before(n.in.next[sh]) {
@@ -268,44 +278,55 @@ func (n *Node) discoverShard(sh string, now bool) {
 	if b == 0 {
 		b = shardDiscoverMin
 	}
-	n.in.next[sh] = t.Add(b)
-	n.in.backoff[sh] = min(2*b, shardDiscoverMax)
+	if need {
+		n.in.next[sh] = t.Add(b)
+		n.in.backoff[sh] = min(2*b, shardDiscoverMax)
+	} else {
+		n.in.next[sh] = t.Add(shardRefresh)
+	}
 	n.in.mu.Unlock()
 	select {
 	case n.in.sem <- struct{}{}:
 	default:
 		return // enough in flight; the next tick tries again
 	}
+	want := shardDiscoverPeers
+	if !need {
+		want = shardRefreshPeers
+	}
 	n.wg.Go(func() {
 		defer func() { <-n.in.sem }()
 		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.LookupTimeout)
 		defer cancel()
-		peers, err := n.dht.FindPeers(ctx, record.RendezvousKey(sh), 2*shardDiscoverPeers)
+		found, err := n.dht.FindPeers(ctx, record.RendezvousKey(sh), 2*shardDiscoverPeers)
 		if err != nil {
 			n.log.Debug("shard discovery failed", "shard", sh, "err", err)
 			return
 		}
-		connected := 0
-		for _, p := range peers {
-			if connected >= shardDiscoverPeers {
+		added := 0
+		for _, p := range found {
+			if added >= want {
 				break
 			}
+			if slices.Contains(topicPeers, p.ID) {
+				continue
+			}
 			if n.host.Network().Connectedness(p.ID) == network.Connected {
-				connected++
+				added++ // connected already: its subscription is on its way
 				continue
 			}
 			cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
 			if err := n.host.Connect(cctx, p); err == nil {
-				connected++
+				added++
 			}
 			ccancel()
 		}
-		if connected > 0 {
+		if added > 0 {
 			n.in.mu.Lock()
 			n.in.backoff[sh] = shardDiscoverMin
 			n.in.mu.Unlock()
 		}
-		n.log.Debug("shard discovery", "shard", sh, "found", len(peers), "connected", connected)
+		n.log.Debug("shard discovery", "shard", sh, "found", len(found), "added", added)
 	})
 }
 
