@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -124,12 +125,7 @@ func (g *Gossip) LeaveShard(shard string) {
 func (g *Gossip) Shards() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := make([]string, 0, len(g.shards))
-	for s := range g.shards {
-		out = append(out, s)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(g.shards))
 }
 
 // ShardReady reports whether shard is joined and a peer of its topic has

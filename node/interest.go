@@ -330,22 +330,12 @@ func (n *Node) discoverShard(sh string, now bool) {
 	})
 }
 
-// interestLoop expires query interest and retries the discovery of
-// shards without peers.
-func (n *Node) interestLoop() {
-	defer n.wg.Done()
-	t := time.NewTicker(n.cfg.InterestCheck)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-t.C:
-			n.syncInterest()
-			for _, sh := range n.gsp.Shards() {
-				n.discoverShard(sh, false)
-				n.gsp.RetryShardSync(sh)
-			}
-		}
+// interestTick expires query interest, looks for peers of the joined
+// shards and retries the sync of shards no peer answered yet.
+func (n *Node) interestTick() {
+	n.syncInterest()
+	for _, sh := range n.gsp.Shards() {
+		n.discoverShard(sh, false)
+		n.gsp.RetryShardSync(sh)
 	}
 }

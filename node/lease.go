@@ -38,32 +38,22 @@ func (n *Node) LeaseOf(agentID string) (time.Time, bool) {
 	return t, ok
 }
 
-// leaseLoop unregisters registrations whose lease passed.
-func (n *Node) leaseLoop() {
-	defer n.wg.Done()
-	t := time.NewTicker(n.cfg.LeaseCheckInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-t.C:
+// expireLeases unregisters registrations whose lease passed.
+func (n *Node) expireLeases() {
+	now := time.Now()
+	var expired []string
+	n.mu.Lock()
+	for id, until := range n.leases {
+		if !now.Before(until) {
+			expired = append(expired, id)
+			delete(n.leases, id)
 		}
-		now := time.Now()
-		var expired []string
-		n.mu.Lock()
-		for id, until := range n.leases {
-			if !now.Before(until) {
-				expired = append(expired, id)
-				delete(n.leases, id)
-			}
-		}
-		n.mu.Unlock()
-		for _, id := range expired {
-			n.log.Info("registration lease expired", "agent", id)
-			if err := n.Unregister(n.ctx, id, record.ReasonShutdown); err != nil && err != ErrNotHosted {
-				n.log.Warn("unregister after lease expiry failed", "agent", id, "err", err)
-			}
+	}
+	n.mu.Unlock()
+	for _, id := range expired {
+		n.log.Info("registration lease expired", "agent", id)
+		if err := n.Unregister(n.ctx, id, record.ReasonShutdown); err != nil && err != ErrNotHosted {
+			n.log.Warn("unregister after lease expiry failed", "agent", id, "err", err)
 		}
 	}
 }

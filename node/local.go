@@ -347,27 +347,17 @@ func (n *Node) heartbeatLoop() {
 	}
 }
 
-// reannounceLoop re-signs hosted records at half their TTL, so they never
-// expire while the node runs.
-func (n *Node) reannounceLoop() {
-	defer n.wg.Done()
-	t := time.NewTicker(time.Minute)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-t.C:
+// reannounce re-signs hosted records past half their TTL, so they never
+// expire while the node runs (every minute).
+func (n *Node) reannounce() {
+	now := time.Now()
+	for _, sa := range n.view.Locals() {
+		half := time.Duration(sa.Agent.TTLSeconds) * time.Second / 2
+		if now.Sub(sa.Agent.Issued()) < half {
+			continue
 		}
-		now := time.Now()
-		for _, sa := range n.view.Locals() {
-			half := time.Duration(sa.Agent.TTLSeconds) * time.Second / 2
-			if now.Sub(sa.Agent.Issued()) < half {
-				continue
-			}
-			if _, err := n.resign(n.ctx, sa); err != nil {
-				n.log.Warn("re-announce failed", "agent", sa.Agent.AgentID, "err", err)
-			}
+		if _, err := n.resign(n.ctx, sa); err != nil {
+			n.log.Warn("re-announce failed", "agent", sa.Agent.AgentID, "err", err)
 		}
 	}
 }

@@ -343,15 +343,15 @@ func (n *Node) Start(ctx context.Context) error {
 		n.dht.SetProvided(n.view.Locals())
 	}
 	n.wg.Add(4)
-	go n.leaseLoop()
+	go n.every(n.cfg.LeaseCheckInterval, n.expireLeases)
 	go n.heartbeatLoop()
-	go n.reannounceLoop()
+	go n.every(time.Minute, n.reannounce)
 	go n.joinLoop()
 	n.wg.Add(1)
-	go n.peerGaugeLoop()
+	go n.every(2*time.Second, n.updateGauges)
 	if n.gsp != nil {
 		n.wg.Add(1)
-		go n.interestLoop()
+		go n.every(n.cfg.InterestCheck, n.interestTick)
 	}
 	return nil
 }
@@ -612,17 +612,23 @@ func (n *Node) joinLoop() {
 	}
 }
 
-func (n *Node) peerGaugeLoop() {
+func (n *Node) updateGauges() {
+	n.m.Peers.Set(float64(len(n.host.Network().Peers())))
+	n.m.Records.WithLabelValues("cached").Set(float64(n.st.Len()))
+}
+
+// every runs f every d until the node stops. The caller counts it in
+// n.wg.
+func (n *Node) every(d time.Duration, f func()) {
 	defer n.wg.Done()
-	t := time.NewTicker(2 * time.Second)
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-n.ctx.Done():
 			return
 		case <-t.C:
-			n.m.Peers.Set(float64(len(n.host.Network().Peers())))
-			n.m.Records.WithLabelValues("cached").Set(float64(n.st.Len()))
+			f()
 		}
 	}
 }
