@@ -135,6 +135,21 @@ func (n *Node) Subscribe(f view.Filter, buf int) *view.Subscription {
 	return n.view.SubscribeNotify(f, buf, release)
 }
 
+// inInterest reports whether a scoped node listens to one of the agent's
+// shards (always true for an unscoped or bridging node).
+func (n *Node) inInterest(a *record.Agent) bool {
+	if !n.scoped() || n.gsp.Bridging() {
+		return true
+	}
+	joined := n.gsp.Shards()
+	for _, sh := range a.Shards() {
+		if _, ok := slices.BinarySearch(joined, sh); ok {
+			return true
+		}
+	}
+	return false
+}
+
 // shardsJoined reports whether every shard of a hosted record is joined.
 func (n *Node) shardsJoined(sa *record.SignedAgent) bool {
 	if n.gsp == nil {

@@ -497,6 +497,12 @@ func (n *Node) fetchUnknown(agentID string, from peer.ID) {
 			return
 		}
 		for _, sa := range recs {
+			if !n.inInterest(&sa.Agent) {
+				// A beat on a shard topic of an agent outside every joined
+				// shard: its host published it where it does not belong.
+				n.log.Debug("fetched record outside the interest dropped", "agent", sa.Agent.AgentID, "peer", from)
+				continue
+			}
 			if err := n.view.Learn(sa, store.SourceGossip, true); err != nil {
 				n.log.Debug("fetched record not applied", "agent", sa.Agent.AgentID, "err", err)
 			}

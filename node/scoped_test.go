@@ -186,3 +186,40 @@ func TestFullAndScopedNodes(t *testing.T) {
 		}
 	})
 }
+
+// TestBeatOnForeignShardIsNotAdmitted: a host that heartbeats its agent
+// on a shard none of the agent's capabilities is in makes the shard's
+// subscribers fetch the record, which they then drop: a scoped view holds
+// only its interest.
+func TestBeatOnForeignShardIsNotAdmitted(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		ctx := context.Background()
+		tn := newNet(t, 3, Config{Scope: ScopeInterest})
+		a, m := tn.nodes[1], tn.nodes[2]
+		if _, err := a.Register(ctx, spec("skill-a", "cap.a")); err != nil {
+			t.Fatal(err)
+		}
+		mz, err := m.Register(ctx, spec("skill-z", "cap.z"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		foreign := record.Shard("cap.a")
+		if err := m.Gossip().JoinShard(foreign); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "a shard peer", func() bool { return len(m.Gossip().ShardPeers(foreign)) > 0 })
+		for range 5 {
+			sb, err := m.signBeat(mz.Agent.AgentID, record.StatusHealthy, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Gossip().PublishBeat(ctx, kindHeartbeat, sb, foreign); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(5 * time.Second)
+			if hears(a, mz.Agent.AgentID) {
+				t.Fatal("a beat on a foreign shard put its agent into a scoped view")
+			}
+		}
+	})
+}
