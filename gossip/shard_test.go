@@ -141,3 +141,42 @@ func otherRecord(t *testing.T, nd *tnode) *record.SignedAgent {
 	}
 	return sa
 }
+
+// TestRetryShardSync: a shard whose first syncs failed is not ready, and
+// RetryShardSync asks a topic peer again once it serves.
+func TestRetryShardSync(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		cfg := testConfig()
+		cfg.Scoped = true
+		tn := newTestNet(t, 2, cfg)
+		a, b := tn.nodes[0], tn.nodes[1]
+		sh := record.Shard("org-data-read")
+		b.sink.setLive(b.record(t))
+		// b does not serve sync yet.
+		b.h.RemoveStreamHandler(SyncProtocol)
+		b.h.RemoveStreamHandler(ScopedSyncProtocol)
+		for _, nd := range []*tnode{a, b} {
+			if err := nd.g.JoinShard(sh); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tn.connect(a, b)
+		waitFor(t, 5*time.Second, "shard peer", func() bool { return len(a.g.ShardPeers(sh)) == 1 })
+		time.Sleep(time.Second) // the first sync runs and fails
+		if a.g.ShardReady(sh) {
+			t.Fatal("shard ready although its only peer refused the sync")
+		}
+		b.h.SetStreamHandler(SyncProtocol, b.g.handleSync)
+		b.h.SetStreamHandler(ScopedSyncProtocol, b.g.handleSync)
+		if !a.g.RetryShardSync(sh) {
+			t.Fatal("RetryShardSync queued nothing")
+		}
+		waitFor(t, 5*time.Second, "shard ready after the retry", func() bool { return a.g.ShardReady(sh) })
+		if len(a.sink.deliveries(func(d delivery) bool { return d.agent != nil && d.agent.Agent.AgentID == b.id.AgentID })) == 0 {
+			t.Error("the retried sync delivered nothing")
+		}
+		if a.g.RetryShardSync(sh) {
+			t.Error("RetryShardSync queued a sync for a ready shard")
+		}
+	})
+}
