@@ -10,10 +10,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/record"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Scoped liveness: a capability's agents speak on the topic of its shard
@@ -340,6 +342,11 @@ func (g *Gossip) shardSyncWorker() {
 			return
 		case req := <-g.syncQ:
 			_, err := g.syncFrom(g.ctx, req.p, []string{req.ts.shard})
+			outcome := "ok"
+			if err != nil {
+				outcome = "error"
+			}
+			g.m.Inc(shardSyncs, outcome)
 			g.mu.Lock()
 			if err != nil {
 				req.ts.syncs-- // let the next peer try
@@ -364,3 +371,5 @@ func (g *Gossip) syncFrom(ctx context.Context, p peer.ID, shards []string) (int,
 	}
 	return g.absorb([][]LiveRecord{recs}), nil
 }
+
+func shardSyncs(m *metrics.Metrics) *prometheus.CounterVec { return m.ShardSyncs }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/record"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func TestShardTopicNames(t *testing.T) {
@@ -162,7 +163,10 @@ func TestRetryShardSync(t *testing.T) {
 		}
 		tn.connect(a, b)
 		waitFor(t, 5*time.Second, "shard peer", func() bool { return len(a.g.ShardPeers(sh)) == 1 })
-		time.Sleep(time.Second) // the first sync runs and fails
+		shardSyncErrs := func() float64 {
+			return promtest.ToFloat64(a.m.ShardSyncs.WithLabelValues("error"))
+		}
+		waitFor(t, 5*time.Second, "the first shard sync to fail", func() bool { return shardSyncErrs() >= 1 })
 		if a.g.ShardReady(sh) {
 			t.Fatal("shard ready although its only peer refused the sync")
 		}
@@ -172,6 +176,9 @@ func TestRetryShardSync(t *testing.T) {
 			t.Fatal("RetryShardSync queued nothing")
 		}
 		waitFor(t, 5*time.Second, "shard ready after the retry", func() bool { return a.g.ShardReady(sh) })
+		if ok := promtest.ToFloat64(a.m.ShardSyncs.WithLabelValues("ok")); ok != 1 {
+			t.Errorf("agentd_gossip_shard_syncs_total{outcome=ok} = %v, want 1", ok)
+		}
 		if len(a.sink.deliveries(func(d delivery) bool { return d.agent != nil && d.agent.Agent.AgentID == b.id.AgentID })) == 0 {
 			t.Error("the retried sync delivered nothing")
 		}

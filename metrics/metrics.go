@@ -46,6 +46,9 @@ type Metrics struct {
 	// by outcome (confirmed, refuted, duplicate, uninterested, malformed,
 	// rate_limited, self).
 	DownClaims *prometheus.CounterVec
+	// ShardSyncs counts the syncs of a shard a scoped node asked its
+	// topic's peers for, by outcome (ok, error).
+	ShardSyncs *prometheus.CounterVec
 	// Probes counts /agentd/probe/1.0.0 requests served, by answer
 	// (reachable, unreachable, refused).
 	Probes *prometheus.CounterVec
@@ -103,6 +106,9 @@ func New(withRuntime bool) *Metrics {
 		DownClaims: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentd_liveness_claims_total", Help: "peer_down claims received, by outcome.",
 		}, []string{"outcome"}),
+		ShardSyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentd_gossip_shard_syncs_total", Help: "Shard syncs asked of shard-topic peers, by outcome.",
+		}, []string{"outcome"}),
 		Probes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentd_liveness_probes_served_total", Help: "Liveness probes served for other nodes, by answer.",
 		}, []string{"answer"}),
@@ -112,12 +118,15 @@ func New(withRuntime bool) *Metrics {
 	for _, o := range []string{"alive", "refuted", "confirmed", "unconfirmed", "queue_full"} {
 		m.Suspicions.WithLabelValues(o)
 	}
+	for _, o := range []string{"ok", "error"} {
+		m.ShardSyncs.WithLabelValues(o)
+	}
 	for _, o := range []string{"confirmed", "refuted", "duplicate", "uninterested", "no_address", "malformed", "unsupported_version", "stale", "rate_limited", "self"} {
 		m.DownClaims.WithLabelValues(o)
 	}
 	r.MustRegister(m.Rejects, m.Lookups, m.LookupLatency, m.GossipDelivered, m.GossipPublished,
 		m.Peers, m.Records, m.LiveAgents, m.Fetches, m.Provides, m.LANPackets, m.HTTPRequests,
-		m.Suspicions, m.DownClaims, m.Probes)
+		m.Suspicions, m.DownClaims, m.ShardSyncs, m.Probes)
 	return m
 }
 

@@ -11,6 +11,11 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 )
 
+// reasonOutsideInterest counts, in agentd_validation_rejects_total, a
+// record fetched for a beat heard on a shard topic that has no capability
+// in any joined shard.
+const reasonOutsideInterest = "outside_interest"
+
 // Scope values of Config.Scope.
 const (
 	// ScopeInterest: the node hears only the agents of its interest — the

@@ -501,6 +501,7 @@ func (n *Node) fetchUnknown(agentID string, from peer.ID) {
 				// A beat on a shard topic of an agent outside every joined
 				// shard: its host published it where it does not belong.
 				n.log.Debug("fetched record outside the interest dropped", "agent", sa.Agent.AgentID, "peer", from)
+				n.m.Reject("gossip", reasonOutsideInterest)
 				continue
 			}
 			if err := n.view.Learn(sa, store.SourceGossip, true); err != nil {

@@ -9,10 +9,26 @@ import (
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/view"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // hears reports whether n's live view holds the agent.
 func hears(n *tnode, agentID string) bool { _, ok := live(n.Node, agentID); return ok }
+
+// keptAlive waits until n has held the agent without a break for longer
+// than the liveness timeout (30 s) and heard from it since: its heartbeats
+// reach n.
+func keptAlive(t *testing.T, n *tnode, agentID, what string) {
+	t.Helper()
+	first, ok := live(n.Node, agentID)
+	if !ok {
+		t.Fatalf("%s: the agent is not held", what)
+	}
+	waitFor(t, 45*time.Second, what, func() bool {
+		a, ok := live(n.Node, agentID)
+		return ok && a.FirstSeen.Equal(first.FirstSeen) && a.LastHeard.Sub(first.FirstSeen) > 30*time.Second
+	})
+}
 
 // TestScopedInterest: on scoped nodes an agent is heard by the nodes
 // interested in its capability — a watch, a host of the same capability,
@@ -53,10 +69,8 @@ func TestScopedInterest(t *testing.T) {
 			t.Fatalf("first watch event %s, want %s", ev.Type, view.EventRegistered)
 		}
 		// Heartbeats keep them there past the liveness timeout.
-		time.Sleep(40 * time.Second)
-		if !hears(n[9], a1.Agent.AgentID) || !hears(n[1], a2.Agent.AgentID) {
-			t.Fatal("agents of the interest timed out: heartbeats do not reach the shard's subscribers")
-		}
+		keptAlive(t, n[9], a1.Agent.AgentID, "heartbeats of cap.a at the watcher past the liveness timeout")
+		keptAlive(t, n[1], a2.Agent.AgentID, "heartbeats of cap.a at the other host past the liveness timeout")
 		// Nobody without interest in cap.b holds its agent.
 		for _, i := range []int{0, 1, 3, 4, 5, 9} {
 			if hears(n[i], b1.Agent.AgentID) {
@@ -97,7 +111,19 @@ func TestScopedInterest(t *testing.T) {
 		waitFor(t, 5*time.Second, "cap.b agents forgotten", func() bool {
 			return !hears(n[5], b1.Agent.AgentID) && !hears(n[5], b2.Agent.AgentID)
 		})
-		time.Sleep(30 * time.Second)
+		back := n[5].View().Subscribe(view.Filter{Types: []view.EventType{view.EventRegistered}}, 64)
+		deadline := time.NewTimer(30 * time.Second) // a negative assertion needs a bound
+		for waiting := true; waiting; {
+			select {
+			case ev := <-back.C():
+				if ev.AgentID == b1.Agent.AgentID || ev.AgentID == b2.Agent.AgentID {
+					t.Fatal("agents outside the interest came back after it lapsed")
+				}
+			case <-deadline.C:
+				waiting = false
+			}
+		}
+		back.Close()
 		if hears(n[5], b1.Agent.AgentID) || hears(n[5], b2.Agent.AgentID) {
 			t.Fatal("agents outside the interest came back after it lapsed")
 		}
@@ -138,10 +164,8 @@ func TestLegacyPeerIsBridged(t *testing.T) {
 		}
 		waitFor(t, 10*time.Second, "legacy agent at the scoped watcher", func() bool { return hears(watcher, ox.Agent.AgentID) })
 		waitFor(t, 10*time.Second, "scoped agent at the legacy node", func() bool { return hears(old, sy.Agent.AgentID) })
-		time.Sleep(40 * time.Second)
-		if !hears(watcher, ox.Agent.AgentID) || !hears(old, sy.Agent.AgentID) {
-			t.Fatal("heartbeats do not cross between the versions")
-		}
+		keptAlive(t, watcher, ox.Agent.AgentID, "heartbeats of the legacy agent at the scoped watcher")
+		keptAlive(t, old, sy.Agent.AgentID, "heartbeats of the scoped agent at the legacy node")
 		// The legacy node leaves: the bridge closes.
 		if err := old.Close(); err != nil {
 			t.Fatal(err)
@@ -180,10 +204,8 @@ func TestFullAndScopedNodes(t *testing.T) {
 		if hears(scoped, sa.Agent.AgentID) {
 			t.Fatal("the watcher holds an agent outside its interest")
 		}
-		time.Sleep(40 * time.Second)
-		if !hears(scoped, fa.Agent.AgentID) || !hears(full, sa.Agent.AgentID) {
-			t.Fatal("heartbeats do not cross between full and scoped nodes")
-		}
+		keptAlive(t, scoped, fa.Agent.AgentID, "heartbeats of the full node's agent at the scoped watcher")
+		keptAlive(t, full, sa.Agent.AgentID, "heartbeats of the scoped agent at the full node")
 	})
 }
 
@@ -208,18 +230,19 @@ func TestBeatOnForeignShardIsNotAdmitted(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, 10*time.Second, "a shard peer", func() bool { return len(m.Gossip().ShardPeers(foreign)) > 0 })
-		for range 5 {
-			sb, err := m.signBeat(mz.Agent.AgentID, record.StatusHealthy, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := m.Gossip().PublishBeat(ctx, kindHeartbeat, sb, foreign); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(5 * time.Second)
-			if hears(a, mz.Agent.AgentID) {
-				t.Fatal("a beat on a foreign shard put its agent into a scoped view")
-			}
+		sb, err := m.signBeat(mz.Agent.AgentID, record.StatusHealthy, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Gossip().PublishBeat(ctx, kindHeartbeat, sb, foreign); err != nil {
+			t.Fatal(err)
+		}
+		// a fetches the unknown agent's record, then drops it.
+		waitFor(t, 10*time.Second, "the fetched record to be dropped", func() bool {
+			return promtest.ToFloat64(a.Metrics().Rejects.WithLabelValues("gossip", reasonOutsideInterest)) >= 1
+		})
+		if hears(a, mz.Agent.AgentID) {
+			t.Fatal("a beat on a foreign shard put its agent into a scoped view")
 		}
 	})
 }
