@@ -13,6 +13,7 @@ import (
 	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/record"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/prometheus/client_golang/prometheus"
@@ -241,24 +242,46 @@ func (g *Gossip) peerLeft(ts *topicState, p peer.ID, none bool) {
 // checkLegacy decides whether an announce-topic subscriber is a node of
 // the previous version: one that serves SyncProtocol but not
 // ScopedSyncProtocol. Identify may not have listed its protocols yet when
-// its subscription arrives, so the check waits for it a little.
+// its subscription arrives; the check then waits for identify's event
+// (legacyIdentifyWait at most).
 func (g *Gossip) checkLegacy(ctx context.Context, p peer.ID) {
-	deadline := time.Now().Add(legacyIdentifyWait)
-	for {
+	// Subscribe before looking, so the event cannot slip in between.
+	sub, err := g.h.EventBus().Subscribe([]any{new(event.EvtPeerIdentificationCompleted), new(event.EvtPeerIdentificationFailed)})
+	if err != nil {
+		g.log.Debug("identify events unavailable", "err", err)
+		return
+	}
+	defer sub.Close()
+	decide := func() bool {
 		protos, err := g.h.Peerstore().SupportsProtocols(p, protocol.ID(SyncProtocol), protocol.ID(ScopedSyncProtocol))
-		if err == nil && len(protos) > 0 {
-			g.setLegacy(p, !slices.Contains(protos, protocol.ID(ScopedSyncProtocol)))
-			return
+		if err != nil || len(protos) == 0 {
+			return false
 		}
-		if time.Now().After(deadline) {
-			return // not an agentd node we know how to serve
-		}
-		t := time.NewTimer(250 * time.Millisecond)
+		g.setLegacy(p, !slices.Contains(protos, protocol.ID(ScopedSyncProtocol)))
+		return true
+	}
+	if decide() {
+		return
+	}
+	wait := time.NewTimer(legacyIdentifyWait)
+	defer wait.Stop()
+	for {
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return
-		case <-t.C:
+		case <-wait.C:
+			return // not an agentd node we know how to serve
+		case e := <-sub.Out():
+			switch e := e.(type) {
+			case event.EvtPeerIdentificationCompleted:
+				if e.Peer == p && decide() {
+					return
+				}
+			case event.EvtPeerIdentificationFailed:
+				if e.Peer == p {
+					return
+				}
+			}
 		}
 	}
 }
@@ -299,17 +322,16 @@ func (g *Gossip) setLegacy(p peer.ID, legacy bool) {
 }
 
 // RetryShardSync asks a peer of a joined shard topic for the shard's live
-// agents if no sync of the shard has succeeded yet (the first ones may
-// have been refused: rate limits, a busy peer). It reports whether a sync
-// was queued.
+// agents if no sync of the shard has succeeded yet and none is running
+// (the first ones may have been refused: rate limits, a busy peer). It
+// reports whether a sync was queued.
 func (g *Gossip) RetryShardSync(shard string) bool {
 	g.mu.Lock()
 	ts, ok := g.shards[shard]
-	if !ok || ts.ready || !g.cfg.Scoped {
+	if !ok || ts.ready || ts.syncs > 0 || !g.cfg.Scoped {
 		g.mu.Unlock()
 		return false
 	}
-	ts.syncs = 0
 	g.mu.Unlock()
 	peers := ts.t.ListPeers()
 	if len(peers) == 0 {
@@ -341,7 +363,7 @@ func (g *Gossip) shardSyncWorker() {
 		case <-g.ctx.Done():
 			return
 		case req := <-g.syncQ:
-			_, err := g.syncFrom(g.ctx, req.p, []string{req.ts.shard})
+			err := g.syncFrom(g.ctx, req.p, []string{req.ts.shard})
 			outcome := "ok"
 			if err != nil {
 				outcome = "error"
@@ -364,12 +386,13 @@ func (g *Gossip) shardSyncWorker() {
 
 // syncFrom runs one sync exchange with p for shards (nil: everything p
 // holds) and hands the news to the sink.
-func (g *Gossip) syncFrom(ctx context.Context, p peer.ID, shards []string) (int, error) {
+func (g *Gossip) syncFrom(ctx context.Context, p peer.ID, shards []string) error {
 	recs, err := g.fetchLive(ctx, p, shards)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	return g.absorb([][]LiveRecord{recs}), nil
+	g.absorb([][]LiveRecord{recs})
+	return nil
 }
 
 func shardSyncs(m *metrics.Metrics) *prometheus.CounterVec { return m.ShardSyncs }

@@ -41,10 +41,7 @@ func TestShardTopicNames(t *testing.T) {
 // only the shard's agents.
 func TestScopedShards(t *testing.T) {
 	bubble(t, func(t *testing.T) {
-		cfg := testConfig()
-		cfg.Scoped = true
-		tn := newTestNet(t, 2, cfg)
-		a, b := tn.nodes[0], tn.nodes[1]
+		tn, a, b := scopedPair(t)
 		o := tn.addHost(2) // observer: raw pubsub, no validator
 		if err := tn.mn.LinkAll(); err != nil {
 			t.Fatal(err)
@@ -147,10 +144,7 @@ func otherRecord(t *testing.T, nd *tnode) *record.SignedAgent {
 // RetryShardSync asks a topic peer again once it serves.
 func TestRetryShardSync(t *testing.T) {
 	bubble(t, func(t *testing.T) {
-		cfg := testConfig()
-		cfg.Scoped = true
-		tn := newTestNet(t, 2, cfg)
-		a, b := tn.nodes[0], tn.nodes[1]
+		tn, a, b := scopedPair(t)
 		sh := record.Shard("org-data-read")
 		b.sink.setLive(b.record(t))
 		// b does not serve sync yet.
@@ -186,4 +180,13 @@ func TestRetryShardSync(t *testing.T) {
 			t.Error("RetryShardSync queued a sync for a ready shard")
 		}
 	})
+}
+
+// scopedPair starts two linked, unconnected scoped gossip nodes.
+func scopedPair(t *testing.T) (*testNet, *tnode, *tnode) {
+	t.Helper()
+	cfg := testConfig()
+	cfg.Scoped = true
+	tn := newTestNet(t, 2, cfg)
+	return tn, tn.nodes[0], tn.nodes[1]
 }

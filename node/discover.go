@@ -111,7 +111,7 @@ func (n *Node) Discover(ctx context.Context, q Query) ([]Result, error) {
 		// asked (a few round trips), so what they said joins the answer:
 		// the DHT returns at most its MaxProviders providers.
 		var ready <-chan bool
-		if !whole && q.Capability != "" && n.scoped() {
+		if !whole && q.Capability != "" && n.Scoped() {
 			ch := make(chan bool, 1)
 			rctx, rcancel := context.WithTimeout(ctx, shardReadyWait)
 			defer rcancel()

@@ -69,17 +69,16 @@ func newInterest() *interest {
 
 // Scoped reports whether the node keeps to its interest (Config.Scope is
 // ScopeInterest and gossip runs).
-func (n *Node) Scoped() bool { return n.scoped() }
-
-// scoped reports whether the node keeps to its interest.
-func (n *Node) scoped() bool { return n.gsp != nil && n.cfg.Scope == ScopeInterest && !n.cfg.legacy }
+func (n *Node) Scoped() bool {
+	return n.gsp != nil && n.cfg.Scope == ScopeInterest && !n.cfg.legacy
+}
 
 // covers reports whether the live view can answer a query for capability
 // by itself: always for an unscoped node; for a scoped one when the
 // capability's shard is joined and a peer of it answered a sync (or the
 // node has no peer at all, so nothing else could answer either).
 func (n *Node) covers(capability string) bool {
-	if !n.scoped() {
+	if !n.Scoped() {
 		return true
 	}
 	if capability == "" {
@@ -93,7 +92,7 @@ func (n *Node) covers(capability string) bool {
 
 // touchInterest adds capability to the interest for Config.InterestTTL.
 func (n *Node) touchInterest(capability string) {
-	if !n.scoped() || capability == "" {
+	if !n.Scoped() || capability == "" {
 		return
 	}
 	sh := record.Shard(capability)
@@ -109,7 +108,7 @@ func (n *Node) touchInterest(capability string) {
 // watchInterest holds capability's shard while a watch is open; the
 // returned function releases it.
 func (n *Node) watchInterest(capability string) func() {
-	if !n.scoped() || capability == "" {
+	if !n.Scoped() || capability == "" {
 		return func() {}
 	}
 	sh := record.Shard(capability)
@@ -132,9 +131,8 @@ func (n *Node) watchInterest(capability string) func() {
 }
 
 // Subscribe returns a subscription to registry events (seed 004 watch).
-// On a scoped node a
-// watch of a capability holds that capability in the interest while it
-// is open.
+// On a scoped node a watch of a capability holds that capability in the
+// interest while it is open.
 func (n *Node) Subscribe(f view.Filter, buf int) *view.Subscription {
 	release := n.watchInterest(f.Capability)
 	return n.view.SubscribeNotify(f, buf, release)
@@ -143,16 +141,11 @@ func (n *Node) Subscribe(f view.Filter, buf int) *view.Subscription {
 // inInterest reports whether a scoped node listens to one of the agent's
 // shards (always true for an unscoped or bridging node).
 func (n *Node) inInterest(a *record.Agent) bool {
-	if !n.scoped() || n.gsp.Bridging() {
+	if !n.Scoped() || n.gsp.Bridging() {
 		return true
 	}
-	joined := n.gsp.Shards()
-	for _, sh := range a.Shards() {
-		if _, ok := slices.BinarySearch(joined, sh); ok {
-			return true
-		}
-	}
-	return false
+	some, _ := n.joined(a)
+	return some
 }
 
 // shardsJoined reports whether every shard of a hosted record is joined.
@@ -160,13 +153,21 @@ func (n *Node) shardsJoined(sa *record.SignedAgent) bool {
 	if n.gsp == nil {
 		return true
 	}
+	_, all := n.joined(&sa.Agent)
+	return all
+}
+
+// joined reports whether some and whether all of the agent's shards are
+// joined. gossip must run.
+func (n *Node) joined(a *record.Agent) (some, all bool) {
 	joined := n.gsp.Shards()
-	for _, sh := range sa.Agent.Shards() {
-		if _, ok := slices.BinarySearch(joined, sh); !ok {
-			return false
-		}
+	all = true
+	for _, sh := range a.Shards() {
+		_, ok := slices.BinarySearch(joined, sh)
+		some = some || ok
+		all = all && ok
 	}
-	return true
+	return some, all
 }
 
 // wantShards is the shard set the node should be subscribed to: the
@@ -182,7 +183,7 @@ func (n *Node) wantShards(now time.Time) map[string]bool {
 			want[sh] = true
 		}
 	}
-	if !n.scoped() {
+	if !n.Scoped() {
 		return want
 	}
 	n.in.mu.Lock()
@@ -266,7 +267,7 @@ func (n *Node) syncInterestLocked() {
 		}
 		n.dht.SetRendezvous(keys)
 	}
-	if left > 0 && n.scoped() && !n.gsp.Bridging() {
+	if left > 0 && n.Scoped() && !n.gsp.Bridging() {
 		if k := n.view.Prune(func(a *record.Agent) bool { return a.InShards(want) }); k > 0 {
 			n.log.Debug("interest shrank", "shards_left", left, "agents_forgotten", k)
 		}
