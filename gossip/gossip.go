@@ -212,11 +212,20 @@ type topicState struct {
 	// The peer watcher (announce and shard topics).
 	wstop context.CancelFunc
 	wdone chan struct{}
-	// Shard topics: syncs started since the topic last had no peer, and
-	// whether one succeeded (guarded by Gossip.mu).
-	syncs   int
-	ready   bool
-	readyCh chan struct{} // closed when ready is first set
+	// Shard topics: syncs started since the topic last had no peer
+	// (guarded by Gossip.mu), and ready, closed once one succeeded.
+	syncs int
+	ready chan struct{}
+}
+
+// isReady reports whether a shard sync of ts succeeded.
+func (ts *topicState) isReady() bool {
+	select {
+	case <-ts.ready:
+		return true
+	default:
+		return false
+	}
 }
 
 // New builds the GossipSub router on h with the configured parameters and
@@ -396,7 +405,7 @@ func (g *Gossip) joinLocked(topic, scene, shard string, subscribe bool) (*topicS
 			return fail(fmt.Errorf("gossip: score parameters for %s: %w", topic, err))
 		}
 	}
-	ts := &topicState{topic: topic, scene: scene, shard: shard, t: t, readyCh: make(chan struct{})}
+	ts := &topicState{topic: topic, scene: scene, shard: shard, t: t, ready: make(chan struct{})}
 	if subscribe {
 		if err := g.subscribeLocked(ts); err != nil {
 			_ = t.Close()

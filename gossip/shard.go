@@ -139,7 +139,7 @@ func (g *Gossip) ShardReady(shard string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	ts, ok := g.shards[shard]
-	return ok && ts.ready
+	return ok && ts.isReady()
 }
 
 // WaitShardReady waits until ShardReady(shard) holds or ctx ends, and
@@ -152,7 +152,7 @@ func (g *Gossip) WaitShardReady(ctx context.Context, shard string) bool {
 		return false
 	}
 	select {
-	case <-ts.readyCh:
+	case <-ts.ready:
 		return true
 	case <-ctx.Done():
 		return false
@@ -328,7 +328,7 @@ func (g *Gossip) setLegacy(p peer.ID, legacy bool) {
 func (g *Gossip) RetryShardSync(shard string) bool {
 	g.mu.Lock()
 	ts, ok := g.shards[shard]
-	if !ok || ts.ready || ts.syncs > 0 || !g.cfg.Scoped {
+	if !ok || ts.isReady() || ts.syncs > 0 || !g.cfg.Scoped {
 		g.mu.Unlock()
 		return false
 	}
@@ -372,9 +372,8 @@ func (g *Gossip) shardSyncWorker() {
 			g.mu.Lock()
 			if err != nil {
 				req.ts.syncs-- // let the next peer try
-			} else if !req.ts.ready {
-				req.ts.ready = true
-				close(req.ts.readyCh)
+			} else if !req.ts.isReady() {
+				close(req.ts.ready) // under g.mu: closed once
 			}
 			g.mu.Unlock()
 			if err != nil {

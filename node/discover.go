@@ -110,22 +110,20 @@ func (n *Node) Discover(ctx context.Context, q Query) ([]Result, error) {
 		// the first peers of the shard answer its sync while the DHT is
 		// asked (a few round trips), so what they said joins the answer:
 		// the DHT returns at most its MaxProviders providers.
-		var ready <-chan bool
-		if !whole && q.Capability != "" && n.Scoped() {
-			ch := make(chan bool, 1)
-			rctx, rcancel := context.WithTimeout(ctx, shardReadyWait)
-			defer rcancel()
-			go func() { ch <- n.gsp.WaitShardReady(rctx, record.Shard(q.Capability)) }()
-			ready = ch
-		}
+		joining := !whole && q.Capability != "" && n.Scoped()
+		readyBy := time.Now().Add(shardReadyWait)
 		if n.dht != nil && ctx.Err() == nil {
 			tried = append(tried, "dht")
 			res, err := n.fromDHT(ctx, q, m)
 			if err != nil {
 				netErr = err
 			}
-			if ready != nil && <-ready {
-				res = mergeResults(res, n.fromView(m, 0), q.Limit)
+			if joining {
+				rctx, rcancel := context.WithDeadline(ctx, readyBy)
+				if n.gsp.WaitShardReady(rctx, record.Shard(q.Capability)) {
+					res = mergeResults(res, n.fromView(m, 0), q.Limit)
+				}
+				rcancel()
 			}
 			if len(res) > 0 {
 				return done(store.SourceDHT, res)
