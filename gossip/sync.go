@@ -321,15 +321,7 @@ func (g *Gossip) handleSync(s network.Stream) {
 	if limit <= 0 || limit > g.cfg.SyncLimit {
 		limit = g.cfg.SyncLimit
 	}
-	var keep func(*record.Agent) bool
-	if len(r.Shards) > 0 {
-		want := make(map[string]bool, len(r.Shards))
-		for _, sh := range r.Shards {
-			want[sh] = true
-		}
-		keep = func(a *record.Agent) bool { return a.InShards(want) }
-	}
-	recs := g.sink.LiveRecords(limit, keep)
+	recs := g.sink.LiveRecords(limit, inShards(r.Shards))
 	n := min(len(recs), limit)
 	resp := syncResponse{ProtocolVersion: record.ProtocolVersion, Records: make([]record.Announce, 0, n), Heard: make([]syncHeard, 0, n)}
 	for _, lr := range recs {
@@ -568,12 +560,21 @@ func (g *Gossip) fetchLive(ctx context.Context, p peer.ID, shards []string) ([]L
 		}
 		g.log.Debug("sync answer carried undecodable records", "peer", p, "count", bad)
 	}
-	if shards != nil {
-		want := make(map[string]bool, len(shards))
-		for _, sh := range shards {
-			want[sh] = true
-		}
-		recs = slices.DeleteFunc(recs, func(lr LiveRecord) bool { return !lr.Record.Agent.InShards(want) })
+	if keep := inShards(shards); keep != nil {
+		recs = slices.DeleteFunc(recs, func(lr LiveRecord) bool { return !keep(&lr.Record.Agent) })
 	}
 	return recs, nil
+}
+
+// inShards returns a filter of the agents with a capability in one of
+// shards, or nil (everything) when shards is empty.
+func inShards(shards []string) func(*record.Agent) bool {
+	if len(shards) == 0 {
+		return nil
+	}
+	want := make(map[string]bool, len(shards))
+	for _, sh := range shards {
+		want[sh] = true
+	}
+	return func(a *record.Agent) bool { return a.InShards(want) }
 }
