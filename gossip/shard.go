@@ -251,7 +251,7 @@ func (g *Gossip) checkLegacy(ctx context.Context, p peer.ID) {
 		g.log.Debug("identify events unavailable", "err", err)
 		return
 	}
-	defer sub.Close()
+	defer func() { _ = sub.Close() }() // closing a bus subscription only unregisters it
 	decide := func() bool {
 		protos, err := g.h.Peerstore().SupportsProtocols(p, protocol.ID(SyncProtocol), protocol.ID(ScopedSyncProtocol))
 		if err != nil || len(protos) == 0 {

@@ -15,6 +15,15 @@ import (
 // hears reports whether n's live view holds the agent.
 func hears(n *tnode, agentID string) bool { _, ok := live(n.Node, agentID); return ok }
 
+// addConfigured starts a node whose configuration is the net's changed
+// by set.
+func (tn *tnet) addConfigured(set func(*Config)) *tnode {
+	saved := tn.cfg
+	defer func() { tn.cfg = saved }()
+	set(&tn.cfg)
+	return tn.add(nil, nil)
+}
+
 // keptAlive waits until n has held the agent without a break for longer
 // than the liveness timeout (30 s) and heard from it since: its heartbeats
 // reach n.
@@ -143,9 +152,7 @@ func TestLegacyPeerIsBridged(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		ctx := context.Background()
 		tn := newNet(t, 1, Config{Scope: ScopeInterest})
-		tn.cfg.legacy = true
-		old := tn.add(nil, nil)
-		tn.cfg.legacy = false
+		old := tn.addConfigured(func(c *Config) { c.legacy = true })
 		scoped := tn.add(nil, nil)
 		watcher := tn.add(nil, nil)
 		n0 := tn.nodes[0]
@@ -181,9 +188,7 @@ func TestFullAndScopedNodes(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		ctx := context.Background()
 		tn := newNet(t, 2, Config{Scope: ScopeInterest})
-		tn.cfg.Scope = ScopeFull
-		full := tn.add(nil, nil)
-		tn.cfg.Scope = ScopeInterest
+		full := tn.addConfigured(func(c *Config) { c.Scope = ScopeFull })
 		scoped := tn.add(nil, nil)
 		waitFor(t, 10*time.Second, "dht", func() bool { return scoped.DHT().RoutingTableSize() > 0 && full.DHT().RoutingTableSize() > 0 })
 		watch := scoped.Subscribe(view.Filter{Capability: "cap.f"}, 16)
