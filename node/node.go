@@ -250,14 +250,11 @@ func (n *Node) Start(ctx context.Context) error {
 	n.view.Start(n.ctx)
 	n.host.Network().Notify(n.vetN)
 	n.vet.run(n.ctx, &n.wg)
-	if n.dht != nil {
-		if err := n.dht.Start(n.ctx); err != nil {
-			return fmt.Errorf("start dht: %w", err)
-		}
-		if err := n.book.Start(); err != nil {
-			return fmt.Errorf("start address book: %w", err)
-		}
-	}
+	// Gossip first: its protocols must be registered before the DHT and
+	// the address book dial anyone, or the first peers identify this node
+	// without GossipSub and learn it only from identify's push, a round
+	// trip after this node's subscriptions reached them — a window in which
+	// their publishes to it are dropped ("no send queue").
 	if !n.cfg.DisableGossip {
 		gc := gossip.DefaultConfig()
 		if n.cfg.Gossip != nil {
@@ -275,6 +272,14 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 		if n.cfg.legacy {
 			n.host.RemoveStreamHandler(gossip.ScopedSyncProtocol)
+		}
+	}
+	if n.dht != nil {
+		if err := n.dht.Start(n.ctx); err != nil {
+			return fmt.Errorf("start dht: %w", err)
+		}
+		if err := n.book.Start(); err != nil {
+			return fmt.Errorf("start address book: %w", err)
 		}
 	}
 	if !n.cfg.DisableSuspicion {
