@@ -128,6 +128,7 @@ func (sm *sim) report(setup SetupInfo) *Report {
 	if res.Samples > 0 {
 		res.GoroutinesPerNode = sm.goroSum / float64(res.Samples)
 		res.HeapPerNodeMB = sm.heapSum / float64(res.Samples)
+		res.StacksPerNodeMB = sm.stackSum / float64(res.Samples)
 	}
 	r.Resources = res
 

@@ -1,6 +1,7 @@
 package simnet
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -13,55 +14,39 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 )
 
-// simNet is the in-memory network: one mocknet host per virtual node, and
-// links (the ability to connect) between the hosts that are up and on the
-// same side of a partition. A host that goes down is unlinked from every
-// other and its connections are closed, so it is unreachable, as a
-// stopped process is; a restart links the same host again (mocknet cannot
-// remove a peer).
+// simNet is the in-memory network: one host per virtual node over a
+// peerNet (memnet.go), and links (the ability to connect) between the
+// hosts that are up and on the same side of a partition. A host that goes
+// down is unlinked from every other and its connections are closed, so it
+// is unreachable, as a stopped process is; a restart links the same host
+// again.
 type simNet struct {
-	mn        mocknet.Mocknet
 	seed      uint64
 	latency   time.Duration
 	jitter    time.Duration
 	bandwidth float64
 	loss      float64
-	streams   atomic.Uint64 // streams wrapped, for per-stream loss seeds
+	streams   atomic.Uint64 // stream halves made, for per-half loss seeds
 
 	byPeer sync.Map // peer.ID → node index
 
-	// Stream flushers in flight, owned by the network: close resets their
-	// streams and waits for them.
-	flushers sync.WaitGroup
-	flushMu  sync.Mutex
-	flushing map[*simStream]struct{}
-	// open holds the streams handed out and not yet closed or reset by
-	// their users; close resets them (see close).
-	open map[*simStream]struct{}
-
 	mu      sync.Mutex
 	hosts   map[int]host.Host
+	nets    map[int]*peerNet
 	up      map[int]bool
-	linked  map[[2]int]bool // a < b
-	side    map[int]int     // non-nil while a partition lasts
+	linked  map[[2]int]*memLink // a < b
+	side    map[int]int         // non-nil while a partition lasts
 	nLinked atomic.Int64
 }
 
 func newSimNet(s Scenario) *simNet {
-	mn := mocknet.New()
-	// Latency is applied by the stream wrapper (see delayedStream), which
-	// keeps many messages in flight; mocknet would hold each write of 256
-	// bytes or more until the previous one arrived. Bandwidth stays with
-	// mocknet's per-link rate limiter.
-	mn.SetLinkDefaults(mocknet.LinkOptions{Bandwidth: s.Bandwidth})
 	return &simNet{
-		mn: mn, seed: s.Seed, latency: s.Latency, jitter: s.Jitter, bandwidth: s.Bandwidth, loss: s.Loss,
-		hosts: map[int]host.Host{}, up: map[int]bool{}, linked: map[[2]int]bool{},
-		flushing: map[*simStream]struct{}{}, open: map[*simStream]struct{}{},
+		seed: s.Seed, latency: s.Latency, jitter: s.Jitter, bandwidth: s.Bandwidth, loss: s.Loss,
+		hosts: map[int]host.Host{}, nets: map[int]*peerNet{}, up: map[int]bool{}, linked: map[[2]int]*memLink{},
 	}
 }
 
-// host returns node idx's mocknet host, creating it on first use.
+// host returns node idx's host, creating it on first use.
 func (n *simNet) host(idx int, id *trust.Identity) (host.Host, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -72,13 +57,30 @@ func (n *simNet) host(idx int, id *trust.Identity) (host.Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, err := n.mn.AddPeer(id.PeerKey, addr)
+	h, pn, err := n.newMemHost(idx, id.PeerKey, addr)
 	if err != nil {
-		return nil, fmt.Errorf("add mocknet peer %d: %w", idx, err)
+		return nil, fmt.Errorf("host of node %d: %w", idx, err)
 	}
-	n.hosts[idx] = h
+	n.hosts[idx], n.nets[idx] = h, pn
 	n.byPeer.Store(h.ID(), idx)
 	return h, nil
+}
+
+// reach says whether node idx may connect to p now, and over which link.
+func (n *simNet) reach(idx int, p peer.ID) (*peerNet, *memLink, bool) {
+	v, ok := n.byPeer.Load(p)
+	if !ok {
+		return nil, nil, false
+	}
+	other := v.(int)
+	a, b := min(idx, other), max(idx, other)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	l := n.linked[[2]int{a, b}]
+	if l == nil {
+		return nil, nil, false
+	}
+	return n.nets[other], l, true
 }
 
 // hostAddr is node idx's address: each node gets its own /48 in the
@@ -116,15 +118,17 @@ func (n *simNet) linkLocked(a, b int) error {
 		a, b = b, a
 	}
 	k := [2]int{a, b}
-	if n.linked[k] {
+	if n.linked[k] != nil {
 		return nil
 	}
-	l, err := n.mn.LinkPeers(n.hosts[a].ID(), n.hosts[b].ID())
-	if err != nil {
-		return fmt.Errorf("link %d-%d: %w", a, b, err)
+	if n.hosts[a] == nil || n.hosts[b] == nil {
+		return fmt.Errorf("link %d-%d: no host", a, b)
 	}
-	l.SetOptions(mocknet.LinkOptions{Bandwidth: n.bandwidth})
-	n.linked[k] = true
+	l := &memLink{latency: int64(n.linkLatency(a, b))}
+	if n.bandwidth > 0 {
+		l.limiter = mocknet.NewRateLimiter(n.bandwidth)
+	}
+	n.linked[k] = l
 	n.nLinked.Add(1)
 	return nil
 }
@@ -134,13 +138,11 @@ func (n *simNet) unlinkLocked(a, b int) {
 		a, b = b, a
 	}
 	k := [2]int{a, b}
-	if !n.linked[k] {
+	if n.linked[k] == nil {
 		return
 	}
 	delete(n.linked, k)
 	n.nLinked.Add(-1)
-	// The only error is "no link", which the map rules out.
-	_ = n.mn.UnlinkPeers(n.hosts[a].ID(), n.hosts[b].ID())
 }
 
 // attach marks idx up and links it with every up host on its side.
@@ -238,16 +240,6 @@ func (n *simNet) partitioned() bool {
 	return n.side != nil
 }
 
-// latencyTo returns the one-way latency from node idx to peer p (0 for a
-// peer outside the simulation).
-func (n *simNet) latencyTo(idx int, p peer.ID) time.Duration {
-	v, ok := n.byPeer.Load(p)
-	if !ok {
-		return 0
-	}
-	return n.linkLatency(idx, v.(int))
-}
-
 // closeHost closes the host of a node that will never come back.
 func (n *simNet) closeHost(idx int) error {
 	n.mu.Lock()
@@ -259,55 +251,19 @@ func (n *simNet) closeHost(idx int) error {
 	return h.Close()
 }
 
-func (n *simNet) track(s *simStream) {
-	n.flushMu.Lock()
-	defer n.flushMu.Unlock()
-	n.open[s] = struct{}{}
-}
-
-func (n *simNet) untrack(s *simStream) {
-	n.flushMu.Lock()
-	defer n.flushMu.Unlock()
-	delete(n.open, s)
-}
-
-func (n *simNet) flushStart(s *simStream) {
-	n.flushMu.Lock()
-	defer n.flushMu.Unlock()
-	n.flushers.Add(1)
-	n.flushing[s] = struct{}{}
-}
-
-func (n *simNet) flushDone(s *simStream) {
-	n.flushMu.Lock()
-	defer n.flushMu.Unlock()
-	delete(n.flushing, s)
-	n.flushers.Done()
-}
-
-// close closes every host, which resets the streams of their connections,
-// then resets every stream still open or flushing, and waits for the
-// flushers. The second step is needed because mocknet adds a new stream
-// to its connection after starting the far end: a connection that closes
-// in between leaves the stream off its list, where nothing resets it, and
-// its goroutine (and any write on it) would wait forever.
+// close closes every host (and with it its network, connections and
+// streams).
 func (n *simNet) close() error {
-	err := n.mn.Close()
-	n.flushMu.Lock()
-	stuck := make([]*simStream, 0, len(n.flushing)+len(n.open))
-	for s := range n.flushing {
-		stuck = append(stuck, s)
+	n.mu.Lock()
+	hosts := make([]host.Host, 0, len(n.hosts))
+	for _, h := range n.hosts {
+		hosts = append(hosts, h)
 	}
-	for s := range n.open {
-		if _, ok := n.flushing[s]; !ok {
-			stuck = append(stuck, s)
-		}
+	n.mu.Unlock()
+	var err error
+	for _, h := range hosts {
+		err = errors.Join(err, h.Close())
 	}
-	n.flushMu.Unlock()
-	for _, s := range stuck {
-		s.abort()
-	}
-	n.flushers.Wait()
 	return err
 }
 

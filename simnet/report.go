@@ -268,7 +268,11 @@ type Resources struct {
 	// last GC, independent of GOGC).
 	HeapPerNodeMB float64 `json:"heap_per_node_mb"`
 	HeapPeakMB    float64 `json:"heap_peak_mb"`
-	RSSPeakMB     float64 `json:"rss_peak_mb"`
+	// StacksPerNodeMB and StacksPeakMB are the goroutine stacks, which
+	// the heap figures leave out.
+	StacksPerNodeMB float64 `json:"stacks_per_node_mb"`
+	StacksPeakMB    float64 `json:"stacks_peak_mb"`
+	RSSPeakMB       float64 `json:"rss_peak_mb"`
 	// CPUSeconds is the process's user+system CPU for the whole run
 	// (warm-up included); RunCPUSeconds for the measured window only.
 	CPUSeconds    float64 `json:"cpu_s"`
@@ -489,7 +493,8 @@ func (r *Report) WriteText(w io.Writer) error {
 	row("bootstrap node", fmt.Sprintf("%.1f msg/s, %s/s out", t.BootstrapMsgsPerS, bytesStr(t.BootstrapBytesOutS)))
 	res := r.Resources
 	row("goroutines", fmt.Sprintf("%.0f per node (peak %d in the process)", res.GoroutinesPerNode, res.GoroutinesPeak))
-	row("live heap", fmt.Sprintf("%.2f MB per node (peak %.0f MB); RSS peak %.0f MB", res.HeapPerNodeMB, res.HeapPeakMB, res.RSSPeakMB))
+	row("live heap", fmt.Sprintf("%.2f MB per node (peak %.0f MB); stacks %.2f MB per node (peak %.0f MB)", res.HeapPerNodeMB, res.HeapPeakMB, res.StacksPerNodeMB, res.StacksPeakMB))
+	row("RSS", fmt.Sprintf("peak %.0f MB, %.1f MB per node at the peak's node count (%d)", res.RSSPeakMB, perNode(res.RSSPeakMB, res.PeakNodes), res.PeakNodes))
 	row("CPU", fmt.Sprintf("%.1f s total, %.1f s in the measured window (%.3f s per node per second)", res.CPUSeconds, res.RunCPUSeconds, perNodeSecond(res.RunCPUSeconds, t.NodeSeconds)))
 	if i := r.Gossip.Interest; i.ShardsPerNode > 0 || i.ViewPerNode > 0 {
 		row("interest", fmt.Sprintf("%.1f shard topics and %.1f agents in the view per node; %d nodes on the announce topic", i.ShardsPerNode, i.ViewPerNode, i.AnnounceNodes))
@@ -580,4 +585,11 @@ func reasonCounts(m map[string]int) string {
 		parts[i] = fmt.Sprintf("%d %s", m[k], k)
 	}
 	return strings.Join(parts, ", ")
+}
+
+func perNode(v float64, nodes int) float64 {
+	if nodes <= 0 {
+		return 0
+	}
+	return v / float64(nodes)
 }

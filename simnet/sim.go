@@ -149,6 +149,7 @@ type sim struct {
 	res          Resources
 	goroSum      float64
 	heapSum      float64
+	stackSum     float64
 	lastSample   trafficTotals
 	lastSampleAt time.Time
 	sybil        *sybilRun // KindSybil's hostile peer, once it has joined
@@ -1043,6 +1044,7 @@ func (sm *sim) sampler(ctx context.Context) {
 // sampleAt records resources and traffic for the bucket ending at now.
 func (sm *sim) sampleAt(now time.Time) {
 	heap := liveHeapBytes()
+	stacks := stackBytes()
 	g := runtime.NumGoroutine()
 	rss := rssBytes()
 	sm.mu.Lock()
@@ -1070,6 +1072,9 @@ func (sm *sim) sampleAt(now time.Time) {
 	r.GoroutinesPeak = max(r.GoroutinesPeak, g)
 	heapMB := float64(heap) / (1 << 20)
 	r.HeapPeakMB = max(r.HeapPeakMB, heapMB)
+	stacksMB := float64(stacks) / (1 << 20)
+	r.StacksPeakMB = max(r.StacksPeakMB, stacksMB)
+	sm.stackSum += stacksMB / float64(up)
 	r.RSSPeakMB = max(r.RSSPeakMB, float64(rss)/(1<<20))
 	sm.goroSum += float64(g) / float64(up)
 	sm.heapSum += heapMB / float64(up)
@@ -1258,6 +1263,16 @@ func liveHeapBytes() uint64 {
 		var m runtime.MemStats
 		runtime.ReadMemStats(&m)
 		return m.HeapInuse
+	}
+	return s[0].Value.Uint64()
+}
+
+// stackBytes is the memory held by goroutine stacks.
+func stackBytes() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/stacks:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
 	}
 	return s[0].Value.Uint64()
 }

@@ -61,8 +61,10 @@ const (
 )
 
 // simnetGOGC is the GC target percentage of a simnet run when GOGC is not
-// set in the environment.
-const simnetGOGC = 400
+// set in the environment: Go's default. 400 saved ~8 % of the wall time
+// at 150 nodes and doubled the resident memory, which bounds the
+// simulation's size first.
+const simnetGOGC = 100
 
 func simnetCommand() *cli.Command {
 	return &cli.Command{
@@ -120,7 +122,7 @@ func simnetCommand() *cli.Command {
 			&cli.BoolFlag{Name: flagSimQuiet, Usage: "no progress on stderr"},
 			&cli.BoolFlag{Name: flagSimNodeLogs, Usage: "send the nodes' own logs to stderr at --log-level (very verbose)"},
 			&cli.StringFlag{Name: flagSimCPUProfile, Usage: "write a CPU profile of the run to `FILE`"},
-			&cli.StringFlag{Name: flagSimMemProfile, Usage: "write a heap profile taken at the end of the measured run, every node still up, to `FILE`"},
+			&cli.StringFlag{Name: flagSimMemProfile, Usage: "write a heap profile taken at the end of the measured run, every node still up, to `FILE` (and a goroutine profile to FILE.goroutines)"},
 		),
 		Action:      runSimnet,
 		Subcommands: []*cli.Command{simnetCurveCommand()},
@@ -267,8 +269,6 @@ func runSimnet(c *cli.Context) error {
 		s.AtEnd = func() { heapErr = writeHeapProfile(path) }
 	}
 	if os.Getenv("GOGC") == "" {
-		// The simulation holds every node's heap in one process and is
-		// CPU-bound: trade memory for fewer collections.
 		defer debug.SetGCPercent(debug.SetGCPercent(simnetGOGC))
 	}
 	began := time.Now()
@@ -368,7 +368,21 @@ func writeHeapProfile(path string) error {
 		_ = f.Close()
 		return fmt.Errorf("heap profile: %w", err)
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	// The goroutines beside it: in a simulation of many nodes their
+	// stacks are a large share of the memory the heap profile does not
+	// show.
+	g, err := os.Create(path + ".goroutines")
+	if err != nil {
+		return fmt.Errorf("goroutine profile: %w", err)
+	}
+	if err := pprof.Lookup("goroutine").WriteTo(g, 0); err != nil {
+		_ = g.Close()
+		return fmt.Errorf("goroutine profile: %w", err)
+	}
+	return g.Close()
 }
 
 // isTerminal reports whether w is a character device (a terminal).
