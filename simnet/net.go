@@ -76,11 +76,11 @@ func (n *simNet) reach(idx int, p peer.ID) (*peerNet, *memLink, bool) {
 	a, b := min(idx, other), max(idx, other)
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	l := n.linked[[2]int{a, b}]
-	if l == nil {
+	l, pn := n.linked[[2]int{a, b}], n.nets[other]
+	if l == nil || pn == nil {
 		return nil, nil, false
 	}
-	return n.nets[other], l, true
+	return pn, l, true
 }
 
 // hostAddr is node idx's address: each node gets its own /48 in the
@@ -238,6 +238,20 @@ func (n *simNet) partitioned() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.side != nil
+}
+
+// dropHost closes node idx's host and forgets it; host makes a new one
+// (same identity and address) when the node restarts.
+func (n *simNet) dropHost(idx int) error {
+	n.mu.Lock()
+	h := n.hosts[idx]
+	delete(n.hosts, idx)
+	delete(n.nets, idx)
+	n.mu.Unlock()
+	if h == nil {
+		return nil
+	}
+	return h.Close()
 }
 
 // closeHost closes the host of a node that will never come back.

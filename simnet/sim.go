@@ -1,6 +1,7 @@
 package simnet
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -44,7 +45,7 @@ type vnode struct {
 	idx    int
 	boot   bool
 	id     *trust.Identity
-	raw    host.Host // the mocknet host, reused across restarts
+	raw    host.Host // the current instance's host (nil while down; guarded by sim.mu)
 	tr     *traffic
 	skills []CatalogSkill
 	shards map[string]bool // the shards of its agent's capabilities
@@ -52,6 +53,7 @@ type vnode struct {
 
 	// guarded by sim.mu
 	st      store.Store
+	snap    []byte   // while down: the store's snapshot (store.Snapshot), so a stopped node holds no open store
 	sh      *simHost // the current instance's view of the host
 	state   nodeState
 	n       *node.Node
@@ -282,12 +284,17 @@ func (sm *sim) startBootstraps() error {
 // and store) and, once its agent is registered, records it live.
 func (sm *sim) start(vn *vnode, restart bool) error {
 	sm.mu.Lock()
-	st := vn.st
+	st, snap := vn.st, vn.snap
+	vn.snap = nil
 	boots := slices.Clone(sm.boots)
 	sm.mu.Unlock()
 	if st == nil {
 		var err error
-		st, err = store.Open(store.Options{CacheTTL: sm.s.Node.CacheTTL, Logger: sm.s.NodeLogger})
+		o := store.Options{CacheTTL: sm.s.Node.CacheTTL, Logger: sm.s.NodeLogger}
+		if snap != nil {
+			o.Restore = bytes.NewReader(snap)
+		}
+		st, err = store.Open(o)
 		if err != nil {
 			return fmt.Errorf("open store of node %d: %w", vn.idx, err)
 		}
@@ -380,6 +387,9 @@ func (sm *sim) stop(vn *vnode, n *node.Node, crash bool) error {
 		cancel()
 		err = errors.Join(err, sm.detachHost(vn))
 	}
+	// What a stopped process leaves behind is its disk: the store is kept
+	// as a snapshot and the host (peerstore, connections) goes.
+	err = errors.Join(err, sm.shelve(vn))
 	now := time.Now()
 	var retire []*vnode
 	sm.mu.Lock()
@@ -403,10 +413,32 @@ func (sm *sim) stop(vn *vnode, n *node.Node, crash bool) error {
 	return nil
 }
 
+// shelve snapshots and closes the store of a stopped node and closes its
+// host; start restores both.
+func (sm *sim) shelve(vn *vnode) error {
+	sm.mu.Lock()
+	st, h := vn.st, vn.raw
+	vn.st, vn.raw = nil, nil
+	sm.mu.Unlock()
+	var err error
+	if st != nil {
+		var buf bytes.Buffer
+		err = store.Snapshot(st, &buf)
+		err = errors.Join(err, st.Close())
+		sm.mu.Lock()
+		vn.snap = buf.Bytes()
+		sm.mu.Unlock()
+	}
+	if h != nil {
+		err = errors.Join(err, sm.net.dropHost(vn.idx))
+	}
+	return err
+}
+
 func (sm *sim) retire(vn *vnode) error {
 	sm.mu.Lock()
 	st := vn.st
-	vn.st = nil
+	vn.st, vn.snap = nil, nil
 	sm.mu.Unlock()
 	var err error
 	if st != nil {
@@ -418,14 +450,18 @@ func (sm *sim) retire(vn *vnode) error {
 // attachHost links vn's host into the network and gives the new node
 // instance its view of the host, with a fresh connection manager.
 func (sm *sim) attachHost(vn *vnode) (*simHost, error) {
+	h, err := sm.net.host(vn.idx, vn.id)
+	if err != nil {
+		return nil, err
+	}
 	cm, err := connmgr.NewConnManager(connLowWater, connHighWater)
 	if err != nil {
 		return nil, fmt.Errorf("connection manager of node %d: %w", vn.idx, err)
 	}
-	vn.raw.Network().Notify(cm.Notifee())
-	sh := &simHost{Host: vn.raw, idx: vn.idx, t: vn.tr, net: sm.net, cm: cm}
+	h.Network().Notify(cm.Notifee())
+	sh := &simHost{Host: h, idx: vn.idx, t: vn.tr, net: sm.net, cm: cm}
 	sm.mu.Lock()
-	vn.sh = sh
+	vn.raw, vn.sh = h, sh
 	sm.mu.Unlock()
 	if err := sm.net.attach(vn.idx); err != nil {
 		return nil, errors.Join(err, sm.detachHost(vn))
@@ -444,7 +480,7 @@ func (sm *sim) detachHost(vn *vnode) error {
 	if sh == nil {
 		return nil
 	}
-	vn.raw.Network().StopNotify(sh.cm.Notifee())
+	sh.Host.Network().StopNotify(sh.cm.Notifee())
 	return sh.cm.Close()
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -38,7 +39,7 @@ var ErrExpired = errors.New("entry expired beyond its grace window")
 // of the previous version's postings.
 const (
 	memTableSize     = 8 << 20 // disk mode
-	memTableSizeMem  = 1 << 20 // in-memory mode (simnet: 200+ stores per process, each arena allocated up front)
+	memTableSizeMem  = 512 << 10 // in-memory mode (simnet: hundreds of stores per process, each arena allocated up front)
 	numMemtables     = 2
 	baseTableSize    = 2 << 20
 	baseLevelSize    = 8 << 20
@@ -49,9 +50,26 @@ const (
 	valueLogFileSize = 16 << 20
 	valueThreshold   = 256 << 10 // > any value (records are at most 64 KiB): all live in the LSM tree, none in the value log
 	// In memory the value threshold must stay below the largest batch
-	// (15 % of the 1 MiB memtable); 128 KiB is still above any value.
-	valueThresholdMem = 128 << 10
+	// (15 % of the 512 KiB memtable, 76.8 KiB); 64 KiB is still above any
+	// value (a record's canonical form is at most 32 KiB).
+	valueThresholdMem = 64 << 10
 )
+
+// restoreMaxPending bounds the writes in flight while a snapshot loads.
+const restoreMaxPending = 16
+
+// Snapshot writes the whole content of s, a store of this package, to w
+// in Badger's backup format; Options.Restore loads it into a new store.
+func Snapshot(s Store, w io.Writer) error {
+	d, ok := s.(*db)
+	if !ok {
+		return fmt.Errorf("store: snapshot of a %T", s)
+	}
+	if _, err := d.bdb.Backup(w, 0); err != nil {
+		return fmt.Errorf("store: snapshot: %w", err)
+	}
+	return nil
+}
 
 // Open opens (or creates) the store. Dir == "" selects Badger's in-memory
 // mode. The returned store owns one goroutine (expiry sweep and refresh
@@ -96,6 +114,11 @@ func open(opts Options, syncWrites bool) (*db, error) {
 	bdb, err := badger.Open(bo)
 	if err != nil {
 		return nil, fmt.Errorf("open badger at %q: %w", opts.Dir, err)
+	}
+	if opts.Restore != nil {
+		if err := bdb.Load(opts.Restore, restoreMaxPending); err != nil {
+			return nil, errors.Join(fmt.Errorf("store: restore: %w", err), bdb.Close())
+		}
 	}
 	s := &db{
 		opts:    opts,

@@ -427,9 +427,9 @@ func TestLeases(t *testing.T) {
 
 // TestLargestRecordFits: a record near the size limit, with the most
 // index terms a record can have, is stored, replaced and read back in
-// both modes (in memory the memtable is 1 MiB, so one transaction holds
-// at most 157 KiB: the record and every posting, added and removed, must
-// fit).
+// both modes (in memory the memtable is 512 KiB, so one transaction
+// holds at most 76.8 KiB: the record and every posting, added and
+// removed, must fit).
 func TestLargestRecordFits(t *testing.T) {
 	modes(t, func(t *testing.T, dir func() string) {
 		ctx := context.Background()

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"time"
@@ -139,6 +140,10 @@ type Options struct {
 	SweepInterval time.Duration
 	// Logger receives the store's logs (default slog.Default()).
 	Logger *slog.Logger
+	// Restore, when set, is loaded into the store before it opens: a
+	// Snapshot of another store (Badger's backup format). simnet keeps a
+	// stopped node's in-memory store this way until the node restarts.
+	Restore io.Reader
 	// Metrics, when set, gets the cache gauge (fresh and stale records).
 	Metrics *metrics.Metrics
 }
