@@ -38,7 +38,7 @@ var ErrExpired = errors.New("entry expired beyond its grace window")
 // batch (15 % of it): one record plus its index postings and the deletion
 // of the previous version's postings.
 const (
-	memTableSize     = 8 << 20 // disk mode
+	memTableSize     = 8 << 20   // disk mode
 	memTableSizeMem  = 512 << 10 // in-memory mode (simnet: hundreds of stores per process, each arena allocated up front)
 	numMemtables     = 2
 	baseTableSize    = 2 << 20
