@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 )
 
 // A curve is simnet run at several sizes with the same per-node interest
@@ -26,7 +27,12 @@ type CurveRow struct {
 	// HeapMB is the live heap per node; ViewAgents the agents in a
 	// node's view (mean, at the end); Shards the shard topics it joined.
 	HeapMB, ViewAgents, Shards float64
-	Recall                     float64
+	// RSSMB is the process's peak resident memory divided by the nodes up
+	// at the peak (harness and stopped nodes' snapshots included).
+	RSSMB  float64
+	Recall float64
+	// WallS is the run's wall time, warm-up included (0: not recorded).
+	WallS float64
 	// DetectP50 and DetectMax: crash → gone at every node (ms).
 	DetectP50, DetectMax float64
 	Pass                 bool
@@ -37,7 +43,8 @@ func CurveRowOf(r *Report) CurveRow {
 	g := r.Traffic.ByProtocol["gossip"]
 	return CurveRow{
 		Nodes: r.Scenario.Nodes, Scope: r.Scenario.Scope, MsgsPerS: r.Traffic.MsgsPerNodeS, BytesPerS: r.Traffic.BytesInPerNode,
-		GossipMsgsPerS: g.MsgsPerS, HeapMB: r.Resources.HeapPerNodeMB,
+		GossipMsgsPerS: g.MsgsPerS, HeapMB: r.Resources.HeapPerNodeMB, RSSMB: perNode(r.Resources.RSSPeakMB, r.Resources.PeakNodes),
+		WallS:      r.WallSeconds,
 		ViewAgents: r.Gossip.Interest.ViewPerNode, Shards: r.Gossip.Interest.ShardsPerNode,
 		Recall: r.Queries.Outcome.Recall(), DetectP50: r.Churn.CrashToGoneAll.P50, DetectMax: r.Churn.CrashToGoneAll.Max,
 		Pass: len(r.Failures) == 0 && !r.Interrupted,
@@ -75,8 +82,8 @@ func WriteCurveTable(w io.Writer, rows []CurveRow) error {
 		return errors.New("simnet: no curve rows")
 	}
 	var b strings.Builder
-	b.WriteString("| scope | nodes | received msg/s per node | × smallest | received KiB/s per node | gossip msg/s | live heap MB per node | agents in a view | shard topics | recall | crash → gone p50 / max (ms) | thresholds |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| scope | nodes | received msg/s per node | × smallest | received KiB/s per node | gossip msg/s | live heap MB per node | RSS MB per node | agents in a view | shard topics | recall | crash → gone p50 / max (ms) | wall time | thresholds |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	base := map[string]float64{}
 	for _, r := range rows {
 		if _, ok := base[r.Scope]; !ok {
@@ -92,8 +99,12 @@ func WriteCurveTable(w io.Writer, rows []CurveRow) error {
 		if !r.Pass {
 			pass = "FAIL"
 		}
-		fmt.Fprintf(&b, "| %s | %d | %.1f | %s | %.1f | %.1f | %.2f | %.1f | %.1f | %.2f%% | %.0f / %.0f | %s |\n",
-			r.Scope, r.Nodes, r.MsgsPerS, ratio, r.BytesPerS/1024, r.GossipMsgsPerS, r.HeapMB, r.ViewAgents, r.Shards, 100*r.Recall, r.DetectP50, r.DetectMax, pass)
+		wall := "—"
+		if r.WallS > 0 {
+			wall = time.Duration(r.WallS * float64(time.Second)).Round(time.Second).String()
+		}
+		fmt.Fprintf(&b, "| %s | %d | %.1f | %s | %.1f | %.1f | %.2f | %.1f | %.1f | %.1f | %.2f%% | %.0f / %.0f | %s | %s |\n",
+			r.Scope, r.Nodes, r.MsgsPerS, ratio, r.BytesPerS/1024, r.GossipMsgsPerS, r.HeapMB, r.RSSMB, r.ViewAgents, r.Shards, 100*r.Recall, r.DetectP50, r.DetectMax, wall, pass)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -130,6 +141,7 @@ func WriteCurveSVG(w io.Writer, rows []CurveRow) error {
 		{"received messages per node per second", func(r CurveRow) float64 { return r.MsgsPerS }, "msg/s"},
 		{"received bytes per node per second", func(r CurveRow) float64 { return r.BytesPerS / 1024 }, "KiB/s"},
 		{"live heap per node", func(r CurveRow) float64 { return r.HeapMB }, "MB"},
+		{"peak RSS per node", func(r CurveRow) float64 { return r.RSSMB }, "MB"},
 		{"recall", func(r CurveRow) float64 { return 100 * r.Recall }, "%"},
 		{"crash → gone at every node, p50", func(r CurveRow) float64 { return r.DetectP50 }, "ms"},
 	}

@@ -9,7 +9,7 @@ import (
 
 func TestCurveTableAndPlot(t *testing.T) {
 	rows := []CurveRow{
-		{Nodes: 250, Scope: "interest", MsgsPerS: 150, BytesPerS: 2048, HeapMB: 9, Recall: 0.995, DetectP50: 100, Pass: true},
+		{Nodes: 250, Scope: "interest", MsgsPerS: 150, BytesPerS: 2048, HeapMB: 9, RSSMB: 14, Recall: 0.995, DetectP50: 100, WallS: 125.4, Pass: true},
 		{Nodes: 100, Scope: "interest", MsgsPerS: 100, BytesPerS: 1024, HeapMB: 6, Recall: 0.999, DetectP50: 100, Pass: true},
 		{Nodes: 100, Scope: "full", MsgsPerS: 200, BytesPerS: 4096, HeapMB: 7, Recall: 0.999, DetectP50: 100},
 	}
@@ -24,7 +24,10 @@ func TestCurveTableAndPlot(t *testing.T) {
 	if !strings.Contains(lines[3], "| interest | 250 | 150.0 | 1.50 |") {
 		t.Errorf("ratio to the smallest size of the same scope missing: %s", lines[3])
 	}
-	if !strings.Contains(lines[4], "| full | 100 |") || !strings.HasSuffix(lines[4], "| FAIL |") {
+	if !strings.Contains(lines[3], "| 9.00 | 14.0 |") || !strings.HasSuffix(lines[3], "| 2m5s | pass |") {
+		t.Errorf("memory or wall time missing: %s", lines[3])
+	}
+	if !strings.Contains(lines[4], "| full | 100 |") || !strings.HasSuffix(lines[4], "| — | FAIL |") {
 		t.Errorf("full row: %s", lines[4])
 	}
 	doc := []byte("# x\n<!-- simnet-curve:begin -->\nSTALE-TABLE\n<!-- simnet-curve:end -->\ntail\n")
@@ -52,8 +55,8 @@ func TestCurveTableAndPlot(t *testing.T) {
 			break
 		}
 	}
-	if n := strings.Count(img, "<polyline"); n != 10 {
-		t.Errorf("%d polylines, want 5 panels × 2 scopes", n)
+	if n := strings.Count(img, "<polyline"); n != 12 {
+		t.Errorf("%d polylines, want 6 panels × 2 scopes", n)
 	}
 	if err := WriteCurveTable(&tb, nil); err == nil {
 		t.Error("empty curve accepted")

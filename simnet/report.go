@@ -20,6 +20,9 @@ type Report struct {
 	// clock it ran on: "virtual" or "real" (both set by the CLI).
 	Command  string       `json:"command,omitempty"`
 	Clock    string       `json:"clock,omitempty"`
+	// WallSeconds is the run's wall time, warm-up included (set by the
+	// CLI).
+	WallSeconds float64 `json:"wall_s,omitempty"`
 	Scenario ScenarioInfo `json:"scenario"`
 	// Interrupted is set when the run was cancelled before its end.
 	Interrupted bool        `json:"interrupted,omitempty"`

@@ -299,6 +299,7 @@ func runSimnet(c *cli.Context) error {
 func reportSimnet(c *cli.Context, rep *simnet.Report, runErr error, th simnet.Thresholds, began time.Time) error {
 	stderr := c.App.ErrWriter
 	rep.Command = simnetCommandLine(c)
+	rep.WallSeconds = time.Since(began).Seconds()
 	failures := rep.Check(th)
 	if runErr != nil && !errors.Is(runErr, simnet.ErrNodeOp) {
 		// Node failures are in the report already (Check lists them).
