@@ -334,7 +334,7 @@ func (sm *sim) start(vn *vnode, restart bool) error {
 	} else if _, err := n.Register(sm.ctx, agentSpec(vn.idx, vn.skills)); err != nil {
 		return fail(fmt.Errorf("register the agent of node %d: %w", vn.idx, err))
 	}
-	sub := n.Subscribe(view.Filter{Types: []view.EventType{view.EventDeregistered}}, 1024)
+	sub := n.Subscribe(view.Filter{Types: []view.EventType{view.EventDeregistered}}, 256)
 	sm.watchers.Go(func() {
 		for ev := range sub.C() {
 			sm.noteRemoval(ev)
