@@ -18,12 +18,12 @@ import (
 type Report struct {
 	// Command is the command line that produced the report, and Clock the
 	// clock it ran on: "virtual" or "real" (both set by the CLI).
-	Command  string       `json:"command,omitempty"`
-	Clock    string       `json:"clock,omitempty"`
+	Command string `json:"command,omitempty"`
+	Clock   string `json:"clock,omitempty"`
 	// WallSeconds is the run's wall time, warm-up included (set by the
 	// CLI).
-	WallSeconds float64 `json:"wall_s,omitempty"`
-	Scenario ScenarioInfo `json:"scenario"`
+	WallSeconds float64      `json:"wall_s,omitempty"`
+	Scenario    ScenarioInfo `json:"scenario"`
 	// Interrupted is set when the run was cancelled before its end.
 	Interrupted bool        `json:"interrupted,omitempty"`
 	Setup       SetupInfo   `json:"setup"`
@@ -55,6 +55,8 @@ type ScenarioInfo struct {
 	LatencyMS         float64 `json:"latency_ms"`
 	JitterMS          float64 `json:"jitter_ms"`
 	BandwidthBps      float64 `json:"bandwidth_bytes_per_s"`
+	ConnLow           int     `json:"conn_low_water,omitempty"`
+	ConnHigh          int     `json:"conn_high_water,omitempty"`
 	Loss              float64 `json:"loss,omitempty"`
 	Scope             string  `json:"scope"`
 	ChurnIntervalS    float64 `json:"churn_interval_s,omitempty"`
@@ -383,7 +385,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	if s.Loss > 0 {
 		bw += fmt.Sprintf(", %g%% packet loss", 100*s.Loss)
 	}
-	fmt.Fprintf(&b, "links: %gms ± %gms, bandwidth %s; queries %g/s; heartbeat %gs, liveness timeout %gs; scope %s\n", s.LatencyMS, s.JitterMS, bw, s.QueryRate, s.HeartbeatInterval, s.LivenessTimeoutS, s.Scope)
+	fmt.Fprintf(&b, "links: %gms ± %gms, bandwidth %s; queries %g/s; heartbeat %gs, liveness timeout %gs; scope %s; connections %d/%d\n", s.LatencyMS, s.JitterMS, bw, s.QueryRate, s.HeartbeatInterval, s.LivenessTimeoutS, s.Scope, s.ConnLow, s.ConnHigh)
 	if r.Command != "" {
 		fmt.Fprintf(&b, "command: %s\n", r.Command)
 	}

@@ -77,6 +77,9 @@ type Scenario struct {
 	NoLatency bool
 	Jitter    time.Duration
 	Bandwidth float64
+	// ConnLow and ConnHigh are every node's connection manager watermarks
+	// (default agentd's production 160 and 192, package p2p).
+	ConnLow, ConnHigh int
 	// Loss is the share of packets lost on every link (0 ≤ Loss < 0.5).
 	// Streams are reliable, as TCP and QUIC are: a lost packet costs a
 	// retransmission timeout (200 ms, doubling while the retransmission
@@ -198,6 +201,9 @@ func (s Scenario) withDefaults() (Scenario, error) {
 			*d = v
 		}
 	}
+	if s.ConnLow == 0 && s.ConnHigh == 0 {
+		s.ConnLow, s.ConnHigh = connLowWater, connHighWater
+	}
 	if s.Nodes == 0 {
 		s.Nodes = 100
 	}
@@ -316,6 +322,8 @@ func (s *Scenario) validate() error {
 		return bad("bandwidth", "is %v; must be 0 (unlimited) or a positive number of bytes per second", s.Bandwidth)
 	case s.Bandwidth > 0 && s.Bandwidth < 1024:
 		return bad("bandwidth", "is %v bytes/s; below 1 KiB/s nothing useful gets through", s.Bandwidth)
+	case s.ConnLow < 1 || s.ConnHigh <= s.ConnLow || s.ConnHigh > 10_000:
+		return bad("connection watermarks", "are %d/%d; the low one must be at least 1 and below the high one (at most 10000)", s.ConnLow, s.ConnHigh)
 	case s.ChurnInterval < 100*time.Millisecond:
 		return bad("churn interval", "is %s; must be at least 100ms", s.ChurnInterval)
 	case !finite(s.ChurnFraction) || s.ChurnFraction < 0 || s.ChurnFraction > 0.9:

@@ -234,6 +234,8 @@ func TestScenarioValidation(t *testing.T) {
 		{Scenario{Zipf: math.NaN()}, "zipf"},
 		{Scenario{Bandwidth: -1}, "bandwidth"},
 		{Scenario{Bandwidth: 10}, "bandwidth"},
+		{Scenario{ConnLow: 50, ConnHigh: 50}, "connection watermarks"},
+		{Scenario{ConnLow: 0, ConnHigh: 20}, "connection watermarks"},
 		{Scenario{ChurnFraction: 0.95}, "churn fraction"},
 		{Scenario{QueryRate: math.Inf(1)}, "query rate"},
 		{Scenario{Duration: time.Millisecond}, "duration"},
@@ -250,6 +252,9 @@ func TestScenarioValidation(t *testing.T) {
 	s, _, _, err := Scenario{NoLatency: true}.Plan()
 	if err != nil || s.Latency != 0 || s.Jitter != 0 {
 		t.Fatalf("no latency: %v, latency %s jitter %s", err, s.Latency, s.Jitter)
+	}
+	if s.ConnLow != 160 || s.ConnHigh != 192 {
+		t.Fatalf("default watermarks %d/%d, want agentd's 160/192", s.ConnLow, s.ConnHigh)
 	}
 	if k, err := ParseKind("massjoin"); err != nil || k != KindMassJoin {
 		t.Fatalf("ParseKind: %v %v", k, err)

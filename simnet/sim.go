@@ -454,7 +454,7 @@ func (sm *sim) attachHost(vn *vnode) (*simHost, error) {
 	if err != nil {
 		return nil, err
 	}
-	cm, err := connmgr.NewConnManager(connLowWater, connHighWater)
+	cm, err := connmgr.NewConnManager(sm.s.ConnLow, sm.s.ConnHigh)
 	if err != nil {
 		return nil, fmt.Errorf("connection manager of node %d: %w", vn.idx, err)
 	}
