@@ -72,6 +72,10 @@ const (
 	simnetGOGCReal = 400
 )
 
+// simnetMemoryShare is the share of the machine's RAM a simnet run's Go
+// heap may use (runtime/debug.SetMemoryLimit) when GOMEMLIMIT is not set.
+const simnetMemoryShare = 0.85
+
 func simnetCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "simnet",
@@ -284,6 +288,13 @@ func runSimnet(c *cli.Context) error {
 			gogc = simnetGOGCReal
 		}
 		defer debug.SetGCPercent(debug.SetGCPercent(gogc))
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// A large run collects harder as it nears the machine's memory
+		// instead of being killed by it.
+		if ram := physicalMemory(); ram > 0 {
+			defer debug.SetMemoryLimit(debug.SetMemoryLimit(int64(float64(ram) * simnetMemoryShare)))
+		}
 	}
 	began := time.Now()
 	finish := func(rep *simnet.Report, runErr error) error {
