@@ -15,6 +15,7 @@ import (
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/trust"
 	"github.com/agentd/agentd/view"
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 	ma "github.com/multiformats/go-multiaddr"
@@ -46,6 +47,8 @@ type tnet struct {
 	mn    mocknet.Mocknet
 	nodes []*tnode
 	cfg   Config
+	// wrap, when set, wraps the host of the nodes added next.
+	wrap func(host.Host) host.Host
 }
 
 // newNet starts n nodes over a mocknet with 20 ms links; node i>0
@@ -119,6 +122,9 @@ func (tn *tnet) add(id *trust.Identity, st store.Store) *tnode {
 	if len(tn.nodes) > 0 {
 		b := tn.nodes[0].Host()
 		cfg.Bootstrap = []peer.AddrInfo{{ID: b.ID(), Addrs: b.Addrs()}}
+	}
+	if tn.wrap != nil {
+		h = tn.wrap(h)
 	}
 	nd, err := New(cfg, Options{Identity: id, Host: h, Store: st, Logger: slog.New(slog.NewTextHandler(testLogOut, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {

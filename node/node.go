@@ -352,8 +352,9 @@ func (n *Node) Start(ctx context.Context) error {
 	go n.heartbeatLoop()
 	go n.every(time.Minute, n.reannounce)
 	go n.joinLoop()
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.every(2*time.Second, n.updateGauges)
+	go n.every(viewTagInterval, n.tagViewPeers)
 	if n.gsp != nil {
 		n.wg.Add(1)
 		go n.every(n.cfg.InterestCheck, n.interestTick)
@@ -620,6 +621,31 @@ func (n *Node) joinLoop() {
 func (n *Node) updateGauges() {
 	n.m.Peers.Set(float64(len(n.host.Network().Peers())))
 	n.m.Records.WithLabelValues("cached").Set(float64(n.st.Len()))
+}
+
+// Connections to the peers whose agents are in the live view carry a
+// connection-manager tag, so that when the node has more connections than
+// its high watermark the trim keeps them and closes others first (lookups'
+// leftovers): a closed connection to such a peer is what early failure
+// detection listens for (package liveness), and the peer's heartbeats
+// arrive over the shard meshes anyway. GossipSub tags its mesh peers
+// (weight 20) and kad-dht its routing-table peers (5) the same way.
+const (
+	viewTag         = "agentd-view"
+	viewTagWeight   = 20
+	viewTagInterval = 30 * time.Second
+)
+
+// tagViewPeers sets or clears viewTag on every connected peer.
+func (n *Node) tagViewPeers() {
+	cm := n.host.ConnManager()
+	for _, p := range n.host.Network().Peers() {
+		if n.view.CountByPeer(p) > 0 {
+			cm.TagPeer(p, viewTag, viewTagWeight)
+		} else {
+			cm.UntagPeer(p, viewTag)
+		}
+	}
 }
 
 // every runs f every d until the node stops. The caller counts it in
