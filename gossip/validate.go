@@ -78,6 +78,19 @@ func (g *Gossip) validate(ctx context.Context, topic, scene, shard string, msg *
 // (the view applies local changes directly).
 func (g *Gossip) check(topic, scene, shard string, data []byte, author peer.ID) (*accepted, pubsub.ValidationResult, trust.Reason, error) {
 	local := author == g.h.ID()
+	var key [32]byte
+	if !local {
+		key = contentKey(author, data)
+		// The same bytes by the same author, verified and accepted on
+		// another topic moments ago: a scoped node gets an agent's beat
+		// once per shard topic it shares with the agent. Its signature is
+		// a function of these bytes, and a beat carries nothing a topic
+		// could refuse (announcements do: scene and shard, so they take
+		// the whole path). Forward it without decoding or verifying again.
+		if g.recent.verifiedBeat(key, topic) {
+			return &accepted{dup: true}, pubsub.ValidationAccept, "", nil
+		}
+	}
 	m, err := Decode(data, g.cfg.MaxMessageBytes)
 	if err != nil {
 		reason := trust.ReasonOf(err)
@@ -132,8 +145,7 @@ func (g *Gossip) check(topic, scene, shard string, data []byte, author peer.ID) 
 	if local {
 		return a, pubsub.ValidationAccept, "", nil
 	}
-	key := contentKey(author, data)
-	if g.recent.claim(key, topic) {
+	if g.recent.claim(key, topic, m.Kind != KindAnnounce) {
 		a.dup = true
 		return a, pubsub.ValidationAccept, "", nil
 	}
@@ -229,6 +241,7 @@ type recentCache struct {
 type recentEntry struct {
 	topic string
 	at    time.Time
+	beat  bool // not an announcement (see verifiedBeat)
 }
 
 func newRecentCache(ttl time.Duration, max int) *recentCache {
@@ -239,7 +252,7 @@ func newRecentCache(ttl time.Duration, max int) *recentCache {
 // the TTL (a duplicate to forward, not deliver). Otherwise it records k
 // for topic, so that a copy validated concurrently on another topic is a
 // duplicate; release undoes that when the sink refuses the payload.
-func (c *recentCache) claim(k [32]byte, topic string) bool {
+func (c *recentCache) claim(k [32]byte, topic string, beat bool) bool {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -254,9 +267,18 @@ func (c *recentCache) claim(k [32]byte, topic string) bool {
 		delete(c.m, old)
 		c.order = c.order[1:]
 	}
-	c.m[k] = recentEntry{topic: topic, at: now}
+	c.m[k] = recentEntry{topic: topic, at: now, beat: beat}
 	c.order = append(c.order, k)
 	return false
+}
+
+// verifiedBeat reports whether k, a beat (heartbeat, status or
+// unregister), was accepted on another topic within the TTL.
+func (c *recentCache) verifiedBeat(k [32]byte, topic string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[k]
+	return ok && e.beat && e.topic != topic && time.Since(e.at) < c.ttl
 }
 
 // release forgets k if topic holds it.
