@@ -2,6 +2,8 @@ package simnet
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"errors"
 	"fmt"
 	"strconv"
@@ -241,11 +243,7 @@ func (pn *peerNet) removeConn(c *memConn) {
 func (pn *peerNet) Peers() []peer.ID {
 	pn.mu.RLock()
 	defer pn.mu.RUnlock()
-	out := make([]peer.ID, 0, len(pn.conns))
-	for p := range pn.conns {
-		out = append(out, p)
-	}
-	return out
+	return slices.Collect(maps.Keys(pn.conns))
 }
 
 func (pn *peerNet) Conns() []network.Conn {
