@@ -2,10 +2,10 @@ package simnet
 
 import (
 	"context"
-	"maps"
-	"slices"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
