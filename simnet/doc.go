@@ -1,10 +1,11 @@
 // Package simnet runs many complete agentd nodes in one process over an
-// in-memory libp2p network (go-libp2p's mocknet), breaks the network on a
+// in-memory libp2p network (memnet.go: go-libp2p's basic host over a
+// network.Network of simnet's own whose streams need no goroutine), breaks the network on a
 // schedule, checks every discovery answer against ground truth, and reports
 // what discovery achieved and what it cost.
 //
 // Each virtual node is a real node.Node — DHT, GossipSub, live view,
-// in-memory Badger store, resolver; LAN discovery off — on a mocknet host
+// in-memory Badger store, resolver; LAN discovery off — on an in-memory host
 // whose links carry a configurable latency, per-link jitter and bandwidth.
 // Nodes join through a few bootstrap nodes (bootstrap.StartNode). The
 // harness knows at every instant which agents are alive, what each offers
