@@ -627,9 +627,10 @@ func (n *Node) updateGauges() {
 // connection-manager tag, so that when the node has more connections than
 // its high watermark the trim keeps them and closes others first (lookups'
 // leftovers): a closed connection to such a peer is what early failure
-// detection listens for (package liveness), and the peer's heartbeats
-// arrive over the shard meshes anyway. GossipSub tags its mesh peers
-// (weight 20) and kad-dht its routing-table peers (5) the same way.
+// detection listens for (package liveness). For comparison, GossipSub
+// v0.17 protects its mesh peers (tag_tracer.go, despite its doc comment
+// speaking of a tag of 20) and kad-dht v0.42 protects the peers of its
+// routing table's first two buckets and tags the others with 5.
 const (
 	viewTag         = "agentd-view"
 	viewTagWeight   = 20

@@ -152,6 +152,7 @@ type sim struct {
 	goroSum      float64
 	heapSum      float64
 	stackSum     float64
+	connSum      float64 // connected peers per agent node, summed over samples
 	lastSample   trafficTotals
 	lastSampleAt time.Time
 	sybil        *sybilRun // KindSybil's hostile peer, once it has joined
@@ -1085,17 +1086,23 @@ func (sm *sim) sampleAt(now time.Time) {
 	rss := rssBytes()
 	sm.mu.Lock()
 	defer sm.mu.Unlock()
-	up, live := 0, 0
+	up, live, conns := 0, 0, 0
 	for _, vn := range sm.nodes {
 		if vn.state == stateUp {
 			up++
 			if !vn.boot {
 				live++
+				if vn.raw != nil {
+					conns += len(vn.raw.Network().Peers())
+				}
 			}
 		}
 	}
 	if up == 0 {
 		return
+	}
+	if live > 0 {
+		sm.connSum += float64(conns) / float64(live)
 	}
 	agents, _ := sm.trafficLocked()
 	d := agents.sub(sm.lastSample)
