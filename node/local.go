@@ -323,7 +323,6 @@ func adaptiveInterval(base time.Duration, agents int, maxRate float64) time.Dura
 }
 
 func (n *Node) heartbeatLoop() {
-	defer n.wg.Done()
 	for {
 		select {
 		case <-n.ctx.Done():

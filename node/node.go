@@ -347,17 +347,14 @@ func (n *Node) Start(ctx context.Context) error {
 	if n.dht != nil {
 		n.dht.SetProvided(n.view.Locals())
 	}
-	n.wg.Add(4)
-	go n.every(n.cfg.LeaseCheckInterval, n.expireLeases)
-	go n.heartbeatLoop()
-	go n.every(time.Minute, n.reannounce)
-	go n.joinLoop()
-	n.wg.Add(2)
-	go n.every(2*time.Second, n.updateGauges)
-	go n.every(viewTagInterval, n.tagViewPeers)
+	n.wg.Go(n.heartbeatLoop)
+	n.wg.Go(n.joinLoop)
+	n.every(n.cfg.LeaseCheckInterval, n.expireLeases)
+	n.every(time.Minute, n.reannounce)
+	n.every(2*time.Second, n.updateGauges)
+	n.every(viewTagInterval, n.tagViewPeers)
 	if n.gsp != nil {
-		n.wg.Add(1)
-		go n.every(n.cfg.InterestCheck, n.interestTick)
+		n.every(n.cfg.InterestCheck, n.interestTick)
 	}
 	return nil
 }
@@ -581,7 +578,6 @@ func (n *Node) Health() Health {
 // neighbours for their live view; it retries with backoff while the node
 // has no peer.
 func (n *Node) joinLoop() {
-	defer n.wg.Done()
 	backoff := time.Second
 	synced := false
 	for {
@@ -649,20 +645,21 @@ func (n *Node) tagViewPeers() {
 	}
 }
 
-// every runs f every d until the node stops. The caller counts it in
-// n.wg.
+// every starts a goroutine of the node that runs f every d until the
+// node stops.
 func (n *Node) every(d time.Duration, f func()) {
-	defer n.wg.Done()
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-t.C:
-			f()
+	n.wg.Go(func() {
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-n.ctx.Done():
+				return
+			case <-t.C:
+				f()
+			}
 		}
-	}
+	})
 }
 
 // republishLocals announces the hosted records of a topic again (all of
