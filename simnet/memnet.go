@@ -247,13 +247,10 @@ func (pn *peerNet) Peers() []peer.ID {
 }
 
 func (pn *peerNet) Conns() []network.Conn {
-	pn.mu.RLock()
-	defer pn.mu.RUnlock()
-	out := make([]network.Conn, 0, len(pn.conns))
-	for _, m := range pn.conns {
-		for c := range m {
-			out = append(out, c)
-		}
+	cs := pn.allConns()
+	out := make([]network.Conn, len(cs))
+	for i, c := range cs {
+		out[i] = c
 	}
 	return out
 }

@@ -384,31 +384,19 @@ func writeFileWith(path string, write func(io.Writer) error) error {
 	return f.Close()
 }
 
+// writeHeapProfile writes the heap profile to path and, beside it, the
+// goroutine profile to path.goroutines: in a simulation of many nodes
+// their stacks are a large share of the memory the heap profile does not
+// show.
 func writeHeapProfile(path string) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("heap profile: %w", err)
-	}
 	runtime.GC()
-	if err := pprof.WriteHeapProfile(f); err != nil {
-		_ = f.Close()
+	if err := writeFileWith(path, pprof.WriteHeapProfile); err != nil {
 		return fmt.Errorf("heap profile: %w", err)
 	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("heap profile: %w", err)
-	}
-	// The goroutines beside it: in a simulation of many nodes their
-	// stacks are a large share of the memory the heap profile does not
-	// show.
-	g, err := os.Create(path + ".goroutines")
-	if err != nil {
+	if err := writeFileWith(path+".goroutines", func(w io.Writer) error { return pprof.Lookup("goroutine").WriteTo(w, 0) }); err != nil {
 		return fmt.Errorf("goroutine profile: %w", err)
 	}
-	if err := pprof.Lookup("goroutine").WriteTo(g, 0); err != nil {
-		_ = g.Close()
-		return fmt.Errorf("goroutine profile: %w", err)
-	}
-	return g.Close()
+	return nil
 }
 
 // isTerminal reports whether w is a character device (a terminal).
