@@ -240,24 +240,14 @@ func (n *simNet) partitioned() bool {
 	return n.side != nil
 }
 
-// dropHost closes node idx's host and forgets it; host makes a new one
-// (same identity and address) when the node restarts.
+// dropHost closes node idx's host and forgets it: a stopped node's (host
+// makes a new one, same identity and address, when it restarts) or a
+// retired one's.
 func (n *simNet) dropHost(idx int) error {
 	n.mu.Lock()
 	h := n.hosts[idx]
 	delete(n.hosts, idx)
 	delete(n.nets, idx)
-	n.mu.Unlock()
-	if h == nil {
-		return nil
-	}
-	return h.Close()
-}
-
-// closeHost closes the host of a node that will never come back.
-func (n *simNet) closeHost(idx int) error {
-	n.mu.Lock()
-	h := n.hosts[idx]
 	n.mu.Unlock()
 	if h == nil {
 		return nil

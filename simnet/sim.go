@@ -445,7 +445,7 @@ func (sm *sim) retire(vn *vnode) error {
 	if st != nil {
 		err = st.Close()
 	}
-	return errors.Join(err, sm.net.closeHost(vn.idx))
+	return errors.Join(err, sm.net.dropHost(vn.idx))
 }
 
 // attachHost links vn's host into the network and gives the new node
@@ -1080,8 +1080,7 @@ func (sm *sim) sampler(ctx context.Context) {
 
 // sampleAt records resources and traffic for the bucket ending at now.
 func (sm *sim) sampleAt(now time.Time) {
-	heap := liveHeapBytes()
-	stacks := stackBytes()
+	heap, stacks := memoryBytes()
 	g := runtime.NumGoroutine()
 	rss := rssBytes()
 	sm.mu.Lock()
@@ -1297,27 +1296,22 @@ func (sm *sim) progress(phase string, elapsed time.Duration) {
 	sm.s.Progress(p)
 }
 
-// liveHeapBytes is the heap that survived the last GC: unlike the heap
-// in use it does not depend on GOGC.
-func liveHeapBytes() uint64 {
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+// memoryBytes returns the heap that survived the last GC (unlike the heap
+// in use, it does not depend on GOGC) and the memory of goroutine stacks.
+func memoryBytes() (liveHeap, stacks uint64) {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/memory/classes/heap/stacks:bytes"}}
 	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		liveHeap = s[0].Value.Uint64()
+	} else {
 		var m runtime.MemStats
 		runtime.ReadMemStats(&m)
-		return m.HeapInuse
+		liveHeap = m.HeapInuse
 	}
-	return s[0].Value.Uint64()
-}
-
-// stackBytes is the memory held by goroutine stacks.
-func stackBytes() uint64 {
-	s := []metrics.Sample{{Name: "/memory/classes/heap/stacks:bytes"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
+	if s[1].Value.Kind() == metrics.KindUint64 {
+		stacks = s[1].Value.Uint64()
 	}
-	return s[0].Value.Uint64()
+	return liveHeap, stacks
 }
 
 // ---- teardown ----
