@@ -35,7 +35,7 @@ type memStream struct {
 	protocol atomic.Pointer[protocol.ID]
 	stat     network.Stats
 
-	// wrote and read record the local CloseWrite and the end of reading
+	// wroteDone and readDone record the local CloseWrite and the end of reading
 	// (EOF, CloseRead); the stream leaves its connection's list once both
 	// are done, or at a reset.
 	wroteDone, readDone atomic.Bool
