@@ -30,6 +30,9 @@ func TestParseAddr(t *testing.T) {
 		"/ip4/203.0.113.7/tcp/4777/p2p/" + id.String(),
 		"/ip6/2001:db8::7/udp/4777/quic-v1/p2p/" + id.String(),
 		"/ip4/10.0.0.1/tcp/4777/ws/p2p/" + id.String(),
+		"/dns4/boot.example.org/tcp/4777/p2p/" + id.String(),
+		"/dnsaddr/bootstrap.example.org/p2p/" + id.String(),
+		"/dns/boot.example.org/udp/4777/quic-v1/p2p/" + id.String(),
 	} {
 		ai, err := ParseAddr(ok)
 		if err != nil || ai.ID != id || len(ai.Addrs) != 1 {
@@ -41,9 +44,10 @@ func TestParseAddr(t *testing.T) {
 	}
 	for in, want := range map[string]error{
 		"/ip4/203.0.113.7/tcp/4777":                           ErrNoPeerID,
-		"/dns4/boot.example.org/tcp/4777/p2p/" + id.String():  ErrDNS,
-		"/dnsaddr/bootstrap.example.org/p2p/" + id.String():   ErrDNS,
-		"/dns/boot.example.org/tcp/4777/p2p/" + id.String():   ErrDNS,
+		"/dnsaddr/bootstrap.example.org":                      ErrNoPeerID, // a name, not an address: Parse keeps it
+		"/dnsaddr/b.example.org/tcp/1/p2p/" + id.String():     ErrBadAddr,
+		"/dns4/boot.example.org/p2p/" + id.String():           ErrBadAddr,
+		"/unix/tmp/x/p2p/" + id.String():                      ErrBadAddr,
 		"/p2p/" + id.String():                                 ErrBadAddr,
 		"/ip4/203.0.113.7/p2p/" + id.String():                 ErrBadAddr,
 		"203.0.113.7:4777":                                    ErrBadAddr,
@@ -61,38 +65,46 @@ func TestParseList(t *testing.T) {
 	a, b, c := fixedID(t, 1), fixedID(t, 2), fixedID(t, 3)
 	cfg := config.DHTConfig{BootstrapNodes: []config.BootstrapNode{
 		{Host: "dht1.ooder.net", Port: 6881},                             // the seed's form: no peer id
-		{Host: "dht2.ooder.net", Port: 6881, PeerID: b.String()},         // a DNS name
-		{Host: "192.0.2.9", Port: 4777, PeerID: b.String()},              // ok
+		{Host: "dht2.ooder.net", Port: 6881, PeerID: b.String()},         // a DNS name with the peer id
+		{Host: "192.0.2.9", Port: 4777, PeerID: b.String()},              // ok, same peer
 		{Multiaddr: "/ip4/192.0.2.1/udp/4777/quic-v1/p2p/" + a.String()}, // same peer as a flag
 		{Multiaddr: "/ip6/2001:db8::3/tcp/4777", PeerID: c.String()},     // ok
+		{Multiaddr: "/dnsaddr/bootstrap.example.org"},                    // a name: its TXT records list the peers
 	}}
 	flags := []string{
 		"/ip4/192.0.2.1/tcp/4777/p2p/" + a.String(),
-		"/ip4/192.0.2.2/tcp/4777", // no peer id: warning
+		"/ip4/192.0.2.2/tcp/4777",        // no peer id: warning
+		"/dnsaddr/bootstrap.example.org", // the same name again
 	}
-	peers, warns, err := Parse(cfg, flags)
+	list, warns, err := Parse(cfg, flags)
 	if err != nil {
 		t.Fatal(err)
 	}
+	peers := list.Peers
 	if len(peers) != 3 || peers[0].ID != a || peers[1].ID != b || peers[2].ID != c {
 		t.Fatalf("peers = %v", peers)
 	}
-	if len(peers[0].Addrs) != 2 {
-		t.Fatalf("flag and config entries of one peer were not merged: %v", peers[0].Addrs)
+	if len(peers[0].Addrs) != 2 || len(peers[1].Addrs) != 2 {
+		t.Fatalf("entries of one peer were not merged: %v", peers)
 	}
-	if len(warns) != 3 {
-		t.Fatalf("warnings = %v, want 3", warns)
+	if len(list.Names) != 1 || list.Names[0].String() != "/dnsaddr/bootstrap.example.org" {
+		t.Fatalf("names = %v", list.Names)
+	}
+	if !list.HasDNS() || list.Empty() {
+		t.Fatal("HasDNS/Empty wrong")
+	}
+	if len(warns) != 2 {
+		t.Fatalf("warnings = %v, want 2", warns)
 	}
 	if !errors.Is(warns[0].Err, ErrNoPeerID) || warns[0].Source != "flag" ||
-		!errors.Is(warns[1].Err, ErrNoPeerID) || warns[1].Source != "config" ||
-		!errors.Is(warns[2].Err, ErrDNS) {
+		!errors.Is(warns[1].Err, ErrNoPeerID) || warns[1].Source != "config" {
 		t.Fatalf("warnings = %v", warns)
 	}
 	if !strings.Contains(warns[1].String(), "dht1.ooder.net:6881") {
 		t.Fatalf("warning does not name the entry: %s", warns[1])
 	}
-	// A malformed or DNS flag is an error naming the flag.
-	for _, bad := range []string{"nonsense", "/dns4/x/tcp/1/p2p/" + a.String()} {
+	// A malformed flag is an error naming the flag.
+	for _, bad := range []string{"nonsense", "/dns4/x/p2p/" + a.String(), "/dnsaddr/x/tcp/1"} {
 		if _, _, err := Parse(config.DHTConfig{}, []string{bad}); err == nil || !strings.Contains(err.Error(), "--bootstrap") {
 			t.Fatalf("Parse(%q) = %v", bad, err)
 		}
@@ -101,8 +113,13 @@ func TestParseList(t *testing.T) {
 	if len(Builtin) != 0 {
 		t.Fatalf("built-in list is not empty: %v", Builtin)
 	}
-	if p, err := Peers(config.DHTConfig{}, nil); err != nil || len(p) != 0 {
-		t.Fatalf("empty list = %v, %v", p, err)
+	if l, err := Peers(config.DHTConfig{}, nil); err != nil || !l.Empty() || l.HasDNS() {
+		t.Fatalf("empty list = %v, %v", l, err)
+	}
+	// IP entries resolve to themselves without a resolver.
+	ip := List{Peers: []peer.AddrInfo{peers[2]}}
+	if got, warns := ip.Resolve(t.Context(), nil); len(got) != 1 || got[0].ID != c || len(warns) != 0 {
+		t.Fatalf("Resolve of an IP list = %v, %v", got, warns)
 	}
 }
 

@@ -19,7 +19,8 @@ var ErrNoPeerID = errors.New("bootstrap node has no peer id; libp2p authenticate
 // Addr returns the dialable multiaddr of the node, ending in /p2p/<peer id>.
 // host/port entries become /ip4/, /ip6/ or /dns/ addresses over TCP. An
 // entry without a peer id returns the address it has and an error wrapping
-// ErrNoPeerID.
+// ErrNoPeerID; a /dnsaddr/<name> entry needs none (its TXT records name
+// the peers) and is returned as it is.
 func (b BootstrapNode) Addr() (ma.Multiaddr, error) {
 	var addr ma.Multiaddr
 	if b.Multiaddr != "" {
@@ -61,6 +62,10 @@ func (b BootstrapNode) Addr() (ma.Multiaddr, error) {
 		id = want
 	}
 	if id == "" {
+		if len(addr) > 0 && addr[0].Code() == ma.P_DNSADDR {
+			// Its TXT records name the peers (/dnsaddr/<name>).
+			return addr, nil
+		}
 		return addr, fmt.Errorf("%s: %w", addr, ErrNoPeerID)
 	}
 	if len(transport) == 0 {
