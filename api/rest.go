@@ -612,6 +612,10 @@ type Health struct {
 	DHTRoutingTable int               `json:"dht_routing_table"`
 	Transports      map[string]string `json:"transports"`
 	Auth            string            `json:"auth"` // "none", "bearer"
+	// Reachability is AutoNAT's verdict: "unknown", "public", "private".
+	Reachability string `json:"reachability"`
+	// DHTMode is "server", "client" or "off".
+	DHTMode string `json:"dht_mode"`
 }
 
 func (s *Server) health() Health {
@@ -634,6 +638,7 @@ func (s *Server) health() Health {
 		Version:       s.cfg.Version, ProtocolVersion: record.ProtocolVersion,
 		Peers: h.Peers, LiveAgents: h.LiveAgents, CachedRecords: h.Cached, HostedAgents: len(s.n.Locals()),
 		DHTRoutingTable: h.DHTTable, Transports: h.Transports, Auth: auth,
+		Reachability: h.Reachability, DHTMode: h.DHTMode,
 	}
 }
 

@@ -240,11 +240,13 @@ func (c *Client) Capabilities(ctx context.Context) (map[string][]Provider, error
 
 // Peer is a connected libp2p peer.
 type Peer struct {
-	ID        string        `json:"id"`
-	Addrs     []string      `json:"addrs"`
-	Direction string        `json:"direction"`
-	Latency   time.Duration `json:"latency_ns"`
-	Agents    []string      `json:"agents,omitempty"`
+	ID        string   `json:"id"`
+	Addrs     []string `json:"addrs"`
+	Direction string   `json:"direction"`
+	// Connection is "direct" or "relayed" (through a circuit relay).
+	Connection string        `json:"connection"`
+	Latency    time.Duration `json:"latency_ns"`
+	Agents     []string      `json:"agents,omitempty"`
 }
 
 // Peers lists the daemon's connected peers.

@@ -37,6 +37,49 @@ type Config struct {
 	Registry RegistryConfig `yaml:"registry" json:"registry"`
 	// Log configures logging.
 	Log LogConfig `yaml:"log" json:"log"`
+	// NAT configures NAT traversal (agentd's addition; docs/nat.md).
+	NAT NATConfig `yaml:"nat" json:"nat"`
+}
+
+// NATConfig is how a node behind a NAT stays reachable: go-libp2p's AutoNAT,
+// port mapping, circuit relay v2, AutoRelay and DCUtR hole punching.
+type NATConfig struct {
+	// Reachability is "auto" (AutoNAT decides; the default), "public" (the
+	// operator knows the node is dialable at its addresses) or "private".
+	// `agentd bootstrap` takes "auto" as "public".
+	Reachability string `yaml:"reachability" json:"reachability"`
+	// PortMapping asks the gateway for a port mapping (UPnP IGD, NAT-PMP).
+	PortMapping bool `yaml:"portMapping" json:"portMapping"`
+	// HolePunching upgrades relayed connections to direct ones (DCUtR).
+	HolePunching bool `yaml:"holePunching" json:"holePunching"`
+	// AutoRelay reserves a slot on a relay (the bootstrap nodes first)
+	// while the node is not known to be public, and advertises it.
+	AutoRelay bool `yaml:"autoRelay" json:"autoRelay"`
+	// Announce are the multiaddrs to advertise instead of the detected
+	// ones, for an operator with a known public address.
+	Announce []string `yaml:"announce" json:"announce"`
+	// Relay is the circuit relay v2 service this node offers others
+	// (always on for `agentd bootstrap`).
+	Relay RelayConfig `yaml:"relay" json:"relay"`
+}
+
+// RelayConfig bounds the circuit relay v2 service. Zero values take
+// go-libp2p's defaults (given in brackets).
+type RelayConfig struct {
+	// Enabled serves the relay on `agentd run` too (while public).
+	Enabled bool `yaml:"enabled" json:"enabled"`
+	// MaxReservations is the number of peers holding a slot [128].
+	MaxReservations int `yaml:"maxReservations" json:"maxReservations"`
+	// MaxReservationsPerIP bounds slots per IP address [8]; agents behind
+	// one NAT share an address.
+	MaxReservationsPerIP int `yaml:"maxReservationsPerIP" json:"maxReservationsPerIP"`
+	// MaxCircuits is the number of relayed connections per peer [16].
+	MaxCircuits int `yaml:"maxCircuits" json:"maxCircuits"`
+	// ReservationTTL is how long a slot lasts before it must be renewed [1h].
+	ReservationTTL Duration `yaml:"reservationTTL" json:"reservationTTL"`
+	// ConnDuration and ConnData end one relayed connection [2m, 128KiB each way].
+	ConnDuration Duration `yaml:"connDuration" json:"connDuration"`
+	ConnData     ByteSize `yaml:"connData" json:"connData"`
 }
 
 // APIConfig configures the local API.
@@ -106,8 +149,11 @@ type DHTConfig struct {
 	Enabled           bool            `yaml:"enabled" json:"enabled"`
 	BootstrapNodes    []BootstrapNode `yaml:"bootstrapNodes" json:"bootstrapNodes"`
 	ReplicationFactor int             `yaml:"replicationFactor" json:"replicationFactor"`
-	// ClientMode makes this node a DHT client (for hosts that cannot
-	// accept connections).
+	// Mode is the DHT mode (agentd's addition): "auto" (the default) serves
+	// the DHT unless AutoNAT finds the node behind a NAT nobody can dial;
+	// "server" always serves it; "client" never does.
+	Mode string `yaml:"mode" json:"mode"`
+	// ClientMode is the older spelling of mode: client; true wins over mode.
 	ClientMode bool `yaml:"clientMode" json:"clientMode"`
 }
 
@@ -193,7 +239,8 @@ func Default() Config {
 		BroadcastInterval: Duration(5 * time.Second), Timeout: Duration(30 * time.Second),
 	}
 	c.Discovery.MDNS = MDNSConfig{Enabled: true, TTL: Duration(10 * time.Second)}
-	c.Discovery.DHT = DHTConfig{Enabled: true, ReplicationFactor: 20}
+	c.Discovery.DHT = DHTConfig{Enabled: true, ReplicationFactor: 20, Mode: DHTModeAuto}
+	c.NAT = NATConfig{Reachability: ReachabilityAuto, PortMapping: true, HolePunching: true, AutoRelay: true}
 	c.Discovery.SkillCenter.Timeout = Duration(10 * time.Second)
 	c.Discovery.SkillCenter.Cache.Enabled = true
 	c.Discovery.SkillCenter.Cache.TTL = Duration(300 * time.Second)

@@ -5,7 +5,7 @@ package config
 // them through its flags; they are listed here so every part of agentd and
 // its documentation uses the same names.
 //
-// Lists (AGENTD_LISTEN, AGENTD_BOOTSTRAP) are comma-separated; booleans
+// Lists (AGENTD_LISTEN, AGENTD_BOOTSTRAP, AGENTD_ANNOUNCE) are comma-separated; booleans
 // accept 1/0, true/false.
 const (
 	EnvConfig        = "AGENTD_CONFIG"         // path of the YAML configuration file
@@ -22,6 +22,9 @@ const (
 	EnvServeRegistry = "AGENTD_SERVE_REGISTRY" // api.serveRegistry
 	EnvMinFree       = "AGENTD_MIN_FREE"       // storage.minFree
 	EnvScope         = "AGENTD_SCOPE"          // discovery.scope
+	EnvDHTMode       = "AGENTD_DHT_MODE"       // discovery.dht.mode
+	EnvReachability  = "AGENTD_REACHABILITY"   // nat.reachability
+	EnvAnnounce      = "AGENTD_ANNOUNCE"       // nat.announce (comma-separated multiaddrs)
 )
 
 // EnvVars lists every environment variable agentd reads for its
@@ -29,5 +32,6 @@ const (
 var EnvVars = []string{
 	EnvConfig, EnvDataDir, EnvListen, EnvAPI, EnvBootstrap, EnvLogLevel,
 	EnvLogFormat, EnvTrustPolicy, EnvNoLAN, EnvLANInterface, EnvClientMode,
-	EnvServeRegistry, EnvMinFree, EnvScope,
+	EnvServeRegistry, EnvMinFree, EnvScope, EnvDHTMode, EnvReachability,
+	EnvAnnounce,
 }

@@ -41,7 +41,76 @@ var (
 	LogLevels  = []string{"debug", "info", "warn", "error"}
 	LogFormats = []string{"text", "json"}
 	Scopes     = []string{"interest", "full"}
+	DHTModes   = []string{DHTModeAuto, DHTModeServer, DHTModeClient}
+	Reachables = []string{ReachabilityAuto, ReachabilityPublic, ReachabilityPrivate}
 )
+
+// DHT modes and reachability values.
+const (
+	DHTModeAuto         = "auto"
+	DHTModeServer       = "server"
+	DHTModeClient       = "client"
+	ReachabilityAuto    = "auto"
+	ReachabilityPublic  = "public"
+	ReachabilityPrivate = "private"
+)
+
+// EffectiveMode is the DHT mode in force: "client" when the older
+// clientMode is set, mode otherwise ("auto" when empty).
+func (d DHTConfig) EffectiveMode() string {
+	switch {
+	case d.ClientMode:
+		return DHTModeClient
+	case d.Mode == "":
+		return DHTModeAuto
+	}
+	return d.Mode
+}
+
+func (n NATConfig) validate(v *validator) {
+	if n.Reachability != "" {
+		v.oneOf("nat.reachability", n.Reachability, Reachables)
+	}
+	v.list("nat.announce", len(n.Announce), 64)
+	for i, s := range n.Announce {
+		f := fmt.Sprintf("nat.announce[%d]", i)
+		a, err := ma.NewMultiaddr(s)
+		if err != nil {
+			v.add(f, "%q is not a multiaddr (e.g. /ip4/198.51.100.7/tcp/4777): %v", clip(s), err)
+			continue
+		}
+		if _, err := a.ValueForProtocol(ma.P_P2P); err == nil {
+			v.add(f, "%q ends in /p2p/<peer id>; give the address only, the peer id is added to it", clip(s))
+		}
+	}
+	r := n.Relay
+	for _, c := range []struct {
+		field string
+		n     int
+	}{
+		{"nat.relay.maxReservations", r.MaxReservations},
+		{"nat.relay.maxReservationsPerIP", r.MaxReservationsPerIP},
+		{"nat.relay.maxCircuits", r.MaxCircuits},
+	} {
+		if c.n < 0 || c.n > 1_000_000 {
+			v.add(c.field, "%d is out of range (0 = default, at most 1000000)", c.n)
+		}
+	}
+	for _, c := range []struct {
+		field string
+		d     Duration
+	}{
+		{"nat.relay.reservationTTL", r.ReservationTTL},
+		{"nat.relay.connDuration", r.ConnDuration},
+	} {
+		if c.d < 0 || c.d.D() > MaxInterval {
+			v.add(c.field, "%s is out of range (0 = default, at most %s)", c.d, MaxInterval)
+		}
+	}
+	if r.ConnData > 1<<30 {
+		v.add("nat.relay.connData", "%s is more than 1 GiB", r.ConnData)
+	}
+}
 
 // Validate checks every setting against its bounds and returns all the
 // problems found, each a *FieldError naming the dotted field, joined with
@@ -80,6 +149,7 @@ func (c Config) validate(v *validator) {
 	c.Trust.validate(v)
 	c.Registry.validate(v)
 	c.Log.validate(v)
+	c.NAT.validate(v)
 }
 
 func (a APIConfig) validate(v *validator) {
@@ -141,6 +211,9 @@ func (d DiscoveryConfig) validate(v *validator) {
 	h := d.DHT
 	if h.ReplicationFactor < 1 || h.ReplicationFactor > 100 {
 		v.add("discovery.dht.replicationFactor", "%d is out of range (1-100)", h.ReplicationFactor)
+	}
+	if h.Mode != "" {
+		v.oneOf("discovery.dht.mode", h.Mode, DHTModes)
 	}
 	v.list("discovery.dht.bootstrapNodes", len(h.BootstrapNodes), 256)
 	for i, b := range h.BootstrapNodes {

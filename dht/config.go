@@ -67,6 +67,14 @@ type Config struct {
 	// does not store records for others nor answer Kademlia queries. For
 	// hosts that cannot accept connections.
 	ClientMode bool
+	// AutoMode makes the mode follow the host's reachability on the
+	// internet (kad-dht's ModeAutoServer): a server while reachability is
+	// unknown or public, a client once AutoNAT reports the node private
+	// (behind a NAT nobody can dial through). On a LAN or loopback with no
+	// public address AutoNAT never reports private (its servers refuse to
+	// dial private addresses), so such networks stay servers as with
+	// ModeServer. Ignored when ClientMode is set.
+	AutoMode bool
 	// BootstrapPeers are dialed by Start; kad-dht also redials them
 	// whenever its routing table empties.
 	BootstrapPeers []peer.AddrInfo

@@ -20,6 +20,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
 )
 
 // Sentinel errors of the DHT.
@@ -83,7 +84,9 @@ type Found struct {
 
 // Status is a snapshot of the DHT's state for health reports and tests.
 type Status struct {
-	Started      bool
+	Started bool
+	// ClientMode is true while the node does not answer Kademlia queries
+	// (Config.ClientMode, or AutoMode on a node AutoNAT found private).
 	ClientMode   bool
 	RoutingTable int
 	// ProvidedKeys and PublishedValues are the keys and values currently
@@ -185,8 +188,11 @@ func New(h host.Host, cfg Config, v *trust.Verifier, hosted Hosted, m *metrics.M
 // and docs/protocol.md for why each is set).
 func (d *DHT) kadOptions() []kaddht.Option {
 	mode := kaddht.ModeServer
-	if d.cfg.ClientMode {
+	switch {
+	case d.cfg.ClientMode:
 		mode = kaddht.ModeClient
+	case d.cfg.AutoMode:
+		mode = kaddht.ModeAutoServer
 	}
 	return []kaddht.Option{
 		kaddht.Mode(mode),
@@ -239,7 +245,7 @@ func (d *DHT) Start(ctx context.Context) error {
 	boot := slices.Clone(d.cfg.BootstrapPeers)
 	d.mu.Unlock()
 
-	d.log.Info("dht started", "mode", modeName(d.cfg.ClientMode), "protocol", KadProtocol, "peer", d.h.ID())
+	d.log.Info("dht started", "mode", d.modeName(), "protocol", KadProtocol, "peer", d.h.ID())
 	if len(boot) > 0 {
 		if err := d.Bootstrap(ctx, boot); err != nil {
 			d.log.Warn("dht bootstrap failed", "peers", len(boot), "err", err)
@@ -248,11 +254,21 @@ func (d *DHT) Start(ctx context.Context) error {
 	return nil
 }
 
-func modeName(client bool) string {
-	if client {
+func (d *DHT) modeName() string {
+	switch {
+	case d.cfg.ClientMode:
 		return "client"
+	case d.cfg.AutoMode:
+		return "auto"
 	}
 	return "server"
+}
+
+// answersQueries reports whether the node answers Kademlia queries now: kad-dht
+// registers its protocol handler in server mode only, and in AutoMode it
+// adds and removes it as reachability changes.
+func (d *DHT) answersQueries() bool {
+	return slices.Contains(d.h.Mux().Protocols(), protocol.ID(KadProtocol))
 }
 
 func (d *DHT) running() (*kaddht.IpfsDHT, *pb.ProtocolMessenger, error) {
@@ -409,6 +425,7 @@ func (d *DHT) Status() Status {
 	d.mu.Unlock()
 	if ok {
 		s.RoutingTable = kad.RoutingTable().Size()
+		s.ClientMode = !d.answersQueries()
 	}
 	return s
 }

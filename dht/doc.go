@@ -6,11 +6,22 @@
 // # Kademlia
 //
 // The DHT speaks /agentd/kad/1.0.0 (ProtocolPrefix "/agentd"), so it never
-// mixes with the IPFS Amino DHT. Nodes run in server mode unless
-// Config.ClientMode is set: kad-dht's default ModeAuto stays a client until
+// mixes with the IPFS Amino DHT. The mode is one of three:
+//
+//   - server (the zero Config): answers queries and stores records;
+//   - client (Config.ClientMode): queries and provides, serves nothing;
+//   - auto (Config.AutoMode, the daemon's default): kad-dht's
+//     ModeAutoServer, a server until AutoNAT reports the node private.
+//
+// kad-dht's own default, ModeAuto, is not used: it stays a client until
 // AutoNAT reports public reachability, which never happens on a LAN or on
-// loopback, and every routing table then stays empty. The only validator is
-// the "agentd" namespace (Validator); the /pk and /ipns defaults are gone.
+// loopback, and every routing table then stays empty. ModeAutoServer keeps
+// such networks working (reachability stays unknown there: AutoNAT servers
+// refuse to dial back private addresses) while a node behind a NAT on the
+// internet, which nobody could dial, leaves the other nodes' routing
+// tables. Status.ClientMode reports the mode in force. The only validator
+// is the "agentd" namespace (Validator); the /pk and /ipns defaults are
+// gone.
 //
 // # Provider records
 //

@@ -91,7 +91,15 @@ func (d *DHT) Fetch(ctx context.Context, p peer.AddrInfo, q FetchQuery) ([]*reco
 
 // roundTrip opens a stream, sends the request with a fresh nonce and reads
 // the response. The stream is reset when ctx ends.
+//
+// The exchange may run over a relayed (circuit v2, "limited") connection:
+// it is one small request and a response of a few KiB (MaxResponseBytes
+// bounds it at 256 KiB; a relay with circuit v2's default limits, 128 KiB
+// each way and 2 min, resets a larger one), and a provider behind a
+// symmetric NAT is reachable no other way. Without the
+// allowance go-libp2p would wait for hole punching instead.
 func (d *DHT) roundTrip(ctx context.Context, p peer.AddrInfo, q FetchQuery) (*FetchResponse, []byte, error) {
+	ctx = network.WithAllowLimitedConn(ctx, "agentd record fetch")
 	if len(p.Addrs) > 0 && d.h.Network().Connectedness(p.ID) != network.Connected {
 		if err := d.h.Connect(ctx, p); err != nil {
 			return nil, nil, fmt.Errorf("dial: %w", err)

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"time"
 
 	"github.com/agentd/agentd/dht"
@@ -16,6 +17,10 @@ type Config struct {
 	Listen []string
 	// Bootstrap peers to join through (in addition to the address book).
 	Bootstrap []peer.AddrInfo
+	// ResolveBootstrap, when set, gives the bootstrap peers again each time
+	// the node has no peer left and must join anew (a bootstrap list in DNS
+	// may have changed); Bootstrap is used until it answers.
+	ResolveBootstrap func(context.Context) []peer.AddrInfo
 	// HeartbeatInterval is the base heartbeat interval (default 5 s).
 	HeartbeatInterval time.Duration
 	// HeartbeatMaxRate bounds the heartbeat messages per second on the

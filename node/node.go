@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,9 +30,12 @@ import (
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/trust"
 	"github.com/agentd/agentd/view"
+	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/host/eventbus"
+	ma "github.com/multiformats/go-multiaddr"
 )
 
 // LAN is zero-configuration LAN discovery (package lan implements it).
@@ -125,6 +129,7 @@ type Node struct {
 	started bool
 	closed  bool
 	startAt time.Time
+	reach   atomic.Int32 // network.Reachability, from AutoNAT
 }
 
 // New builds a node without starting it.
@@ -349,6 +354,9 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	n.wg.Go(n.heartbeatLoop)
 	n.wg.Go(n.joinLoop)
+	if err := n.watchReachability(); err != nil {
+		return err
+	}
 	n.every(n.cfg.LeaseCheckInterval, n.expireLeases)
 	n.every(time.Minute, n.reannounce)
 	n.every(2*time.Second, n.updateGauges)
@@ -485,11 +493,14 @@ func (n *Node) LeaveScene(name string) error {
 
 // PeerInfo describes a connected peer.
 type PeerInfo struct {
-	ID        string        `json:"id"`
-	Addrs     []string      `json:"addrs"`
-	Direction string        `json:"direction"`
-	Latency   time.Duration `json:"latency_ns"`
-	Agents    []string      `json:"agents,omitempty"` // live agents hosted by the peer
+	ID        string   `json:"id"`
+	Addrs     []string `json:"addrs"`
+	Direction string   `json:"direction"`
+	// Connection is "direct" when at least one connection to the peer is
+	// direct, "relayed" when every one goes through a circuit v2 relay.
+	Connection string        `json:"connection"`
+	Latency    time.Duration `json:"latency_ns"`
+	Agents     []string      `json:"agents,omitempty"` // live agents hosted by the peer
 }
 
 // Peers lists connected peers.
@@ -504,6 +515,11 @@ func (n *Node) Peers() []PeerInfo {
 			} else {
 				pi.Direction = "outbound"
 			}
+			if !Relayed(c) {
+				pi.Connection = "direct"
+			} else if pi.Connection == "" {
+				pi.Connection = "relayed"
+			}
 		}
 		for _, sa := range n.view.ByPeer(p) {
 			pi.Agents = append(pi.Agents, sa.Agent.AgentID)
@@ -511,6 +527,50 @@ func (n *Node) Peers() []PeerInfo {
 		out = append(out, pi)
 	}
 	return out
+}
+
+// Relayed reports whether c goes through a circuit relay: its remote
+// address holds /p2p-circuit (go-libp2p also marks such connections
+// Limited while the relay bounds them).
+func Relayed(c network.Conn) bool {
+	if c.Stat().Limited {
+		return true
+	}
+	_, err := c.RemoteMultiaddr().ValueForProtocol(ma.P_CIRCUIT)
+	return err == nil
+}
+
+// watchReachability follows AutoNAT's verdict (a stateful event: the
+// current value arrives at once) until the node closes.
+func (n *Node) watchReachability() error {
+	sub, err := n.host.EventBus().Subscribe(new(event.EvtLocalReachabilityChanged), eventbus.Name("agentd node reachability"))
+	if err != nil {
+		return fmt.Errorf("subscribe to reachability: %w", err)
+	}
+	ctx := n.ctx
+	n.wg.Go(func() {
+		defer func() { _ = sub.Close() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-sub.Out():
+				if !ok {
+					return
+				}
+				r := e.(event.EvtLocalReachabilityChanged).Reachability
+				n.reach.Store(int32(r)) //nolint:gosec // three small values
+				n.log.Info("reachability", "reachability", strings.ToLower(r.String()))
+			}
+		}
+	})
+	return nil
+}
+
+// Reachability is AutoNAT's verdict on the node: "unknown", "public" or
+// "private".
+func (n *Node) Reachability() string {
+	return strings.ToLower(network.Reachability(n.reach.Load()).String())
 }
 
 // Health summarises the node for /healthz and /readyz.
@@ -524,6 +584,10 @@ type Health struct {
 	Uptime     string            `json:"uptime"`
 	DHTTable   int               `json:"dht_routing_table"`
 	Transports map[string]string `json:"transports"` // name → "ok" | "off" | "unavailable: why"
+	// Reachability is AutoNAT's verdict: "unknown", "public" or "private".
+	Reachability string `json:"reachability"`
+	// DHTMode is "server", "client" or "off".
+	DHTMode string `json:"dht_mode"`
 }
 
 // Health reports the node's state.
@@ -539,9 +603,15 @@ func (n *Node) Health() Health {
 	if !n.startAt.IsZero() {
 		h.Uptime = time.Since(n.startAt).Round(time.Second).String()
 	}
+	h.Reachability = n.Reachability()
+	h.DHTMode = "off"
 	if n.dht != nil {
 		h.DHTTable = n.dht.RoutingTableSize()
 		h.Transports["dht"] = "ok"
+		h.DHTMode = "server"
+		if n.dht.Status().ClientMode {
+			h.DHTMode = "client"
+		}
 	} else {
 		h.Transports["dht"] = "off"
 	}
@@ -580,14 +650,20 @@ func (n *Node) Health() Health {
 func (n *Node) joinLoop() {
 	backoff := time.Second
 	synced := false
-	for {
+	boot := n.cfg.Bootstrap
+	for attempt := 0; ; attempt++ {
 		if len(n.host.Network().Peers()) == 0 {
+			if n.cfg.ResolveBootstrap != nil && attempt > 0 {
+				if peers := n.cfg.ResolveBootstrap(n.ctx); len(peers) > 0 {
+					boot = peers
+				}
+			}
 			if n.dht != nil {
-				if err := bootstrap.Join(n.ctx, n.dht, n.cfg.Bootstrap, n.book); err != nil {
+				if err := bootstrap.Join(n.ctx, n.dht, boot, n.book); err != nil {
 					n.log.Debug("bootstrap attempt failed", "err", err)
 				}
 			} else {
-				for _, p := range n.cfg.Bootstrap {
+				for _, p := range boot {
 					cctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
 					_ = n.host.Connect(cctx, p)
 					cancel()

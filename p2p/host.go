@@ -1,6 +1,7 @@
 // Package p2p builds the libp2p host agentd runs on: Ed25519 identity, TCP
-// and QUIC transports, and a resource manager configured for private
-// networks where many agents share one IP address.
+// and QUIC transports, NAT traversal (NAT: AutoNAT, port mapping, circuit
+// relay v2, AutoRelay, DCUtR hole punching) and a resource manager
+// configured for private networks where many agents share one IP address.
 //
 // go-libp2p's default resource manager allows 8 connections and 0.2 new
 // connections per second (burst 16) per remote IPv4 /32 (IPv6 /56), except
@@ -14,17 +15,25 @@
 package p2p
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"net/netip"
+	"slices"
+	"sync/atomic"
+	"time"
 
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/host/autorelay"
 	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
 	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
+	"github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/relay"
 	"github.com/libp2p/go-libp2p/x/rate"
+	ma "github.com/multiformats/go-multiaddr"
 )
 
 // DefaultPort is agentd's libp2p port (TCP and QUIC). It is not IPFS's 4001,
@@ -72,6 +81,177 @@ type Config struct {
 	DisableMetrics bool
 	// UserAgent is sent in identify.
 	UserAgent string
+	// NAT configures NAT traversal; the zero value turns all of it off
+	// (tests, simnet). The daemon uses DefaultNAT.
+	NAT NAT
+}
+
+// Reachability values of NAT.Reachability.
+const (
+	ReachabilityAuto    = "auto"    // AutoNAT decides (the default)
+	ReachabilityPublic  = "public"  // the operator knows the node is dialable
+	ReachabilityPrivate = "private" // the operator knows it is not
+)
+
+// NAT configures go-libp2p's NAT traversal (docs/nat.md). go-libp2p
+// v0.51.0 facts this relies on:
+//   - AutoNAT v1's client runs on every host unless reachability is
+//     forced; it asks peers that run the AutoNAT service to dial it back and
+//     emits EvtLocalReachabilityChanged, which AutoRelay, the relay service
+//     and kad-dht's auto mode follow.
+//   - The relay service (circuit v2 hop) starts only while the host is
+//     public, so a bootstrap node whose operator knows it is public sets
+//     Reachability "public".
+//   - Streams over a relayed connection must be asked for with
+//     network.WithAllowLimitedConn; without it NewStream waits for hole
+//     punching (DCUtR) to give a direct connection.
+//   - Hole punching uses observed addresses seen by a single peer (its
+//     HolePunchAddrs), while host.Addrs() advertises an observed address
+//     only after 4 distinct observers (observedaddrs.ActivationThresh).
+type NAT struct {
+	// Reachability is ReachabilityAuto (or ""), ReachabilityPublic or
+	// ReachabilityPrivate.
+	Reachability string
+	// PortMapping asks the gateway for a port mapping (UPnP IGD, NAT-PMP).
+	PortMapping bool
+	// HolePunching turns DCUtR on: a relayed connection is upgraded to a
+	// direct one when both sides' NATs allow it.
+	HolePunching bool
+	// AutoRelay reserves a slot on a relay while the node is private (or
+	// its reachability unknown) and advertises the circuit addresses.
+	AutoRelay bool
+	// Relays are relay candidates tried first (the bootstrap nodes);
+	// connected peers that speak circuit v2's hop protocol follow.
+	Relays func() []peer.AddrInfo
+	// RelayService serves circuit relay v2 to other peers (while public),
+	// within RelayResources (zero fields take circuit v2's defaults).
+	RelayService   bool
+	RelayResources relay.Resources
+	// NATService answers other peers' AutoNAT dial-back requests.
+	NATService bool
+	// Announce, when set, are the addresses advertised instead of the
+	// detected ones (an operator's known public addresses).
+	Announce []ma.Multiaddr
+}
+
+// DefaultNAT is the daemon's NAT traversal: AutoNAT, port mapping, hole
+// punching and AutoRelay on, the AutoNAT service on, no relay service.
+func DefaultNAT() NAT {
+	return NAT{Reachability: ReachabilityAuto, PortMapping: true, HolePunching: true, AutoRelay: true, NATService: true}
+}
+
+// RelayResources fills the zero fields of r with circuit v2's defaults.
+func RelayResources(r relay.Resources) relay.Resources {
+	def := relay.DefaultResources()
+	if r.Limit == nil {
+		r.Limit = def.Limit
+	} else {
+		l := *r.Limit
+		if l.Duration == 0 {
+			l.Duration = def.Limit.Duration
+		}
+		if l.Data == 0 {
+			l.Data = def.Limit.Data
+		}
+		r.Limit = &l
+	}
+	if r.ReservationTTL == 0 {
+		r.ReservationTTL = def.ReservationTTL
+	}
+	if r.MaxReservations == 0 {
+		r.MaxReservations = def.MaxReservations
+	}
+	if r.MaxCircuits == 0 {
+		r.MaxCircuits = def.MaxCircuits
+	}
+	if r.BufferSize == 0 {
+		r.BufferSize = def.BufferSize
+	}
+	if r.MaxReservationsPerPeer == 0 {
+		r.MaxReservationsPerPeer = def.MaxReservationsPerPeer //nolint:staticcheck // required by the relay's own validation
+	}
+	if r.MaxReservationsPerIP == 0 {
+		r.MaxReservationsPerIP = def.MaxReservationsPerIP
+	}
+	if r.MaxReservationsPerASN == 0 {
+		r.MaxReservationsPerASN = def.MaxReservationsPerASN
+	}
+	return r
+}
+
+// natOptions maps NAT onto go-libp2p options.
+func natOptions(n NAT, self func() host.Host) ([]libp2p.Option, error) {
+	var opts []libp2p.Option
+	switch n.Reachability {
+	case "", ReachabilityAuto:
+	case ReachabilityPublic:
+		opts = append(opts, libp2p.ForceReachabilityPublic())
+	case ReachabilityPrivate:
+		opts = append(opts, libp2p.ForceReachabilityPrivate())
+	default:
+		return nil, fmt.Errorf("p2p: reachability %q: want %q, %q or %q", n.Reachability, ReachabilityAuto, ReachabilityPublic, ReachabilityPrivate)
+	}
+	if n.PortMapping {
+		opts = append(opts, libp2p.NATPortMap())
+	}
+	if n.HolePunching {
+		opts = append(opts, libp2p.EnableHolePunching())
+	}
+	if n.NATService {
+		opts = append(opts, libp2p.EnableNATService())
+	}
+	if n.RelayService {
+		opts = append(opts, libp2p.EnableRelayService(relay.WithResources(RelayResources(n.RelayResources))))
+	}
+	if n.AutoRelay {
+		// One candidate is enough to start (a small network may have a
+		// single relay), and the boot delay no longer than AutoNAT's
+		// first verdict: the defaults wait for 4 candidates or 3 min.
+		opts = append(opts, libp2p.EnableAutoRelayWithPeerSource(relaySource(n.Relays, self),
+			autorelay.WithMinCandidates(1), autorelay.WithBootDelay(10*time.Second),
+			autorelay.WithBackoff(30*time.Second)))
+	}
+	if len(n.Announce) > 0 {
+		announce := slices.Clone(n.Announce)
+		opts = append(opts, libp2p.AddrsFactory(func([]ma.Multiaddr) []ma.Multiaddr { return slices.Clone(announce) }))
+	}
+	return opts, nil
+}
+
+// HopProtocol is circuit relay v2's hop protocol, spoken by relays.
+const HopProtocol = "/libp2p/circuit/relay/0.2.0/hop"
+
+// relaySource yields relay candidates for AutoRelay: the configured relays
+// first, then connected peers that identify says speak the hop protocol.
+func relaySource(static func() []peer.AddrInfo, self func() host.Host) autorelay.PeerSource {
+	return func(ctx context.Context, num int) <-chan peer.AddrInfo {
+		var cands []peer.AddrInfo
+		seen := map[peer.ID]bool{}
+		add := func(ai peer.AddrInfo) {
+			if len(cands) < num && ai.ID != "" && !seen[ai.ID] {
+				seen[ai.ID] = true
+				cands = append(cands, ai)
+			}
+		}
+		if static != nil {
+			for _, ai := range static() {
+				add(ai)
+			}
+		}
+		if h := self(); h != nil {
+			for _, p := range h.Network().Peers() {
+				if ok, err := h.Peerstore().SupportsProtocols(p, HopProtocol); err == nil && len(ok) > 0 {
+					add(h.Peerstore().PeerInfo(p))
+				}
+			}
+		}
+		out := make(chan peer.AddrInfo, len(cands))
+		for _, ai := range cands {
+			out <- ai
+		}
+		close(out)
+		return out
+	}
 }
 
 // ResourceManager returns the resource manager described in the package doc.
@@ -164,10 +344,23 @@ func New(cfg Config) (host.Host, error) {
 	if cfg.UserAgent != "" {
 		opts = append(opts, libp2p.UserAgent(cfg.UserAgent))
 	}
+	var self atomic.Pointer[host.Host]
+	nat, err := natOptions(cfg.NAT, func() host.Host {
+		if h := self.Load(); h != nil {
+			return *h
+		}
+		return nil
+	})
+	if err != nil {
+		_ = rm.Close()
+		return nil, err
+	}
+	opts = append(opts, nat...)
 	h, err := libp2p.New(opts...)
 	if err != nil {
 		_ = rm.Close()
 		return nil, fmt.Errorf("libp2p host: %w", err)
 	}
+	self.Store(&h)
 	return h, nil
 }

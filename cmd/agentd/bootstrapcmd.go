@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 
 	"github.com/agentd/agentd/bootstrap"
+	"github.com/agentd/agentd/config"
 	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/p2p"
 	"github.com/agentd/agentd/store"
@@ -36,16 +37,28 @@ func bootstrapCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			peers, err := bootstrap.PeersLog(cfg.Discovery.DHT, nil, log)
+			list, err := bootstrap.PeersLog(cfg.Discovery.DHT, nil, log)
 			if err != nil {
 				return err
 			}
+			peers := resolveBootstrap(c.Context, list, log)
 			st, err := store.Open(store.Options{Dir: filepath.Join(cfg.DataDir, DBDir), Logger: log})
 			if err != nil {
 				return fmt.Errorf("open store: %w", err)
 			}
 			defer func() { _ = st.Close() }() // the run's own error matters more
-			h, err := p2p.New(p2p.Config{Key: key, Listen: cfg.Listen, UserAgent: "agentd-bootstrap/" + buildVersion().Version, DisableMetrics: true})
+			if cfg.NAT.Reachability == config.ReachabilityAuto || cfg.NAT.Reachability == "" {
+				// A bootstrap node is dialable by definition (its address is
+				// handed to every agent), and the first one of a network has
+				// no AutoNAT server to confirm it: the relay would never start.
+				cfg.NAT.Reachability = config.ReachabilityPublic
+			}
+			nat, err := natConfig(cfg.NAT, peers, true)
+			if err != nil {
+				return err
+			}
+			nat.AutoRelay = false // it is the relay
+			h, err := p2p.New(p2p.Config{Key: key, Listen: cfg.Listen, NAT: nat, UserAgent: "agentd-bootstrap/" + buildVersion().Version, DisableMetrics: true})
 			if err != nil {
 				return err
 			}

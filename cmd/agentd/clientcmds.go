@@ -519,13 +519,13 @@ func clientPeers(c *cli.Context) error {
 		return emit(c.App.Writer, &b)
 	}
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	_, _ = fmt.Fprintln(tw, "PEER ID\tDIRECTION\tLATENCY\tAGENTS\tADDRESSES")
+	_, _ = fmt.Fprintln(tw, "PEER ID\tDIRECTION\tCONNECTION\tLATENCY\tAGENTS\tADDRESSES")
 	for _, p := range peers {
 		lat := "-"
 		if p.Latency > 0 {
 			lat = p.Latency.Round(100 * time.Microsecond).String()
 		}
-		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", p.ID, dashIfEmpty(p.Direction), lat, len(p.Agents), dashIfEmpty(strings.Join(p.Addrs, ",")))
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", p.ID, dashIfEmpty(p.Direction), dashIfEmpty(p.Connection), lat, len(p.Agents), dashIfEmpty(strings.Join(p.Addrs, ",")))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

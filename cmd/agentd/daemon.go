@@ -58,16 +58,18 @@ func (d daemonNode) Addrs() []ma.Multiaddr { return d.Host().Addrs() }
 func (d daemonNode) Close() error          { return d.Shutdown(d.ctx) }
 
 // nodeConfig maps the configuration onto the node's.
-func nodeConfig(cfg config.Config, log *slog.Logger) (node.Config, error) {
-	peers, err := bootstrap.PeersLog(cfg.Discovery.DHT, nil, log)
+func nodeConfig(ctx context.Context, cfg config.Config, log *slog.Logger) (node.Config, error) {
+	list, err := bootstrap.PeersLog(cfg.Discovery.DHT, nil, log)
 	if err != nil {
 		return node.Config{}, fmt.Errorf("bootstrap peers: %w", err)
 	}
+	peers := resolveBootstrap(ctx, list, log)
 	hc := cfg.Discovery.HealthCheck
 	allow := cfg.Trust.AllowList
 	nc := node.Config{
 		Listen:            cfg.Listen,
 		Bootstrap:         peers,
+		ResolveBootstrap:  reresolver(list, log),
 		HeartbeatInterval: hc.HeartbeatInterval.D(),
 		Timeout:           hc.Timeout.D(),
 		UnhealthyAfter:    hc.UnhealthyThreshold,
@@ -78,7 +80,12 @@ func nodeConfig(cfg config.Config, log *slog.Logger) (node.Config, error) {
 		Trust: trust.Config{Policy: trust.Policy(cfg.Trust.Policy), AllowList: allow,
 			RotationGrace: cfg.Trust.RotationGrace.D()},
 	}
-	nc.DHT.ClientMode = cfg.Discovery.DHT.ClientMode
+	switch cfg.Discovery.DHT.EffectiveMode() {
+	case config.DHTModeClient:
+		nc.DHT.ClientMode = true
+	case config.DHTModeAuto:
+		nc.DHT.AutoMode = true
+	}
 	switch nc.Scope = cfg.Discovery.Scope; {
 	case nc.Scope == "" && cfg.API.ServeRegistry:
 		nc.Scope = node.ScopeFull // a registry lists the network
@@ -86,6 +93,33 @@ func nodeConfig(cfg config.Config, log *slog.Logger) (node.Config, error) {
 		nc.Scope = node.ScopeInterest
 	}
 	return nc, nil
+}
+
+// bootstrapResolveTimeout bounds the resolution of the bootstrap list's DNS
+// entries at start: a dead resolver delays the start by at most this, and
+// the address book and the IP entries still count.
+const bootstrapResolveTimeout = 10 * time.Second
+
+// resolveBootstrap resolves the list's DNS entries (system resolver).
+func resolveBootstrap(ctx context.Context, list bootstrap.List, log *slog.Logger) []peer.AddrInfo {
+	if !list.HasDNS() {
+		return list.Peers
+	}
+	rctx, cancel := context.WithTimeout(ctx, bootstrapResolveTimeout)
+	defer cancel()
+	peers, warns := list.Resolve(rctx, nil)
+	bootstrap.LogWarnings(log, warns)
+	log.Info("bootstrap list resolved", "entries", len(list.Peers)+len(list.Names), "peers", len(peers))
+	return peers
+}
+
+// reresolver resolves a bootstrap list with DNS entries again when the
+// node must join anew; nil for a list without DNS entries.
+func reresolver(list bootstrap.List, log *slog.Logger) func(context.Context) []peer.AddrInfo {
+	if !list.HasDNS() {
+		return nil
+	}
+	return func(ctx context.Context) []peer.AddrInfo { return resolveBootstrap(ctx, list, log) }
 }
 
 // startNetwork starts the peer-to-peer side of the daemon: the node (host,
@@ -99,13 +133,18 @@ func minFree(b config.ByteSize) int64 {
 }
 
 func startNetwork(ctx context.Context, cfg config.Config, id *trust.Identity, st store.Store, m *metrics.Metrics, cat *skillcenter.Client, ver string, log *slog.Logger) (*node.Node, error) {
-	nc, err := nodeConfig(cfg, log)
+	nc, err := nodeConfig(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	nat, err := natConfig(cfg.NAT, nc.Bootstrap, false)
 	if err != nil {
 		return nil, err
 	}
 	h, err := p2p.New(p2p.Config{
 		Key:       id.PeerKey,
 		Listen:    cfg.Listen,
+		NAT:       nat,
 		UserAgent: "agentd/" + ver,
 		// libp2p would register its metrics on Prometheus' global
 		// registry; agentd gives each node its own (package metrics).

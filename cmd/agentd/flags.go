@@ -26,6 +26,9 @@ const (
 	flagServeReg     = "serve-registry"
 	flagMinFree      = "min-free"
 	flagScope        = "scope"
+	flagDHTMode      = "dht-mode"
+	flagReachability = "reachability"
+	flagAnnounce     = "announce"
 	flagJSON         = "json"
 )
 
@@ -52,7 +55,10 @@ func nodeFlags() []cli.Flag {
 		&cli.BoolFlag{Name: flagNoLAN, EnvVars: []string{config.EnvNoLAN}, Usage: "turn LAN discovery off: the seed-001 UDP multicast protocol and mDNS/DNS-SD (sets discovery.udp.enabled and discovery.mdns.enabled to false)"},
 		&cli.StringFlag{Name: flagLANInterface, EnvVars: []string{config.EnvLANInterface}, Usage: "network `INTERFACE` for LAN discovery (default: every multicast-capable interface)"},
 		&cli.BoolFlag{Name: flagServeReg, EnvVars: []string{config.EnvServeRegistry}, Usage: "act as a seed-000 registry (POST /agents) for agents that cannot run P2P; needs api.jwtSecret or api.jwtPublicKey (auth is required)"},
-		&cli.BoolFlag{Name: flagClientMode, EnvVars: []string{config.EnvClientMode}, Usage: "DHT client mode, for hosts that cannot accept connections: the node queries the DHT but does not serve it"},
+		&cli.BoolFlag{Name: flagClientMode, EnvVars: []string{config.EnvClientMode}, Usage: "DHT client mode, for hosts that cannot accept connections: the node queries the DHT but does not serve it (same as --dht-mode client)"},
+		&cli.StringFlag{Name: flagDHTMode, EnvVars: []string{config.EnvDHTMode}, Usage: "DHT `MODE`: auto (serve the DHT unless AutoNAT finds this node behind a NAT nobody can dial; a LAN without public addresses keeps serving), server or client (default auto)"},
+		&cli.StringFlag{Name: flagReachability, EnvVars: []string{config.EnvReachability}, Usage: "`REACHABILITY` on the internet: auto (AutoNAT asks peers to dial back), public (this node is dialable at its addresses: no relay, DHT server) or private (behind a NAT: relay and hole punching); default auto"},
+		&cli.StringSliceFlag{Name: flagAnnounce, EnvVars: []string{config.EnvAnnounce}, Usage: "advertise `MULTIADDR` instead of the detected addresses, e.g. /ip4/198.51.100.7/tcp/4777 for a known public address (repeatable; sets nat.announce)"},
 		&cli.StringFlag{Name: flagScope, EnvVars: []string{config.EnvScope}, Usage: "what the node hears of the network: `SCOPE` interest (the agents of the capabilities it hosts, queries and watches; other queries go to the DHT) or full (every agent). Default interest, or full with --serve-registry (sets discovery.scope)"},
 		&cli.StringFlag{Name: flagMinFree, EnvVars: []string{config.EnvMinFree}, Usage: "free `SIZE` kept on the data directory's filesystem (\"64MiB\", bytes, 0 = off): below it registrations and other writes get HTTP 507 while reads and the network go on (default 64MiB)"},
 	}
@@ -110,6 +116,9 @@ var flagHint = []struct{ field, hint string }{
 	{"api.serveRegistry", "--serve-registry / " + config.EnvServeRegistry},
 	{"storage.minFree", "--min-free / " + config.EnvMinFree},
 	{"discovery.scope", "--scope / " + config.EnvScope},
+	{"discovery.dht.mode", "--dht-mode / " + config.EnvDHTMode},
+	{"nat.reachability", "--reachability / " + config.EnvReachability},
+	{"nat.announce", "--announce / " + config.EnvAnnounce},
 }
 
 // effectiveConfig builds the configuration of this invocation: defaults,
@@ -151,6 +160,9 @@ func effectiveConfig(c *cli.Context) (config.Config, error) {
 	set("discovery.dht.clientMode", func(x *cli.Context, n string) { cfg.Discovery.DHT.ClientMode = x.Bool(n) })(flagClientMode)
 	set("api.serveRegistry", func(x *cli.Context, n string) { cfg.API.ServeRegistry = x.Bool(n) })(flagServeReg)
 	set("discovery.scope", func(x *cli.Context, n string) { cfg.Discovery.Scope = x.String(n) })(flagScope)
+	set("discovery.dht.mode", func(x *cli.Context, n string) { cfg.Discovery.DHT.Mode = x.String(n) })(flagDHTMode)
+	set("nat.reachability", func(x *cli.Context, n string) { cfg.NAT.Reachability = x.String(n) })(flagReachability)
+	set("nat.announce", func(x *cli.Context, n string) { cfg.NAT.Announce = nonEmpty(x.StringSlice(n)) })(flagAnnounce)
 	var sizeErr error
 	set("storage.minFree", func(x *cli.Context, n string) {
 		v, err := config.ParseByteSize(x.String(n))
