@@ -1,0 +1,524 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"golang.org/x/sys/unix"
+)
+
+// The NAT test (issue 14) builds a small internet in network namespaces:
+//
+//	inet    11.77.0.1/24 on a bridge: `agentd bootstrap` (DHT server,
+//	        circuit relay v2, AutoNAT) and a DNS server holding the
+//	        bootstrap list as _dnsaddr TXT records
+//	nat-a   11.77.0.11 ⇄ 192.168.1.1   masquerade, port-preserving
+//	nat-b   11.77.0.12 ⇄ 192.168.2.1   masquerade, port-preserving
+//	nat-c   11.77.0.13 ⇄ 192.168.3.1   masquerade fully-random (symmetric)
+//	home-X  192.168.N.2, default route through nat-X: `agentd run`
+//
+// 11.77.0.0/24 is a range go-multiaddr counts as public (the documentation
+// ranges are "unroutable" to it, and AutoNAT and AutoRelay would ignore
+// them); nothing routes out of these namespaces. The NATs forward only what
+// their home side started (conntrack: address- and port-dependent
+// filtering), so an agent at home cannot be dialled from the internet, and
+// drop what reaches the router itself unasked, as a home router's firewall
+// does. That matters for hole punching: an unsolicited packet that reached
+// the router's own stack would leave a conntrack entry behind, and the
+// home agent's own packet to the same peer, a moment later, would then be
+// given another port to avoid the clash (dropped before confirmation, the
+// packet leaves no entry). Real routers see the same race; DCUtR's timing
+// makes it rare when links have latency, and these links have none.
+//
+// Two NATs that keep the source port let DCUtR's simultaneous open through
+// both; a symmetric NAT gives every destination its own port, so the
+// address the bootstrap node observed is useless to anybody else and only
+// the relay can carry the connection. That is why the test has three homes
+// and not two: with one port-preserving and one symmetric NAT there is no
+// pair that can hole punch.
+const (
+	natInetNet   = "11.77.0"
+	natBootstrap = natInetNet + ".1"
+	natDNSName   = "boot.agentd.test"
+)
+
+type natHome struct {
+	name      string
+	symmetric bool
+	ns        *nsHandle
+	d         *nsDaemon
+}
+
+func TestNATTraversal(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("SKIP (environment): the NAT test builds network namespaces and needs root; it did not run")
+	}
+	for _, tool := range []string{"ip", "nft"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("SKIP (environment): the NAT test needs %s (iproute2, nftables); it did not run", tool)
+		}
+	}
+	if os.Getenv("AGENTD_NAT_DEBUG") != "" {
+		t.Setenv("GOLOG_LOG_LEVEL", "error,p2p-holepunch=debug,autorelay=debug,autonat=debug")
+	}
+	inet := newNS(t, "inet")
+	inet.sh(t,
+		"ip link set lo up",
+		"ip link add br0 type bridge",
+		"ip addr add "+natBootstrap+"/24 dev br0",
+		"ip link set br0 up",
+	)
+	homes := []*natHome{{name: "a"}, {name: "b"}, {name: "c", symmetric: true}}
+	for i, h := range homes {
+		n := i + 1
+		nat := newNS(t, "nat-"+h.name)
+		h.ns = newNS(t, "home-"+h.name)
+		wan, lan := fmt.Sprintf("%s.1%d", natInetNet, n), fmt.Sprintf("192.168.%d", n)
+		// The veth ends are created in the root namespace under unique
+		// names and moved, so parallel runs do not collide.
+		w0, w1 := inet.name[:6]+"w"+h.name+"0", inet.name[:6]+"w"+h.name+"1"
+		l0, l1 := inet.name[:6]+"l"+h.name+"0", inet.name[:6]+"l"+h.name+"1"
+		runOK(t, "ip", "link", "add", w0, "type", "veth", "peer", "name", w1)
+		runOK(t, "ip", "link", "set", w0, "netns", inet.name)
+		runOK(t, "ip", "link", "set", w1, "netns", nat.name)
+		runOK(t, "ip", "link", "add", l0, "type", "veth", "peer", "name", l1)
+		runOK(t, "ip", "link", "set", l0, "netns", nat.name)
+		runOK(t, "ip", "link", "set", l1, "netns", h.ns.name)
+		inet.sh(t, "ip link set "+w0+" master br0", "ip link set "+w0+" up")
+		nat.sh(t,
+			"ip link set lo up",
+			"ip link set "+w1+" name wan", "ip addr add "+wan+"/24 dev wan", "ip link set wan up",
+			"ip link set "+l0+" name lan", "ip addr add "+lan+".1/24 dev lan", "ip link set lan up",
+			"sysctl -qw net.ipv4.ip_forward=1",
+		)
+		masq := "masquerade persistent"
+		if h.symmetric {
+			masq = "masquerade fully-random"
+		}
+		nat.nft(t, `table ip nat {
+	chain post {
+		type nat hook postrouting priority srcnat;
+		oifname "wan" `+masq+`
+	}
+}
+table ip filter {
+	chain forwarding {
+		type filter hook forward priority filter; policy drop;
+		ct state established,related accept
+		iifname "lan" oifname "wan" accept
+	}
+	chain input {
+		type filter hook input priority filter; policy drop;
+		ct state established,related accept
+		iifname { "lo", "lan" } accept
+	}
+}`)
+		h.ns.sh(t,
+			"ip link set lo up",
+			"ip link set "+l1+" name eth0", "ip addr add "+lan+".2/24 dev eth0", "ip link set eth0 up",
+			"ip route add default via "+lan+".1",
+		)
+		// ip netns exec mounts /etc/netns/<ns>/resolv.conf over
+		// /etc/resolv.conf: the daemon resolves the bootstrap list
+		// through the test's DNS server, with the system resolver.
+		dir := filepath.Join("/etc/netns", h.ns.name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.RemoveAll(dir) })
+		if err := os.WriteFile(filepath.Join(dir, "resolv.conf"), []byte("nameserver "+natBootstrap+"\noptions timeout:1 attempts:2\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	root := t.TempDir()
+	boot := startNSDaemon(t, inet, "bootstrap", filepath.Join(root, "boot"), "bootstrap",
+		"--listen", "/ip4/"+natBootstrap+"/tcp/4777", "--listen", "/ip4/"+natBootstrap+"/udp/4777/quic-v1")
+	var bootAddrs []string
+	eventually(t, 20*time.Second, "the bootstrap node printing its addresses", func() bool {
+		bootAddrs = nil
+		for _, l := range strings.Split(boot.stdout.String(), "\n") {
+			if strings.HasPrefix(l, "/ip4/"+natBootstrap+"/") {
+				bootAddrs = append(bootAddrs, strings.TrimSpace(l))
+			}
+		}
+		return len(bootAddrs) == 2
+	})
+	serveDNS(t, inet, "_dnsaddr."+natDNSName+".", bootAddrs)
+
+	start := time.Now()
+	for _, h := range homes {
+		h.d = startNSDaemon(t, h.ns, "home-"+h.name, filepath.Join(root, h.name), "run",
+			"--listen", "/ip4/0.0.0.0/tcp/4777", "--listen", "/ip4/0.0.0.0/udp/4777/quic-v1",
+			"--api", "127.0.0.1:0", "--no-lan", "--bootstrap", "/dnsaddr/"+natDNSName)
+	}
+	// Each learns that it is private (AutoNAT: the bootstrap node's dial
+	// back fails), becomes a DHT client and takes a relay slot.
+	for _, h := range homes {
+		eventually(t, 90*time.Second, "home-"+h.name+" private, DHT client, with a relay address", func() bool {
+			var hz struct {
+				Reachability string   `json:"reachability"`
+				DHTMode      string   `json:"dht_mode"`
+				Listen       []string `json:"listen"`
+			}
+			if !h.d.getJSON("/healthz", &hz) {
+				return false
+			}
+			return hz.Reachability == "private" && hz.DHTMode == "client" &&
+				slices.ContainsFunc(hz.Listen, func(a string) bool { return strings.Contains(a, "/p2p-circuit") })
+		})
+	}
+	private := time.Since(start)
+	t.Logf("all three homes private, DHT clients, relayed: %s after start", private.Round(10*time.Millisecond))
+
+	// An agent registered in home a is found by capability from b and c.
+	reg := h(homes, "a").d.cli(t, "register", "-f", repoFile(t, "examples/agentspec.yaml"))
+	if reg.code != 0 {
+		t.Fatalf("register in home a: %+v", reg)
+	}
+	var idA struct {
+		AgentID string `json:"agent_id"`
+		PeerID  string `json:"peer_id"`
+	}
+	h(homes, "a").d.getJSON("/healthz", &idA)
+	registered := time.Now()
+	found, sources := map[string]time.Duration{}, map[string]string{}
+	for _, name := range []string{"b", "c"} {
+		home := h(homes, name)
+		eventually(t, 60*time.Second, "discovery from home "+name, func() bool {
+			r := home.d.cli(t, "discover", "--capability", "product.search", "--json")
+			if r.code != 0 {
+				return false
+			}
+			var out struct {
+				Agents []struct {
+					Agent struct {
+						AgentID string `json:"agent_id"`
+					} `json:"agent"`
+					Source string `json:"source"`
+				} `json:"agents"`
+			}
+			if json.Unmarshal([]byte(r.stdout), &out) != nil {
+				return false
+			}
+			if len(out.Agents) == 1 && out.Agents[0].Agent.AgentID == idA.AgentID {
+				sources[name] = out.Agents[0].Source
+				return true
+			}
+			return false
+		})
+		found[name] = time.Since(registered)
+		t.Logf("home %s found home a's agent %s after registration (source %s)", name, found[name].Round(10*time.Millisecond), sources[name])
+	}
+
+	// b and a are behind port-preserving NATs: DCUtR gives them a direct
+	// connection. c is behind a symmetric NAT: the relay carries it.
+	conn := func(home *natHome, peerID string) string {
+		var out struct {
+			Peers []struct {
+				ID         string `json:"id"`
+				Connection string `json:"connection"`
+			} `json:"peers"`
+		}
+		if !home.d.getJSON("/peers", &out) {
+			return ""
+		}
+		for _, p := range out.Peers {
+			if p.ID == peerID {
+				return p.Connection
+			}
+		}
+		return "none"
+	}
+	eventually(t, 30*time.Second, "a direct connection between homes b and a", func() bool {
+		return conn(h(homes, "b"), idA.PeerID) == "direct"
+	})
+	direct := time.Since(start)
+	t.Logf("direct connection b–a %s after the daemons started", direct.Round(10*time.Millisecond))
+	if got := conn(h(homes, "c"), idA.PeerID); got != "relayed" {
+		t.Fatalf("home c's connection to home a is %q, want relayed (a symmetric NAT cannot be hole punched)", got)
+	}
+	// `agentd peers` shows it to the operator.
+	r := h(homes, "c").d.cli(t, "peers")
+	if r.code != 0 || !strings.Contains(r.stdout, "CONNECTION") || !strings.Contains(r.stdout, "relayed") {
+		t.Fatalf("agentd peers in home c:\n%s%s", r.stdout, r.stderr)
+	}
+	r = h(homes, "b").d.cli(t, "peers")
+	if r.code != 0 || !strings.Contains(r.stdout, "direct") {
+		t.Fatalf("agentd peers in home b:\n%s%s", r.stdout, r.stderr)
+	}
+	// Home c has no gossip path to a (no direct connection, and GossipSub
+	// does not open streams over relayed ones): its answer came from the
+	// DHT, with a's record fetched over the relay and verified.
+	if sources["c"] != "dht" {
+		t.Fatalf("home c's answer came from %q, want dht (the record fetched over the relay)", sources["c"])
+	}
+	// The share of direct connections among the homes' connections to
+	// each other: a–b direct, a–c and b–c relayed.
+	ids := map[string]string{}
+	for _, x := range homes {
+		var hz struct {
+			PeerID string `json:"peer_id"`
+		}
+		x.d.getJSON("/healthz", &hz)
+		ids[x.name] = hz.PeerID
+	}
+	var pairs, directPairs int
+	for i, x := range homes {
+		for _, y := range homes[i+1:] {
+			switch conn(x, ids[y.name]) {
+			case "direct":
+				pairs++
+				directPairs++
+			case "relayed":
+				pairs++
+			}
+		}
+	}
+	t.Logf("FIGURES private_after=%s discover_b=%s discover_c=%s direct_b_a_after_start=%s direct_pairs=%d/%d",
+		private.Round(10*time.Millisecond), found["b"].Round(10*time.Millisecond), found["c"].Round(10*time.Millisecond),
+		direct.Round(10*time.Millisecond), directPairs, pairs)
+}
+
+func h(homes []*natHome, name string) *natHome {
+	for _, x := range homes {
+		if x.name == name {
+			return x
+		}
+	}
+	panic("no home " + name)
+}
+
+// nsHandle is a network namespace created by the test.
+type nsHandle struct {
+	name string
+	path string
+}
+
+func newNS(t *testing.T, role string) *nsHandle {
+	t.Helper()
+	name := fmt.Sprintf("ad%d%s", os.Getpid()%100000, role)
+	if len(name) > 15 {
+		name = name[:15]
+	}
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Skipf("SKIP (environment): cannot create a network namespace (%v: %s); the NAT test did not run", err, strings.TrimSpace(string(out)))
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	return &nsHandle{name: name, path: "/var/run/netns/" + name}
+}
+
+// sh runs each command line inside the namespace.
+func (ns *nsHandle) sh(t *testing.T, lines ...string) {
+	t.Helper()
+	for _, l := range lines {
+		runOK(t, append([]string{"ip", "netns", "exec", ns.name}, strings.Fields(l)...)...)
+	}
+}
+
+// nft loads a ruleset inside the namespace.
+func (ns *nsHandle) nft(t *testing.T, rules string) {
+	t.Helper()
+	cmd := exec.Command("ip", "netns", "exec", ns.name, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nft in %s: %v: %s\n%s", ns.name, err, out, rules)
+	}
+}
+
+// in runs f on an OS thread inside the namespace; sockets it creates stay
+// there. The thread is never switched back: it ends with the goroutine.
+func (ns *nsHandle) in(f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		fd, err := unix.Open(ns.path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer func() { _ = unix.Close(fd) }()
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("setns %s: %w", ns.name, err)
+			return
+		}
+		errc <- f()
+	}()
+	return <-errc
+}
+
+// httpClient dials from inside the namespace (the daemons' APIs are on
+// their namespace's loopback).
+func (ns *nsHandle) httpClient() *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := ns.in(func() error {
+				var err error
+				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		},
+	}}
+}
+
+func runOK(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// serveDNS answers TXT queries for name with dnsaddr= records of addrs,
+// on natBootstrap:53 inside ns.
+func serveDNS(t *testing.T, ns *nsHandle, name string, addrs []string) {
+	t.Helper()
+	var pc net.PacketConn
+	if err := ns.in(func() error {
+		var err error
+		pc, err = net.ListenPacket("udp4", natBootstrap+":53")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(q)
+		for _, qu := range q.Question {
+			if !strings.EqualFold(qu.Name, name) {
+				m.Rcode = dns.RcodeNameError
+				continue
+			}
+			if qu.Qtype != dns.TypeTXT {
+				continue
+			}
+			for _, a := range addrs {
+				m.Answer = append(m.Answer, &dns.TXT{Hdr: dns.RR_Header{Name: qu.Name, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 60}, Txt: []string{"dnsaddr=" + a}})
+			}
+		}
+		_ = w.WriteMsg(m)
+	})}
+	started := make(chan struct{})
+	srv.NotifyStartedFunc = func() { close(started) }
+	done := make(chan error, 1)
+	go func() { done <- srv.ActivateAndServe() }()
+	<-started
+	t.Cleanup(func() {
+		_ = srv.Shutdown()
+		<-done
+	})
+}
+
+// nsDaemon is an agentd process inside a namespace.
+type nsDaemon struct {
+	t      *testing.T
+	name   string
+	ns     *nsHandle
+	api    string
+	stdout *syncBuf
+	out    *syncBuf
+	client *http.Client
+	done   chan struct{}
+}
+
+// startNSDaemon starts `agentd <cmd>` inside ns with its own data
+// directory; for `run` it waits for the API address.
+func startNSDaemon(t *testing.T, ns *nsHandle, name, dir, cmd string, args ...string) *nsDaemon {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	addrFile := filepath.Join(dir, "api.addr")
+	full := []string{"netns", "exec", ns.name, agentdBin, cmd, "--data-dir", filepath.Join(dir, "data"), "--log-level", "debug"}
+	if cmd == "run" {
+		full = append(full, "--api-addr-file", addrFile)
+	}
+	full = append(full, args...)
+	d := &nsDaemon{t: t, name: name, ns: ns, stdout: &syncBuf{}, out: &syncBuf{}, client: ns.httpClient(), done: make(chan struct{})}
+	c := exec.Command("ip", full...)
+	c.Stdout, c.Stderr = d.stdout, d.out
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.Wait(); close(d.done) }()
+	t.Cleanup(func() {
+		_ = c.Process.Signal(unix.SIGTERM)
+		select {
+		case <-d.done:
+		case <-time.After(15 * time.Second):
+			_ = c.Process.Kill()
+			<-d.done
+		}
+		if t.Failed() {
+			logTail(t, name, d.out.String())
+		}
+	})
+	if cmd != "run" {
+		return d
+	}
+	eventually(t, 30*time.Second, name+" writing its API address", func() bool {
+		select {
+		case <-d.done:
+			t.Fatalf("%s exited early:\n%s", name, d.out.String())
+		default:
+		}
+		b, err := os.ReadFile(addrFile)
+		if err != nil || !strings.HasSuffix(string(b), "\n") {
+			return false
+		}
+		d.api = strings.TrimSpace(string(b))
+		return true
+	})
+	return d
+}
+
+// getJSON reads path from the daemon's API into v; false on any error.
+func (d *nsDaemon) getJSON(path string, v any) bool {
+	resp, err := d.client.Get("http://" + d.api + path)
+	if err != nil {
+		return false
+	}
+	defer func() { _ = resp.Body.Close() }()
+	return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(v) == nil
+}
+
+// cli runs an agentd client command inside the namespace, against d.
+func (d *nsDaemon) cli(t *testing.T, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	full := append([]string{"netns", "exec", d.ns.name, agentdBin}, args...)
+	cmd := exec.CommandContext(ctx, "ip", append(full, "--api", d.api)...)
+	var out, errb syncBuf
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("agentd %v in %s: %v", args, d.ns.name, err)
+	}
+	return r
+}
+
+// logTail logs the last lines of a daemon's log.
+func logTail(t *testing.T, name, log string) {
+	lines := strings.Split(log, "\n")
+	if len(lines) > 80 {
+		lines = lines[len(lines)-80:]
+	}
+	t.Logf("---- %s (last %d lines)\n%s", name, len(lines), strings.Join(lines, "\n"))
+}
