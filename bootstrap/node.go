@@ -12,11 +12,14 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/agentd/agentd/dht"
 	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/trust"
 	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
@@ -43,11 +46,16 @@ type NodeConfig struct {
 
 // Node is a running bootstrap node.
 type Node struct {
-	DHT  *dht.DHT
-	Book *Book
-	h    host.Host
-	once sync.Once
-	err  error
+	DHT   *dht.DHT
+	Book  *Book
+	h     host.Host
+	start time.Time
+	once  sync.Once
+	err   error
+
+	reach    atomic.Int32 // network.Reachability
+	reachSub event.Subscription
+	wg       sync.WaitGroup
 }
 
 // StartNode starts a bootstrap node on h: a DHT server with no hosted
@@ -67,19 +75,22 @@ func StartNode(ctx context.Context, h host.Host, cfg NodeConfig, log *slog.Logge
 		}
 	}
 	dcfg := cfg.DHT
-	dcfg.ClientMode = false
+	dcfg.ClientMode, dcfg.AutoMode = false, false
 	dcfg.BootstrapPeers = nil
 	d, err := dht.New(h, dcfg, v, nil, cfg.Metrics, log)
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{DHT: d, h: h}
+	n := &Node{DHT: d, h: h, start: time.Now()}
+	if err := n.watchReachability(); err != nil {
+		return nil, errors.Join(err, d.Close())
+	}
 	if cfg.Book != nil {
 		if n.Book, err = NewBook(h, cfg.Book, BookConfig{}, log); err != nil {
-			return nil, err
+			return nil, errors.Join(err, n.Close())
 		}
 		if err := n.Book.Start(); err != nil {
-			return nil, err
+			return nil, errors.Join(err, n.Close())
 		}
 	}
 	if err := d.Start(ctx); err != nil {
@@ -128,6 +139,10 @@ func FullAddrs(h host.Host) []ma.Multiaddr {
 func (n *Node) Close() error {
 	n.once.Do(func() {
 		var errs []error
+		if n.reachSub != nil {
+			errs = append(errs, n.reachSub.Close())
+			n.wg.Wait()
+		}
 		if n.DHT != nil {
 			errs = append(errs, n.DHT.Close())
 		}

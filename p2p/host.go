@@ -34,6 +34,7 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/relay"
 	"github.com/libp2p/go-libp2p/x/rate"
 	ma "github.com/multiformats/go-multiaddr"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // DefaultPort is agentd's libp2p port (TCP and QUIC). It is not IPFS's 4001,
@@ -79,6 +80,10 @@ type Config struct {
 	// DisableMetrics turns libp2p's own Prometheus metrics off (simnet,
 	// tests: they would share the global registry).
 	DisableMetrics bool
+	// Registerer, when set, receives libp2p's own metrics (swarm, relay
+	// service, hole punching, AutoNAT, identify) instead of Prometheus'
+	// global registry; DisableMetrics wins over it.
+	Registerer prometheus.Registerer
 	// UserAgent is sent in identify.
 	UserAgent string
 	// NAT configures NAT traversal; the zero value turns all of it off
@@ -338,8 +343,11 @@ func New(cfg Config) (host.Host, error) {
 	if len(listen) == 0 {
 		opts = append(opts, libp2p.NoListenAddrs)
 	}
-	if cfg.DisableMetrics {
+	switch {
+	case cfg.DisableMetrics:
 		opts = append(opts, libp2p.DisableMetrics())
+	case cfg.Registerer != nil:
+		opts = append(opts, libp2p.PrometheusRegisterer(cfg.Registerer))
 	}
 	if cfg.UserAgent != "" {
 		opts = append(opts, libp2p.UserAgent(cfg.UserAgent))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -162,7 +163,7 @@ table ip filter {
 	for _, h := range homes {
 		h.d = startNSDaemon(t, h.ns, "home-"+h.name, filepath.Join(root, h.name), "run",
 			"--listen", "/ip4/0.0.0.0/tcp/4777", "--listen", "/ip4/0.0.0.0/udp/4777/quic-v1",
-			"--api", "127.0.0.1:0", "--no-lan", "--bootstrap", "/dnsaddr/"+natDNSName)
+			"--no-lan", "--bootstrap", "/dnsaddr/"+natDNSName)
 	}
 	// Each learns that it is private (AutoNAT: the bootstrap node's dial
 	// back fails), becomes a DHT client and takes a relay slot.
@@ -182,6 +183,19 @@ table ip filter {
 	}
 	private := time.Since(start)
 	t.Logf("all three homes private, DHT clients, relayed: %s after start", private.Round(10*time.Millisecond))
+
+	// The bootstrap node's health and metrics show the relay at work.
+	var bh struct {
+		Relay        string `json:"relay"`
+		Reachability string `json:"reachability"`
+		Peers        int    `json:"peers"`
+	}
+	if !boot.getJSON("/healthz", &bh) || bh.Relay != "on" || bh.Reachability != "public" || bh.Peers < 3 {
+		t.Fatalf("bootstrap /healthz = %+v", bh)
+	}
+	if m := boot.metrics(t); !strings.Contains(m, `libp2p_relaysvc_reservations_total{type="opened"} 3`) {
+		t.Fatalf("bootstrap /metrics has no 3 opened relay reservations:\n%s", grepLines(m, "libp2p_relaysvc"))
+	}
 
 	// An agent registered in home a is found by capability from b and c.
 	reg := h(homes, "a").d.cli(t, "register", "-f", repoFile(t, "examples/agentspec.yaml"))
@@ -434,18 +448,16 @@ type nsDaemon struct {
 	done   chan struct{}
 }
 
-// startNSDaemon starts `agentd <cmd>` inside ns with its own data
-// directory; for `run` it waits for the API address.
+// startNSDaemon starts `agentd <cmd>` (run or bootstrap) inside ns with
+// its own data directory, and waits for its HTTP address.
 func startNSDaemon(t *testing.T, ns *nsHandle, name, dir, cmd string, args ...string) *nsDaemon {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	addrFile := filepath.Join(dir, "api.addr")
-	full := []string{"netns", "exec", ns.name, agentdBin, cmd, "--data-dir", filepath.Join(dir, "data"), "--log-level", "debug"}
-	if cmd == "run" {
-		full = append(full, "--api-addr-file", addrFile)
-	}
+	full := []string{"netns", "exec", ns.name, agentdBin, cmd, "--data-dir", filepath.Join(dir, "data"), "--log-level", "debug",
+		"--api", "127.0.0.1:0", "--api-addr-file", addrFile}
 	full = append(full, args...)
 	d := &nsDaemon{t: t, name: name, ns: ns, stdout: &syncBuf{}, out: &syncBuf{}, client: ns.httpClient(), done: make(chan struct{})}
 	c := exec.Command("ip", full...)
@@ -466,9 +478,6 @@ func startNSDaemon(t *testing.T, ns *nsHandle, name, dir, cmd string, args ...st
 			logTail(t, name, d.out.String())
 		}
 	})
-	if cmd != "run" {
-		return d
-	}
 	eventually(t, 30*time.Second, name+" writing its API address", func() bool {
 		select {
 		case <-d.done:
@@ -493,6 +502,31 @@ func (d *nsDaemon) getJSON(path string, v any) bool {
 	}
 	defer func() { _ = resp.Body.Close() }()
 	return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(v) == nil
+}
+
+// metrics reads the daemon's /metrics.
+func (d *nsDaemon) metrics(t *testing.T) string {
+	t.Helper()
+	resp, err := d.client.Get("http://" + d.api + "/metrics")
+	if err != nil {
+		t.Fatalf("%s /metrics: %v", d.name, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var b strings.Builder
+	if _, err := io.Copy(&b, resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // cli runs an agentd client command inside the namespace, against d.
