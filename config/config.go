@@ -61,17 +61,22 @@ type NATConfig struct {
 	// Relay is the circuit relay v2 service this node offers others
 	// (always on for `agentd bootstrap`).
 	Relay RelayConfig `yaml:"relay" json:"relay"`
+	// ConnsPerIP bounds the connections one public IPv4 address (IPv6 /56)
+	// may hold to this node, and the burst of new ones (default 64;
+	// go-libp2p's own default of 8 refuses the ninth agent behind one NAT).
+	ConnsPerIP int `yaml:"connsPerIP" json:"connsPerIP"`
 }
 
 // RelayConfig bounds the circuit relay v2 service. Zero values take
-// go-libp2p's defaults (given in brackets).
+// go-libp2p's defaults (given in brackets); agentd's defaults, where they
+// differ, follow "default".
 type RelayConfig struct {
 	// Enabled serves the relay on `agentd run` too (while public).
 	Enabled bool `yaml:"enabled" json:"enabled"`
-	// MaxReservations is the number of peers holding a slot [128].
+	// MaxReservations is the number of peers holding a slot [128; default 1024].
 	MaxReservations int `yaml:"maxReservations" json:"maxReservations"`
-	// MaxReservationsPerIP bounds slots per IP address [8]; agents behind
-	// one NAT share an address.
+	// MaxReservationsPerIP bounds slots per IP address [8; default 64]:
+	// agents behind one NAT share an address.
 	MaxReservationsPerIP int `yaml:"maxReservationsPerIP" json:"maxReservationsPerIP"`
 	// MaxCircuits is the number of relayed connections per peer [16].
 	MaxCircuits int `yaml:"maxCircuits" json:"maxCircuits"`
@@ -240,7 +245,11 @@ func Default() Config {
 	}
 	c.Discovery.MDNS = MDNSConfig{Enabled: true, TTL: Duration(10 * time.Second)}
 	c.Discovery.DHT = DHTConfig{Enabled: true, ReplicationFactor: 20, Mode: DHTModeAuto}
-	c.NAT = NATConfig{Reachability: ReachabilityAuto, PortMapping: true, HolePunching: true, AutoRelay: true}
+	c.NAT = NATConfig{Reachability: ReachabilityAuto, PortMapping: true, HolePunching: true, AutoRelay: true, ConnsPerIP: 64,
+		// go-libp2p's relay defaults (128 slots, 8 per IP) are an IPFS
+		// volunteer relay's; a bootstrap node of agentd is the relay of
+		// every agent behind a NAT, many of them behind the same one.
+		Relay: RelayConfig{MaxReservations: 1024, MaxReservationsPerIP: 64}}
 	c.Discovery.SkillCenter.Timeout = Duration(10 * time.Second)
 	c.Discovery.SkillCenter.Cache.Enabled = true
 	c.Discovery.SkillCenter.Cache.TTL = Duration(300 * time.Second)

@@ -83,6 +83,9 @@ func (n NATConfig) validate(v *validator) {
 			v.add(f, "%q ends in /p2p/<peer id>; give the address only, the peer id is added to it", clip(s))
 		}
 	}
+	if n.ConnsPerIP < 0 || n.ConnsPerIP > 100_000 {
+		v.add("nat.connsPerIP", "%d is out of range (0 = default 64, at most 100000)", n.ConnsPerIP)
+	}
 	r := n.Relay
 	for _, c := range []struct {
 		field string

@@ -191,6 +191,8 @@ func (d *DHT) kadOptions() []kaddht.Option {
 	switch {
 	case d.cfg.ClientMode:
 		mode = kaddht.ModeClient
+	case d.cfg.AutoMode && d.cfg.AutoClientFirst:
+		mode = kaddht.ModeAuto
 	case d.cfg.AutoMode:
 		mode = kaddht.ModeAutoServer
 	}

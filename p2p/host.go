@@ -10,8 +10,9 @@
 // tables nearly empty. agentd therefore exempts the private, link-local and
 // CGNAT prefixes (RFC 1918, RFC 6598, RFC 4193, fe80::/10, loopback) and any
 // prefixes the operator adds, and raises the transient (handshake) limits so
-// a bootstrap node survives a burst of joins. Public addresses keep
-// libp2p's per-subnet defaults.
+// a bootstrap node survives a burst of joins. A public address may hold
+// Config.ConnsPerIP connections (default 64, libp2p's is 8): on the internet
+// that address is often a NAT with a whole office behind it.
 package p2p
 
 import (
@@ -77,6 +78,11 @@ type Config struct {
 	// TransientInbound / SystemInbound raise the resource manager's
 	// inbound connection limits (default 512 / 2048).
 	TransientInbound, SystemInbound int
+	// ConnsPerIP bounds the connections from one public IPv4 address (or
+	// IPv6 /56), and the burst of new ones (sustained: one per second);
+	// default DefaultConnsPerIP. go-libp2p's default, 8 and 0.2/s, refuses
+	// the ninth agent behind one NAT (measured: TestManyAgentsBehindOneNAT).
+	ConnsPerIP int
 	// DisableMetrics turns libp2p's own Prometheus metrics off (simnet,
 	// tests: they would share the global registry).
 	DisableMetrics bool
@@ -259,6 +265,10 @@ func relaySource(static func() []peer.AddrInfo, self func() host.Host) autorelay
 	}
 }
 
+// DefaultConnsPerIP is Config.ConnsPerIP's default: an office or a home
+// behind one NAT runs this many agents before a node refuses the next.
+const DefaultConnsPerIP = 64
+
 // ResourceManager returns the resource manager described in the package doc.
 func ResourceManager(cfg Config) (network.ResourceManager, error) {
 	transient, system := cfg.TransientInbound, cfg.SystemInbound
@@ -293,19 +303,26 @@ func ResourceManager(cfg Config) (network.ResourceManager, error) {
 		}
 		rl = append(rl, rate.PrefixLimit{Prefix: p, Limit: rate.Limit{}}) // zero limit = unlimited
 	}
+	perIP := cfg.ConnsPerIP
+	if perIP <= 0 {
+		perIP = DefaultConnsPerIP
+	}
 	limiter := &rate.Limiter{
 		NetworkPrefixLimits: rl,
 		GlobalLimit:         rate.Limit{},
 		SubnetRateLimiter: rate.SubnetLimiter{
-			IPv4SubnetLimits: []rate.SubnetLimit{{PrefixLength: 32, Limit: rate.Limit{RPS: 0.2, Burst: 16}}},
+			IPv4SubnetLimits: []rate.SubnetLimit{{PrefixLength: 32, Limit: rate.Limit{RPS: 1, Burst: perIP}}},
 			IPv6SubnetLimits: []rate.SubnetLimit{
-				{PrefixLength: 56, Limit: rate.Limit{RPS: 0.2, Burst: 16}},
-				{PrefixLength: 48, Limit: rate.Limit{RPS: 0.5, Burst: 80}},
+				{PrefixLength: 56, Limit: rate.Limit{RPS: 1, Burst: perIP}},
+				{PrefixLength: 48, Limit: rate.Limit{RPS: 2.5, Burst: 4 * perIP}},
 			},
 		},
 	}
 	return rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits),
 		rcmgr.WithNetworkPrefixLimit(v4, v6),
+		rcmgr.WithLimitPerSubnet(
+			[]rcmgr.ConnLimitPerSubnet{{PrefixLength: 32, ConnCount: perIP}},
+			[]rcmgr.ConnLimitPerSubnet{{PrefixLength: 56, ConnCount: perIP}, {PrefixLength: 48, ConnCount: 8 * perIP}}),
 		rcmgr.WithConnRateLimiters(limiter),
 		rcmgr.WithMetricsDisabled())
 }

@@ -122,7 +122,7 @@ func serveBootstrap(ctx context.Context, cfg config.Config, log *slog.Logger, ad
 	}
 	nat.AutoRelay = false // it is the relay
 	m := metrics.New(true)
-	h, err := p2p.New(p2p.Config{Key: key, Listen: cfg.Listen, NAT: nat,
+	h, err := p2p.New(p2p.Config{Key: key, Listen: cfg.Listen, NAT: nat, ConnsPerIP: cfg.NAT.ConnsPerIP,
 		UserAgent: "agentd-bootstrap/" + buildVersion().Version, Registerer: m.Registry})
 	if err != nil {
 		return err

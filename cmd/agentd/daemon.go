@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/agentd/agentd/trust"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
+	manet "github.com/multiformats/go-multiaddr/net"
 )
 
 // DBDir is the Badger directory inside the data directory.
@@ -85,6 +87,7 @@ func nodeConfig(ctx context.Context, cfg config.Config, log *slog.Logger) (node.
 		nc.DHT.ClientMode = true
 	case config.DHTModeAuto:
 		nc.DHT.AutoMode = true
+		nc.DHT.AutoClientFirst = publicPeers(peers)
 	}
 	switch nc.Scope = cfg.Discovery.Scope; {
 	case nc.Scope == "" && cfg.API.ServeRegistry:
@@ -93,6 +96,17 @@ func nodeConfig(ctx context.Context, cfg config.Config, log *slog.Logger) (node.
 		nc.Scope = node.ScopeInterest
 	}
 	return nc, nil
+}
+
+// publicPeers reports whether any bootstrap peer has a public address: the
+// node joins the internet, not only a LAN.
+func publicPeers(peers []peer.AddrInfo) bool {
+	for _, p := range peers {
+		if slices.ContainsFunc(p.Addrs, manet.IsPublicAddr) {
+			return true
+		}
+	}
+	return false
 }
 
 // bootstrapResolveTimeout bounds the resolution of the bootstrap list's DNS
@@ -142,10 +156,12 @@ func startNetwork(ctx context.Context, cfg config.Config, id *trust.Identity, st
 		return nil, err
 	}
 	h, err := p2p.New(p2p.Config{
-		Key:       id.PeerKey,
-		Listen:    cfg.Listen,
-		NAT:       nat,
-		UserAgent: "agentd/" + ver,
+		Key:    id.PeerKey,
+		Listen: cfg.Listen,
+		NAT:    nat,
+		// Many agents behind one NAT share its address.
+		ConnsPerIP: cfg.NAT.ConnsPerIP,
+		UserAgent:  "agentd/" + ver,
 		// libp2p would register its metrics on Prometheus' global
 		// registry; agentd gives each node its own (package metrics).
 		DisableMetrics: true,

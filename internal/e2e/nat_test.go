@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -62,7 +63,18 @@ type natHome struct {
 	d         *nsDaemon
 }
 
-func TestNATTraversal(t *testing.T) {
+// natNet is the namespaces' internet with its bootstrap node running.
+type natNet struct {
+	inet *nsHandle
+	boot *nsDaemon
+	root string
+}
+
+// newNATNet builds the internet segment, a NAT and a home namespace per
+// home, the DNS server with the bootstrap list, and starts the bootstrap
+// node. It skips the test loudly where namespaces cannot be made.
+func newNATNet(t *testing.T, homes []*natHome) *natNet {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("SKIP (environment): the NAT test builds network namespaces and needs root; it did not run")
 	}
@@ -81,7 +93,6 @@ func TestNATTraversal(t *testing.T) {
 		"ip addr add "+natBootstrap+"/24 dev br0",
 		"ip link set br0 up",
 	)
-	homes := []*natHome{{name: "a"}, {name: "b"}, {name: "c", symmetric: true}}
 	for i, h := range homes {
 		n := i + 1
 		nat := newNS(t, "nat-"+h.name)
@@ -158,28 +169,49 @@ table ip filter {
 		return len(bootAddrs) == 2
 	})
 	serveDNS(t, inet, "_dnsaddr."+natDNSName+".", bootAddrs)
+	return &natNet{inet: inet, boot: boot, root: root}
+}
+
+// startHomeDaemon starts `agentd run` in a home, joining through the
+// bootstrap list in DNS, listening on port (TCP and QUIC).
+func (n *natNet) startHomeDaemon(t *testing.T, home *natHome, name string, port int) *nsDaemon {
+	t.Helper()
+	p := strconv.Itoa(port)
+	return startNSDaemon(t, home.ns, name, filepath.Join(n.root, name), "run",
+		"--listen", "/ip4/0.0.0.0/tcp/"+p, "--listen", "/ip4/0.0.0.0/udp/"+p+"/quic-v1",
+		"--no-lan", "--bootstrap", "/dnsaddr/"+natDNSName)
+}
+
+// waitRelayed waits until d is private, a DHT client, with a relay address.
+func waitRelayed(t *testing.T, d *nsDaemon, within time.Duration) {
+	t.Helper()
+	eventually(t, within, d.name+" private, DHT client, with a relay address", func() bool {
+		var hz struct {
+			Reachability string   `json:"reachability"`
+			DHTMode      string   `json:"dht_mode"`
+			Listen       []string `json:"listen"`
+		}
+		if !d.getJSON("/healthz", &hz) {
+			return false
+		}
+		return hz.Reachability == "private" && hz.DHTMode == "client" &&
+			slices.ContainsFunc(hz.Listen, func(a string) bool { return strings.Contains(a, "/p2p-circuit") })
+	})
+}
+
+func TestNATTraversal(t *testing.T) {
+	homes := []*natHome{{name: "a"}, {name: "b"}, {name: "c", symmetric: true}}
+	net := newNATNet(t, homes)
+	boot := net.boot
 
 	start := time.Now()
 	for _, h := range homes {
-		h.d = startNSDaemon(t, h.ns, "home-"+h.name, filepath.Join(root, h.name), "run",
-			"--listen", "/ip4/0.0.0.0/tcp/4777", "--listen", "/ip4/0.0.0.0/udp/4777/quic-v1",
-			"--no-lan", "--bootstrap", "/dnsaddr/"+natDNSName)
+		h.d = net.startHomeDaemon(t, h, "home-"+h.name, 4777)
 	}
 	// Each learns that it is private (AutoNAT: the bootstrap node's dial
 	// back fails), becomes a DHT client and takes a relay slot.
 	for _, h := range homes {
-		eventually(t, 90*time.Second, "home-"+h.name+" private, DHT client, with a relay address", func() bool {
-			var hz struct {
-				Reachability string   `json:"reachability"`
-				DHTMode      string   `json:"dht_mode"`
-				Listen       []string `json:"listen"`
-			}
-			if !h.d.getJSON("/healthz", &hz) {
-				return false
-			}
-			return hz.Reachability == "private" && hz.DHTMode == "client" &&
-				slices.ContainsFunc(hz.Listen, func(a string) bool { return strings.Contains(a, "/p2p-circuit") })
-		})
+		waitRelayed(t, h.d, 90*time.Second)
 	}
 	private := time.Since(start)
 	t.Logf("all three homes private, DHT clients, relayed: %s after start", private.Round(10*time.Millisecond))
@@ -555,4 +587,95 @@ func logTail(t *testing.T, name, log string) {
 		lines = lines[len(lines)-80:]
 	}
 	t.Logf("---- %s (last %d lines)\n%s", name, len(lines), strings.Join(lines, "\n"))
+}
+
+// manyBehindOneNAT is how many agentd share home a's public address in
+// TestManyAgentsBehindOneNAT: more than the burst (10) of go-libp2p's
+// identify-push limit per /24, so that the limit would show.
+const manyBehindOneNAT = 12
+
+// Issue 14 item 5: go-libp2p v0.51 rate-limits inbound identify pushes per
+// remote /24 (IPv4) and /56 (IPv6) to 0.2/s with a burst of 10, loopback
+// alone exempt. Agents behind one NAT share one address, and every one of
+// them pushes when it turns private (its DHT protocol goes away) and when it
+// gets its relay address. A push that is refused is not sent again, so the
+// bootstrap node could keep an agent's addresses from before its relay
+// reservation, and nobody outside its NAT could reach it. The test starts
+// manyBehindOneNAT daemons behind one NAT at once, each with its own
+// capability, and finds every one of them from a home behind a symmetric
+// NAT, where only the relay can reach them.
+func TestManyAgentsBehindOneNAT(t *testing.T) {
+	a, c := &natHome{name: "a"}, &natHome{name: "c", symmetric: true}
+	net := newNATNet(t, []*natHome{a, c})
+	start := time.Now()
+	n := manyBehindOneNAT
+	if v, err := strconv.Atoi(os.Getenv("AGENTD_NAT_MANY")); err == nil && v > 0 {
+		n = v
+	}
+	agents := make([]*nsDaemon, n)
+	for i := range agents {
+		agents[i] = net.startHomeDaemon(t, a, fmt.Sprintf("a%02d", i), 4777+i)
+	}
+	c.d = net.startHomeDaemon(t, c, "c", 4777)
+	for _, d := range append(agents, c.d) {
+		waitRelayed(t, d, 90*time.Second)
+	}
+	t.Logf("%d agents behind one NAT private and relayed %s after start", len(agents), time.Since(start).Round(10*time.Millisecond))
+	// Every home agent is a DHT client now; the bootstrap node's routing
+	// table must not hold any of them (it learns that from identify
+	// pushes), or lookups would wait for peers nobody can dial.
+	var bh struct {
+		RT int `json:"dht_routing_table"`
+	}
+	if !net.boot.getJSON("/healthz", &bh) || bh.RT != 0 {
+		t.Fatalf("the bootstrap node's routing table holds %d peers; every agent behind the NAT is a DHT client", bh.RT)
+	}
+	spec := filepath.Join(net.root, "spec-%02d.json")
+	for i, d := range agents {
+		f := fmt.Sprintf(spec, i)
+		body := fmt.Sprintf(`{"agent_name":"shared-%02d","capabilities":{},"transport":{"type":"http","endpoint":"http://192.168.1.2:%d"},`+
+			`"skills":[{"skill_id":"s-nat","version":"1.0.0","skill_type":"tool-skill","capabilities":[{"id":"nat.shared.%02d","version":"1.0.0"}]}]}`, i, 8000+i, i)
+		if err := os.WriteFile(f, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if r := d.cli(t, "register", "-f", f); r.code != 0 {
+			t.Fatalf("register on %s: %+v", d.name, r)
+		}
+	}
+	registered := time.Now()
+	found := map[int]time.Duration{}
+	deadline := time.Now().Add(60 * time.Second)
+	for len(found) < len(agents) && time.Now().Before(deadline) {
+		for i := range agents {
+			if _, ok := found[i]; ok {
+				continue
+			}
+			r := c.d.cli(t, "discover", "--capability", fmt.Sprintf("nat.shared.%02d", i), "--json")
+			if r.code == 0 && strings.Contains(r.stdout, fmt.Sprintf(`shared-%02d`, i)) {
+				found[i] = time.Since(registered)
+			}
+		}
+	}
+	var worst time.Duration
+	var times []string
+	for i := range agents {
+		if d, ok := found[i]; ok {
+			worst = max(worst, d)
+			times = append(times, fmt.Sprintf("%s:%s", agents[i].name, d.Round(100*time.Millisecond)))
+		}
+	}
+	t.Logf("found after registration: %s", strings.Join(times, " "))
+	if os.Getenv("AGENTD_NAT_DEBUG") != "" {
+		logTail(t, "c", c.d.out.String())
+	}
+	t.Logf("FIGURES behind_one_nat=%d found_from_symmetric_home=%d slowest=%s", len(agents), len(found), worst.Round(10*time.Millisecond))
+	if len(found) != len(agents) {
+		var missing []string
+		for i := range agents {
+			if _, ok := found[i]; !ok {
+				missing = append(missing, agents[i].name)
+			}
+		}
+		t.Fatalf("found %d of %d agents behind one NAT; missing %v", len(found), len(agents), missing)
+	}
 }
