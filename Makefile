@@ -27,7 +27,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 .DEFAULT_GOAL := build
 
-.PHONY: help build static run test race bench fuzz lint golangci-lint tidy simnet simnet-smoke simnet-curve clean
+.PHONY: help build static bootstrap-load run test race bench fuzz lint golangci-lint tidy simnet simnet-smoke simnet-curve clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
@@ -138,6 +138,12 @@ simnet-curve: build ## simnet at 100, 250, 500 and 1000 nodes with the same inte
 
 simnet: build ## 100 nodes under churn for 2 minutes (report in bin/simnet.{txt,json,svg}); SIMNET_ARGS for more flags
 	set -o pipefail; $(BIN)/agentd simnet --nodes 100 --duration 2m --json $(BIN)/simnet.json --svg $(BIN)/simnet.svg $(SIMNET_ARGS) | tee $(BIN)/simnet.txt
+
+BOOTSTRAP_PEERS ?= 250 500 1000
+bootstrap-load: ## measure a bootstrap node's RSS, goroutines and idle CPU at BOOTSTRAP_PEERS relayed peers (docs/bootstrap.md)
+	@for n in $(BOOTSTRAP_PEERS); do \
+		AGENTD_BOOTSTRAP_PEERS=$$n $(GO) test -count=1 -run '^TestBootstrapLoad$$' -v -timeout 20m ./internal/e2e | grep -E 'FIGURES|reserved in|FAIL' || exit 1; \
+	done
 
 clean: ## remove bin/ (the binary, linters, benchmark output)
 	rm -rf $(BIN)

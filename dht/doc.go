@@ -11,7 +11,9 @@
 //   - server (the zero Config): answers queries and stores records;
 //   - client (Config.ClientMode): queries and provides, serves nothing;
 //   - auto (Config.AutoMode, the daemon's default): kad-dht's
-//     ModeAutoServer, a server until AutoNAT reports the node private.
+//     ModeAutoServer, a server until AutoNAT reports the node private; with
+//     Config.AutoClientFirst (a node whose bootstrap peers are public)
+//     kad-dht's ModeAuto, a client until AutoNAT reports it public.
 //
 // kad-dht's own default, ModeAuto, is not used: it stays a client until
 // AutoNAT reports public reachability, which never happens on a LAN or on

@@ -122,7 +122,11 @@ func serveBootstrap(ctx context.Context, cfg config.Config, log *slog.Logger, ad
 	}
 	nat.AutoRelay = false // it is the relay
 	m := metrics.New(true)
+	// Every agent behind NAT keeps a connection to its relay: the
+	// connection manager must not trim below the reservations it admits.
+	low := nat.RelayResources.MaxReservations + 256
 	h, err := p2p.New(p2p.Config{Key: key, Listen: cfg.Listen, NAT: nat, ConnsPerIP: cfg.NAT.ConnsPerIP,
+		LowWater: low, HighWater: low + 256, SystemInbound: max(2048, 2*(low+256)),
 		UserAgent: "agentd-bootstrap/" + buildVersion().Version, Registerer: m.Registry})
 	if err != nil {
 		return err
