@@ -25,6 +25,7 @@ const (
 	EnvDHTMode       = "AGENTD_DHT_MODE"       // discovery.dht.mode
 	EnvReachability  = "AGENTD_REACHABILITY"   // nat.reachability
 	EnvAnnounce      = "AGENTD_ANNOUNCE"       // nat.announce (comma-separated multiaddrs)
+	EnvNoPortMapping = "AGENTD_NO_PORT_MAPPING" // true turns nat.portMapping off
 )
 
 // EnvVars lists every environment variable agentd reads for its
@@ -33,5 +34,5 @@ var EnvVars = []string{
 	EnvConfig, EnvDataDir, EnvListen, EnvAPI, EnvBootstrap, EnvLogLevel,
 	EnvLogFormat, EnvTrustPolicy, EnvNoLAN, EnvLANInterface, EnvClientMode,
 	EnvServeRegistry, EnvMinFree, EnvScope, EnvDHTMode, EnvReachability,
-	EnvAnnounce,
+	EnvAnnounce, EnvNoPortMapping,
 }

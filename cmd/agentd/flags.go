@@ -29,6 +29,7 @@ const (
 	flagDHTMode      = "dht-mode"
 	flagReachability = "reachability"
 	flagAnnounce     = "announce"
+	flagNoPortMap    = "no-port-mapping"
 	flagJSON         = "json"
 )
 
@@ -58,6 +59,7 @@ func nodeFlags() []cli.Flag {
 		&cli.BoolFlag{Name: flagClientMode, EnvVars: []string{config.EnvClientMode}, Usage: "DHT client mode, for hosts that cannot accept connections: the node queries the DHT but does not serve it (same as --dht-mode client)"},
 		&cli.StringFlag{Name: flagDHTMode, EnvVars: []string{config.EnvDHTMode}, Usage: "DHT `MODE`: auto (serve the DHT unless AutoNAT finds this node behind a NAT nobody can dial; a LAN without public addresses keeps serving), server or client (default auto)"},
 		&cli.StringFlag{Name: flagReachability, EnvVars: []string{config.EnvReachability}, Usage: "`REACHABILITY` on the internet: auto (AutoNAT asks peers to dial back), public (this node is dialable at its addresses: no relay, DHT server) or private (behind a NAT: relay and hole punching); default auto"},
+		&cli.BoolFlag{Name: flagNoPortMap, EnvVars: []string{config.EnvNoPortMapping}, Usage: "do not ask the gateway for a port mapping (UPnP IGD, NAT-PMP): for networks that forbid it, and tests (sets nat.portMapping to false)"},
 		&cli.StringSliceFlag{Name: flagAnnounce, EnvVars: []string{config.EnvAnnounce}, Usage: "advertise `MULTIADDR` instead of the detected addresses, e.g. /ip4/198.51.100.7/tcp/4777 for a known public address (repeatable; sets nat.announce)"},
 		&cli.StringFlag{Name: flagScope, EnvVars: []string{config.EnvScope}, Usage: "what the node hears of the network: `SCOPE` interest (the agents of the capabilities it hosts, queries and watches; other queries go to the DHT) or full (every agent). Default interest, or full with --serve-registry (sets discovery.scope)"},
 		&cli.StringFlag{Name: flagMinFree, EnvVars: []string{config.EnvMinFree}, Usage: "free `SIZE` kept on the data directory's filesystem (\"64MiB\", bytes, 0 = off): below it registrations and other writes get HTTP 507 while reads and the network go on (default 64MiB)"},
@@ -163,6 +165,11 @@ func effectiveConfig(c *cli.Context) (config.Config, error) {
 	set("discovery.dht.mode", func(x *cli.Context, n string) { cfg.Discovery.DHT.Mode = x.String(n) })(flagDHTMode)
 	set("nat.reachability", func(x *cli.Context, n string) { cfg.NAT.Reachability = x.String(n) })(flagReachability)
 	set("nat.announce", func(x *cli.Context, n string) { cfg.NAT.Announce = nonEmpty(x.StringSlice(n)) })(flagAnnounce)
+	set("nat.portMapping", func(x *cli.Context, n string) {
+		if x.Bool(n) {
+			cfg.NAT.PortMapping = false
+		}
+	})(flagNoPortMap)
 	var sizeErr error
 	set("storage.minFree", func(x *cli.Context, n string) {
 		v, err := config.ParseByteSize(x.String(n))

@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,5 +98,31 @@ func TestNATConfig(t *testing.T) {
 	cfg.NAT.Announce = []string{"not a multiaddr"}
 	if err := cfg.Validate(); err == nil {
 		t.Fatal("a malformed announce address was accepted")
+	}
+}
+
+// `agentd bootstrap --help` lists what applies to a bootstrap node; the
+// daemon-only flags are hidden but still accepted (a shared environment
+// sets them for every command).
+func TestBootstrapHelpHidesDaemonFlags(t *testing.T) {
+	r := runCLI(t, "", "bootstrap", "--help")
+	if r.code != exitOK {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	for _, want := range []string{"--listen", "--api", "--bootstrap", "--announce", "--reachability", "--no-port-mapping", "circuit relay"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("bootstrap --help lacks %s", want)
+		}
+	}
+	for _, hidden := range bootstrapIgnored {
+		if strings.Contains(r.stdout, "--"+hidden+" ") {
+			t.Errorf("bootstrap --help shows --%s, which does not apply", hidden)
+		}
+	}
+	if r := runCLI(t, "", "bootstrap", "--no-lan", "--scope", "full", "--help"); r.code != exitOK {
+		t.Fatalf("a hidden flag was refused: %d %s", r.code, r.stderr)
+	}
+	if r := runCLI(t, "", "run", "--help"); !strings.Contains(r.stdout, "--no-lan") || !strings.Contains(r.stdout, "--dht-mode") {
+		t.Fatalf("run --help lost its flags:\n%s", r.stdout)
 	}
 }

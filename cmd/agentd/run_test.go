@@ -27,7 +27,7 @@ func startRun(t *testing.T, dataDir string, extra ...string) (addr string, stop 
 	logs = &logWriter{t: t}
 	args := append([]string{"agentd", "--data-dir", dataDir, "run",
 		"--listen", "/ip4/127.0.0.1/tcp/0", "--listen", "/ip4/127.0.0.1/udp/0/quic-v1",
-		"--api", "127.0.0.1:0", "--api-addr-file", addrFile, "--no-lan", "--log-level", "debug"}, extra...)
+		"--api", "127.0.0.1:0", "--api-addr-file", addrFile, "--no-lan", "--no-port-mapping", "--log-level", "debug"}, extra...)
 	done := make(chan int, 1)
 	go func() { done <- execute(ctx, args, strings.NewReader(""), io.Discard, logs) }()
 	stopped := false
@@ -172,7 +172,7 @@ func TestRunFailsCleanlyWhenAPIPortIsTaken(t *testing.T) {
 	dir := t.TempDir()
 	logs := &logWriter{t: t}
 	code := execute(context.Background(), []string{"agentd", "--data-dir", dir, "run",
-		"--listen", "/ip4/127.0.0.1/tcp/0", "--api", ln.Addr().String(), "--no-lan"}, strings.NewReader(""), io.Discard, logs)
+		"--listen", "/ip4/127.0.0.1/tcp/0", "--api", ln.Addr().String(), "--no-lan", "--no-port-mapping"}, strings.NewReader(""), io.Discard, logs)
 	if code != exitFailed || !strings.Contains(logs.String(), "API listen on "+ln.Addr().String()) {
 		t.Fatalf("exit %d, log:\n%s", code, logs.String())
 	}

@@ -46,7 +46,7 @@ func TestBootstrapLoad(t *testing.T) {
 	addrFile := filepath.Join(dir, "api.addr")
 	out := &syncBuf{}
 	cmd := exec.Command(agentdBin, "bootstrap", "--config", cfgFile, "--data-dir", filepath.Join(dir, "data"),
-		"--listen", "/ip4/127.0.0.1/tcp/0", "--api", "127.0.0.1:0", "--api-addr-file", addrFile, "--log-level", "warn")
+		"--listen", "/ip4/127.0.0.1/tcp/0", "--api", "127.0.0.1:0", "--api-addr-file", addrFile, "--no-port-mapping", "--log-level", "warn")
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

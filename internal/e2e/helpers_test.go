@@ -82,7 +82,7 @@ func (d *daemon) start() {
 		data = d.data
 	}
 	args := append([]string{"run", "--data-dir", data, "--listen", "/ip4/127.0.0.1/tcp/0",
-		"--api", "127.0.0.1:0", "--api-addr-file", addrFile, "--no-lan", "--log-level", "debug"}, d.args...)
+		"--api", "127.0.0.1:0", "--api-addr-file", addrFile, "--no-lan", "--no-port-mapping", "--log-level", "debug"}, d.args...)
 	d.out = &syncBuf{}
 	d.cmd = exec.Command(agentdBin, args...)
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
@@ -206,7 +206,7 @@ func repoFile(t *testing.T, rel string) string {
 // startBootstrap runs `agentd bootstrap` and returns its first multiaddr.
 func startBootstrap(t *testing.T, dir string) string {
 	t.Helper()
-	cmd := exec.Command(agentdBin, "bootstrap", "--data-dir", dir, "--listen", "/ip4/127.0.0.1/tcp/0")
+	cmd := exec.Command(agentdBin, "bootstrap", "--data-dir", dir, "--listen", "/ip4/127.0.0.1/tcp/0", "--no-port-mapping", "--api", "127.0.0.1:0")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -489,7 +489,7 @@ func startNSDaemon(t *testing.T, ns *nsHandle, name, dir, cmd string, args ...st
 	}
 	addrFile := filepath.Join(dir, "api.addr")
 	full := []string{"netns", "exec", ns.name, agentdBin, cmd, "--data-dir", filepath.Join(dir, "data"), "--log-level", "debug",
-		"--api", "127.0.0.1:0", "--api-addr-file", addrFile}
+		"--api", "127.0.0.1:0", "--api-addr-file", addrFile, "--no-port-mapping"}
 	full = append(full, args...)
 	d := &nsDaemon{t: t, name: name, ns: ns, stdout: &syncBuf{}, out: &syncBuf{}, client: ns.httpClient(), done: make(chan struct{})}
 	c := exec.Command("ip", full...)
