@@ -8,23 +8,23 @@ package config
 // Lists (AGENTD_LISTEN, AGENTD_BOOTSTRAP, AGENTD_ANNOUNCE) are comma-separated; booleans
 // accept 1/0, true/false.
 const (
-	EnvConfig        = "AGENTD_CONFIG"         // path of the YAML configuration file
-	EnvDataDir       = "AGENTD_DATA_DIR"       // dataDir
-	EnvListen        = "AGENTD_LISTEN"         // listen (comma-separated multiaddrs)
-	EnvAPI           = "AGENTD_API"            // api.addr
-	EnvBootstrap     = "AGENTD_BOOTSTRAP"      // discovery.dht.bootstrapNodes (comma-separated multiaddrs)
-	EnvLogLevel      = "AGENTD_LOG_LEVEL"      // log.level
-	EnvLogFormat     = "AGENTD_LOG_FORMAT"     // log.format
-	EnvTrustPolicy   = "AGENTD_TRUST_POLICY"   // trust.policy
-	EnvNoLAN         = "AGENTD_NO_LAN"         // true turns discovery.udp.enabled and discovery.mdns.enabled off
-	EnvLANInterface  = "AGENTD_LAN_INTERFACE"  // discovery.interface
-	EnvClientMode    = "AGENTD_CLIENT_MODE"    // discovery.dht.clientMode
-	EnvServeRegistry = "AGENTD_SERVE_REGISTRY" // api.serveRegistry
-	EnvMinFree       = "AGENTD_MIN_FREE"       // storage.minFree
-	EnvScope         = "AGENTD_SCOPE"          // discovery.scope
-	EnvDHTMode       = "AGENTD_DHT_MODE"       // discovery.dht.mode
-	EnvReachability  = "AGENTD_REACHABILITY"   // nat.reachability
-	EnvAnnounce      = "AGENTD_ANNOUNCE"       // nat.announce (comma-separated multiaddrs)
+	EnvConfig        = "AGENTD_CONFIG"          // path of the YAML configuration file
+	EnvDataDir       = "AGENTD_DATA_DIR"        // dataDir
+	EnvListen        = "AGENTD_LISTEN"          // listen (comma-separated multiaddrs)
+	EnvAPI           = "AGENTD_API"             // api.addr
+	EnvBootstrap     = "AGENTD_BOOTSTRAP"       // discovery.dht.bootstrapNodes (comma-separated multiaddrs)
+	EnvLogLevel      = "AGENTD_LOG_LEVEL"       // log.level
+	EnvLogFormat     = "AGENTD_LOG_FORMAT"      // log.format
+	EnvTrustPolicy   = "AGENTD_TRUST_POLICY"    // trust.policy
+	EnvNoLAN         = "AGENTD_NO_LAN"          // true turns discovery.udp.enabled and discovery.mdns.enabled off
+	EnvLANInterface  = "AGENTD_LAN_INTERFACE"   // discovery.interface
+	EnvClientMode    = "AGENTD_CLIENT_MODE"     // discovery.dht.clientMode
+	EnvServeRegistry = "AGENTD_SERVE_REGISTRY"  // api.serveRegistry
+	EnvMinFree       = "AGENTD_MIN_FREE"        // storage.minFree
+	EnvScope         = "AGENTD_SCOPE"           // discovery.scope
+	EnvDHTMode       = "AGENTD_DHT_MODE"        // discovery.dht.mode
+	EnvReachability  = "AGENTD_REACHABILITY"    // nat.reachability
+	EnvAnnounce      = "AGENTD_ANNOUNCE"        // nat.announce (comma-separated multiaddrs)
 	EnvNoPortMapping = "AGENTD_NO_PORT_MAPPING" // true turns nat.portMapping off
 )
 
