@@ -41,7 +41,9 @@ func newZone(t testing.TB) *zone {
 	<-started
 	t.Cleanup(func() {
 		_ = srv.Shutdown()
-		<-done
+		if err := <-done; err != nil {
+			t.Errorf("DNS server: %v", err)
+		}
 	})
 	return z
 }

@@ -210,12 +210,12 @@ func checkAddr(a ma.Multiaddr) (peer.AddrInfo, error) {
 	if len(transport) == 0 {
 		return peer.AddrInfo{}, fmt.Errorf("%w: %s needs an address before /p2p", ErrBadAddr, a)
 	}
-	switch first := transport[0].Code(); {
-	case first == ma.P_DNSADDR:
+	switch transport[0].Code() {
+	case ma.P_DNSADDR:
 		if len(transport) != 1 {
 			return peer.AddrInfo{}, fmt.Errorf("%w: %s: nothing may follow /dnsaddr/<name> but /p2p/<peer id>", ErrBadAddr, a)
 		}
-	case first == ma.P_IP4 || first == ma.P_IP6 || first == ma.P_DNS || first == ma.P_DNS4 || first == ma.P_DNS6:
+	case ma.P_IP4, ma.P_IP6, ma.P_DNS, ma.P_DNS4, ma.P_DNS6:
 		if len(transport) < 2 || (transport[1].Code() != ma.P_TCP && transport[1].Code() != ma.P_UDP) {
 			return peer.AddrInfo{}, fmt.Errorf("%w: %s needs /tcp or /udp after its address", ErrBadAddr, a)
 		}

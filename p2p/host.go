@@ -178,9 +178,6 @@ func RelayResources(r relay.Resources) relay.Resources {
 	if r.BufferSize == 0 {
 		r.BufferSize = def.BufferSize
 	}
-	if r.MaxReservationsPerPeer == 0 {
-		r.MaxReservationsPerPeer = def.MaxReservationsPerPeer //nolint:staticcheck // required by the relay's own validation
-	}
 	if r.MaxReservationsPerIP == 0 {
 		r.MaxReservationsPerIP = def.MaxReservationsPerIP
 	}

@@ -464,7 +464,9 @@ func serveDNS(t *testing.T, ns *nsHandle, name string, addrs []string) {
 	<-started
 	t.Cleanup(func() {
 		_ = srv.Shutdown()
-		<-done
+		if err := <-done; err != nil {
+			t.Errorf("DNS server: %v", err)
+		}
 	})
 }
 
