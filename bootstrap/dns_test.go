@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"strings"
@@ -19,10 +20,11 @@ import (
 // UDP on loopback (github.com/miekg/dns, already in the module graph
 // through go-libp2p). Names are fully qualified ("boot.test.").
 type zone struct {
-	mu   sync.Mutex
-	txt  map[string][]string
-	a    map[string][]net.IP
-	addr string
+	mu      sync.Mutex
+	txt     map[string][]string
+	a       map[string][]net.IP
+	addr    string
+	queries int
 }
 
 func newZone(t testing.TB) *zone {
@@ -64,6 +66,7 @@ func (z *zone) ServeDNS(w dns.ResponseWriter, q *dns.Msg) {
 	m := new(dns.Msg)
 	m.SetReply(q)
 	z.mu.Lock()
+	z.queries++
 	for _, qu := range q.Question {
 		txt, okT := z.txt[qu.Name]
 		ips, okA := z.a[qu.Name]
@@ -183,4 +186,37 @@ func TestResolveDNSAddr(t *testing.T) {
 	if len(got) != 1 || got[0].ID != a || len(warns) != 1 {
 		t.Fatalf("with a dead resolver: %v, %v", got, warns)
 	}
+}
+
+// A hostile zone that fans out (10 names per level, each naming 10 more:
+// 1 111 names within MaxDNSDepth) costs at most MaxDNSLookups queries,
+// and the entry is a warning.
+func TestResolveDNSAddrFanOut(t *testing.T) {
+	z := newZone(t)
+	var fan func(name string, depth int)
+	fan = func(name string, depth int) {
+		if depth == 0 {
+			return
+		}
+		var recs []string
+		for i := range 10 {
+			child := fmt.Sprintf("%d.%s", i, name)
+			recs = append(recs, "dnsaddr=/dnsaddr/"+child)
+			fan(child, depth-1)
+		}
+		z.setTXT("_dnsaddr."+name+".", recs...)
+	}
+	fan("fan.test", 3)
+	got, warns := List{Names: []ma.Multiaddr{ma.StringCast("/dnsaddr/fan.test")}}.Resolve(t.Context(), z.resolver(t))
+	if len(got) != 0 || len(warns) != 1 || !errors.Is(warns[0].Err, ErrResolve) {
+		t.Fatalf("fan-out = %v, %v", got, warns)
+	}
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	// The Go resolver may retry a query or try a search domain; what
+	// matters is that the fan-out is not followed.
+	if z.queries < MaxDNSLookups || z.queries > 4*MaxDNSLookups {
+		t.Fatalf("%d DNS queries for one entry, budget %d lookups", z.queries, MaxDNSLookups)
+	}
+	t.Logf("%d DNS queries (budget %d lookups)", z.queries, MaxDNSLookups)
 }

@@ -50,6 +50,10 @@ const MaxDNSDepth = 4
 // MaxResolved bounds the addresses one DNS entry resolves to.
 const MaxResolved = 100
 
+// MaxDNSLookups bounds the DNS queries one entry may cost: a hostile zone
+// could otherwise fan out 100 names per level, 4 levels deep.
+const MaxDNSLookups = 32
+
 // Errors of the bootstrap list.
 var (
 	// ErrNoPeerID is returned for an address entry without /p2p/<peer id>.
@@ -112,7 +116,8 @@ func (l List) Resolve(ctx context.Context, r *madns.Resolver) ([]peer.AddrInfo, 
 		warns []Warning
 	)
 	resolve := func(a ma.Multiaddr) {
-		addrs, err := resolveDeep(ctx, r, a, MaxDNSDepth)
+		budget := MaxDNSLookups
+		addrs, err := resolveDeep(ctx, r, a, MaxDNSDepth, &budget)
 		if err != nil {
 			warns = append(warns, Warning{Source: "dns", Entry: a.String(), Err: fmt.Errorf("%w: %v", ErrResolve, err)})
 			return
@@ -149,14 +154,19 @@ func (l List) Resolve(ctx context.Context, r *madns.Resolver) ([]peer.AddrInfo, 
 }
 
 // resolveDeep resolves DNS components until none is left, following at
-// most depth levels and keeping at most MaxResolved addresses.
-func resolveDeep(ctx context.Context, r *madns.Resolver, a ma.Multiaddr, depth int) ([]ma.Multiaddr, error) {
+// most depth levels, making at most *budget queries and keeping at most
+// MaxResolved addresses.
+func resolveDeep(ctx context.Context, r *madns.Resolver, a ma.Multiaddr, depth int, budget *int) ([]ma.Multiaddr, error) {
 	if !madns.Matches(a) {
 		return []ma.Multiaddr{a}, nil
 	}
 	if depth == 0 {
 		return nil, fmt.Errorf("more than %d levels of /dnsaddr", MaxDNSDepth)
 	}
+	if *budget <= 0 {
+		return nil, fmt.Errorf("more than %d DNS lookups", MaxDNSLookups)
+	}
+	*budget--
 	next, err := r.Resolve(ctx, a)
 	if err != nil {
 		return nil, err
@@ -164,7 +174,7 @@ func resolveDeep(ctx context.Context, r *madns.Resolver, a ma.Multiaddr, depth i
 	var out []ma.Multiaddr
 	var firstErr error
 	for _, x := range next {
-		got, err := resolveDeep(ctx, r, x, depth-1)
+		got, err := resolveDeep(ctx, r, x, depth-1, budget)
 		if err != nil {
 			if firstErr == nil {
 				firstErr = err
