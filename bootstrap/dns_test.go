@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/agentd/agentd/internal/testutil"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/miekg/dns"
 	ma "github.com/multiformats/go-multiaddr"
@@ -35,18 +36,7 @@ func newZone(t testing.TB) *zone {
 		t.Fatal(err)
 	}
 	z.addr = pc.LocalAddr().String()
-	srv := &dns.Server{PacketConn: pc, Handler: z}
-	started := make(chan struct{})
-	srv.NotifyStartedFunc = func() { close(started) }
-	done := make(chan error, 1)
-	go func() { done <- srv.ActivateAndServe() }()
-	<-started
-	t.Cleanup(func() {
-		_ = srv.Shutdown()
-		if err := <-done; err != nil {
-			t.Errorf("DNS server: %v", err)
-		}
-	})
+	testutil.ServeDNS(t, pc, z)
 	return z
 }
 

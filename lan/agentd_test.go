@@ -2,11 +2,9 @@ package lan
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -78,23 +76,6 @@ func needCLI(t *testing.T, bin string) {
 	}
 }
 
-// nsClient is an HTTP client whose connections are made inside ns, so that
-// it reaches the loopback API of a daemon in that namespace.
-func nsClient(ns *netns) *http.Client {
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var c net.Conn
-			err := ns.do(func() error {
-				var err error
-				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-				return err
-			})
-			return c, err
-		},
-		DisableKeepAlives: true,
-	}}
-}
-
 type daemon struct {
 	t    *testing.T
 	bin  string
@@ -113,7 +94,7 @@ type daemon struct {
 func startAgentd(t *testing.T, bin string, ns *netns, args ...string) *daemon {
 	t.Helper()
 	dir := t.TempDir()
-	full := append([]string{"netns", "exec", ns.name, bin, "run", "--data-dir", dir, "--api", agentdAPI, "--log-level", "debug"}, args...)
+	full := append([]string{"netns", "exec", ns.Name, bin, "run", "--data-dir", dir, "--api", agentdAPI, "--log-level", "debug"}, args...)
 	cmd := exec.Command("ip", full...)
 	var mu sync.Mutex
 	var out bytes.Buffer
@@ -122,19 +103,19 @@ func startAgentd(t *testing.T, bin string, ns *netns, args ...string) *daemon {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	d := &daemon{t: t, bin: bin, ns: ns, dir: dir, http: nsClient(ns), cmd: cmd, done: make(chan struct{}),
+	d := &daemon{t: t, bin: bin, ns: ns, dir: dir, http: ns.HTTPClient(), cmd: cmd, done: make(chan struct{}),
 		logs: func() string { mu.Lock(); defer mu.Unlock(); return out.String() }}
 	go func() { _ = cmd.Wait(); close(d.done) }()
 	t.Cleanup(func() {
 		d.stop()
 		if t.Failed() {
-			t.Logf("agentd in %s:\n%s", ns.name, d.logs())
+			t.Logf("agentd in %s:\n%s", ns.Name, d.logs())
 		}
 	})
-	eventually(t, 20*time.Second, "agentd in "+ns.name+" to serve /healthz", func() bool {
+	eventually(t, 20*time.Second, "agentd in "+ns.Name+" to serve /healthz", func() bool {
 		select {
 		case <-d.done:
-			t.Fatalf("agentd run exited in %s:\n%s", ns.name, d.logs())
+			t.Fatalf("agentd run exited in %s:\n%s", ns.Name, d.logs())
 		default:
 		}
 		h, err := d.getJSON("/healthz")
@@ -200,13 +181,13 @@ func (d *daemon) needLAN() {
 		d.t.Fatalf("agentd run does not report the LAN transport in /healthz (transports.lan): %v", d.health)
 	}
 	if lan != "ok" {
-		d.t.Fatalf("LAN discovery in %s is %q", d.ns.name, lan)
+		d.t.Fatalf("LAN discovery in %s is %q", d.ns.Name, lan)
 	}
 }
 
 // cli runs an agentd command inside the daemon's namespace against its API.
 func (d *daemon) cli(args ...string) (string, error) {
-	full := append(append([]string{"netns", "exec", d.ns.name, d.bin}, args...), "--api", agentdAPI)
+	full := append(append([]string{"netns", "exec", d.ns.Name, d.bin}, args...), "--api", agentdAPI)
 	out, err := exec.Command("ip", full...).CombinedOutput()
 	return string(out), err
 }
@@ -221,7 +202,7 @@ func (d *daemon) register(name, capability string) {
 		d.t.Fatal(err)
 	}
 	if out, err := d.cli("register", "-f", f); err != nil {
-		d.t.Fatalf("agentd register -f in %s: %v\n%s", d.ns.name, err, out)
+		d.t.Fatalf("agentd register -f in %s: %v\n%s", d.ns.Name, err, out)
 	}
 }
 
@@ -231,7 +212,7 @@ func (d *daemon) discovers(capability, agentID string, want bool, within time.Du
 	d.t.Helper()
 	var out string
 	found := !want
-	testutil.EventuallyEvery(d.t, within, 200*time.Millisecond, fmt.Sprintf("agentd discover --capability %s in %s to show agent %s: %v", capability, d.ns.name, agentID, want), func() bool {
+	testutil.EventuallyEvery(d.t, within, 200*time.Millisecond, fmt.Sprintf("agentd discover --capability %s in %s to show agent %s: %v", capability, d.ns.Name, agentID, want), func() bool {
 		var err error
 		out, err = d.cli("discover", "--capability", capability, "--json")
 		found = err == nil && strings.Contains(out, agentID)
@@ -274,7 +255,7 @@ func TestAgentdZeroConfig(t *testing.T) {
 	ds[2].stop()
 	for _, d := range ds[:2] {
 		d.discovers("lan.cap3", gone, false, 3*time.Second)
-		eventually(t, 3*time.Second, fmt.Sprintf("agentd in %s to log the unregister of %s", d.ns.name, gone), func() bool {
+		eventually(t, 3*time.Second, fmt.Sprintf("agentd in %s to log the unregister of %s", d.ns.Name, gone), func() bool {
 			return strings.Contains(d.logs(), `msg="agent unregistered on the LAN"`) && strings.Contains(d.logs(), "agent="+gone)
 		})
 	}

@@ -213,7 +213,7 @@ func startHelper(t *testing.T, ns *netns, o helperOpts) *helper {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("ip", "netns", "exec", ns.name, exe, "-test.run=^$")
+	cmd := exec.Command("ip", "netns", "exec", ns.Name, exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperEnv+"="+string(opts))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

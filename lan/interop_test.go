@@ -30,20 +30,20 @@ type topo struct {
 func newTopo(t *testing.T, n int) *topo {
 	t.Helper()
 	sw := newNetns(t, "agentd-sw")
-	sw.ip(t, "link", "add", "br0", "type", "bridge")
-	sw.ip(t, "link", "set", "br0", "type", "bridge", "mcast_snooping", "0")
-	sw.ip(t, "link", "set", "br0", "up")
+	sw.IP(t, "link", "add", "br0", "type", "bridge")
+	sw.IP(t, "link", "set", "br0", "type", "bridge", "mcast_snooping", "0")
+	sw.IP(t, "link", "set", "br0", "up")
 	tp := &topo{sw: sw}
 	for i := 1; i <= n; i++ {
 		ns := newNetns(t, fmt.Sprintf("agentd-n%d", i))
 		port := fmt.Sprintf("port%d", i)
-		sw.ip(t, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns.name)
-		sw.ip(t, "link", "set", port, "master", "br0")
-		sw.ip(t, "link", "set", port, "up")
-		ns.ip(t, "link", "set", "lo", "up")
-		ns.ip(t, "addr", "add", fmt.Sprintf("10.99.0.%d/24", i), "dev", "eth0")
-		ns.ip(t, "link", "set", "eth0", "up", "multicast", "on")
-		ns.ip(t, "route", "add", "224.0.0.0/4", "dev", "eth0")
+		sw.IP(t, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns.Name)
+		sw.IP(t, "link", "set", port, "master", "br0")
+		sw.IP(t, "link", "set", port, "up")
+		ns.IP(t, "link", "set", "lo", "up")
+		ns.IP(t, "addr", "add", fmt.Sprintf("10.99.0.%d/24", i), "dev", "eth0")
+		ns.IP(t, "link", "set", "eth0", "up", "multicast", "on")
+		ns.IP(t, "route", "add", "224.0.0.0/4", "dev", "eth0")
 		tp.nodes = append(tp.nodes, ns)
 	}
 	return tp
@@ -147,7 +147,7 @@ publish-workstation=no
 		filepath.Join(dir, "avahi-daemon.conf") + " --no-drop-root --no-chroot --no-rlimits --debug"
 	avahiLog := av.daemon("avahi-daemon", "unshare", "-m", "sh", "-c", script)
 	if !testutil.Within(15*time.Second, func() bool { return strings.Contains(avahiLog(), "Server startup complete") }) {
-		t.Skipf("SKIP (environment): avahi-daemon did not start within 15 s in namespace %s; the Avahi interoperability test did not run. Its output:\n%s", ns.name, avahiLog())
+		t.Skipf("SKIP (environment): avahi-daemon did not start within 15 s in namespace %s; the Avahi interoperability test did not run. Its output:\n%s", ns.Name, avahiLog())
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -162,7 +162,7 @@ publish-workstation=no
 func (av *avahi) daemon(name string, args ...string) func() string {
 	t := av.t
 	t.Helper()
-	cmd := exec.Command("ip", append([]string{"netns", "exec", av.ns.name}, args...)...)
+	cmd := exec.Command("ip", append([]string{"netns", "exec", av.ns.Name}, args...)...)
 	cmd.Env = av.env
 	var mu sync.Mutex
 	var out bytes.Buffer
@@ -206,7 +206,7 @@ func (av *avahi) browse(service string) []string {
 	av.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", av.ns.name, "avahi-browse", "-rtp", service)
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", av.ns.Name, "avahi-browse", "-rtp", service)
 	cmd.Env = av.env
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -225,7 +225,7 @@ func (av *avahi) browse(service string) []string {
 func (av *avahi) publish(name, service string, port int, txt []string) (stop func()) {
 	t := av.t
 	t.Helper()
-	args := append([]string{"netns", "exec", av.ns.name, "avahi-publish", "-s", name, service, strconv.Itoa(port)}, txt...)
+	args := append([]string{"netns", "exec", av.ns.Name, "avahi-publish", "-s", name, service, strconv.Itoa(port)}, txt...)
 	cmd := exec.Command("ip", args...)
 	cmd.Env = av.env
 	var mu sync.Mutex

@@ -3,85 +3,21 @@ package lan
 import (
 	"fmt"
 	"net/netip"
-	"os"
-	"os/exec"
-	"runtime"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/agentd/agentd/internal/testutil"
 )
 
-// netnsSeq makes namespace names unique, so tests can run in parallel.
-var netnsSeq atomic.Int64
-
-// netns is a network namespace created by a test and removed at its end.
-type netns struct {
-	name string
-	fd   int
-}
+// netns is a network namespace created by a test (internal/testutil).
+type netns = testutil.Netns
 
 // newNetns creates a namespace, or skips the test loudly when the
 // environment cannot (not root, no ip(8), no namespaces).
 func newNetns(t *testing.T, name string) *netns {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("SKIP (environment): network namespaces need root; this test of real multicast sockets did not run")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("SKIP (environment): ip(8) from iproute2 is not installed; this test of real multicast sockets did not run")
-	}
-	name = fmt.Sprintf("%s-%d-%d", name, os.Getpid(), netnsSeq.Add(1))
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Skipf("SKIP (environment): cannot create a network namespace (%v: %s); this test of real multicast sockets did not run", err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
-	fd, err := unix.Open("/var/run/netns/"+name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatalf("open namespace %s: %v", name, err)
-	}
-	t.Cleanup(func() { _ = unix.Close(fd) })
-	return &netns{name: name, fd: fd}
-}
-
-// ip runs ip(8) inside the namespace.
-func (ns *netns) ip(t *testing.T, args ...string) {
-	t.Helper()
-	full := append([]string{"netns", "exec", ns.name, "ip"}, args...)
-	if out, err := exec.Command("ip", full...).CombinedOutput(); err != nil {
-		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-	}
-}
-
-// do runs f on an OS thread switched into the namespace. Sockets created
-// there stay in the namespace when used from any thread.
-func (ns *netns) do(f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// The thread is not unlocked: if switching back failed it must
-		// die with the goroutine rather than serve others.
-		self, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer func() { _ = unix.Close(self) }()
-		if err := unix.Setns(ns.fd, unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns: %w", err)
-			return
-		}
-		ferr := f()
-		if err := unix.Setns(self, unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns back: %w", err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
+	return testutil.NewNetns(t, name, "this test of real multicast sockets", false)
 }
 
 // nsNetwork opens OSNetwork sockets inside a namespace.
@@ -89,7 +25,7 @@ type nsNetwork struct{ ns *netns }
 
 func (n nsNetwork) ListenMulticast(group netip.AddrPort, ifName string, ttl int) (Socket, error) {
 	var s Socket
-	err := n.ns.do(func() error {
+	err := n.ns.Do(func() error {
 		var err error
 		s, err = OSNetwork{}.ListenMulticast(group, ifName, ttl)
 		return err
@@ -106,7 +42,7 @@ type nsSocket struct {
 	ns *netns
 }
 
-func (s nsSocket) Sync() error { return s.ns.do(s.Socket.Sync) }
+func (s nsSocket) Sync() error { return s.ns.Do(s.Socket.Sync) }
 
 // realNode is a LAN on real sockets inside ns, with the records of the
 // memNet's peers served by Fetch.
@@ -127,16 +63,16 @@ func realNode(t *testing.T, n *memNet, ns *netns, ip string, mod func(*Config)) 
 func TestOSNetworkInNamespace(t *testing.T) {
 	t.Parallel()
 	ns := newNetns(t, "agentd-lan-unit")
-	ns.ip(t, "link", "set", "lo", "up")
+	ns.IP(t, "link", "set", "lo", "up")
 	// Two veth pairs inside the namespace: lan0 and lan1 carry the
 	// addresses, their peers only make the links come up.
 	for i, name := range []string{"lan0", "lan1"} {
-		ns.ip(t, "link", "add", name, "type", "veth", "peer", "name", name+"p")
-		ns.ip(t, "link", "set", name+"p", "up")
-		ns.ip(t, "link", "set", name, "up", "multicast", "on")
-		ns.ip(t, "addr", "add", fmt.Sprintf("10.7%d.0.1/24", 7+i), "dev", name)
+		ns.IP(t, "link", "add", name, "type", "veth", "peer", "name", name+"p")
+		ns.IP(t, "link", "set", name+"p", "up")
+		ns.IP(t, "link", "set", name, "up", "multicast", "on")
+		ns.IP(t, "addr", "add", fmt.Sprintf("10.7%d.0.1/24", 7+i), "dev", name)
 	}
-	ns.ip(t, "route", "add", "224.0.0.0/4", "dev", "lan0")
+	ns.IP(t, "route", "add", "224.0.0.0/4", "dev", "lan0")
 
 	for _, c := range []struct{ ifName, want string }{
 		{"nope0", "no multicast-capable interface"},

@@ -158,16 +158,8 @@ func serveBootstrap(ctx context.Context, cfg config.Config, log *slog.Logger, ad
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{
-		Handler: n.Handler(bootstrap.HTTPConfig{Registry: m.Registry, Version: buildVersion().Version,
-			Auth: auth, AuthOnLoopback: cfg.API.RequireAuthOnLoopback}),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      20 * time.Second,
-		IdleTimeout:       60 * time.Second,
-		MaxHeaderBytes:    16 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	srv := newHTTPServer(n.Handler(bootstrap.HTTPConfig{Registry: m.Registry, Version: buildVersion().Version,
+		Auth: auth, AuthOnLoopback: cfg.API.RequireAuthOnLoopback}), log)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	defer func() {

@@ -320,17 +320,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger, opts da
 		return fmt.Errorf("api: %w", err)
 	}
 	closers = append(closers, closer{"API sessions", func(context.Context) error { return apiSrv.Close() }})
-	srv := &http.Server{
-		Handler:           apiSrv.Handler(),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		// Above the API's own request timeout (15 s), so a slow discovery
-		// gets its answer out; WebSocket sessions clear their deadlines.
-		WriteTimeout:   20 * time.Second,
-		IdleTimeout:    60 * time.Second,
-		MaxHeaderBytes: 16 << 10,
-		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	srv := newHTTPServer(apiSrv.Handler(), log)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(api.JSONErrorListener(ln)) }()
 	closers = append(closers, closer{"API server", func(ctx context.Context) error {
@@ -365,6 +355,22 @@ func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger, opts da
 	case err := <-serveErr:
 		serveErr <- err // for the closer
 		return fmt.Errorf("API server: %w", err)
+	}
+}
+
+// newHTTPServer is the HTTP server of the API and of a bootstrap node's
+// /healthz and /metrics: bounded headers and timeouts.
+func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		// Above the API's own request timeout (15 s), so a slow discovery
+		// gets its answer out; WebSocket sessions clear their deadlines.
+		WriteTimeout:   20 * time.Second,
+		IdleTimeout:    60 * time.Second,
+		MaxHeaderBytes: 16 << 10,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 }
 

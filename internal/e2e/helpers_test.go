@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -91,19 +92,7 @@ func (d *daemon) start() {
 	}
 	d.done = make(chan struct{})
 	go func(c *exec.Cmd, done chan struct{}) { _ = c.Wait(); close(done) }(d.cmd, d.done)
-	eventually(t, 20*time.Second, d.name+" writing its API address", func() bool {
-		select {
-		case <-d.done:
-			t.Fatalf("%s exited early:\n%s", d.name, d.out.String())
-		default:
-		}
-		b, err := os.ReadFile(addrFile)
-		if err != nil || !strings.HasSuffix(string(b), "\n") {
-			return false
-		}
-		d.api = strings.TrimSpace(string(b))
-		return true
-	})
+	d.api = testutil.WaitAddrFile(t, 20*time.Second, d.name, addrFile, d.done, d.out.String)
 }
 
 // stop sends SIGTERM and waits.
@@ -176,9 +165,17 @@ type result struct {
 // cli runs an agentd client command.
 func cli(t *testing.T, args ...string) result {
 	t.Helper()
+	return runAgentd(t, nil, args...)
+}
+
+// runAgentd runs the agentd binary with args (after prefix, e.g. ip netns
+// exec NAME) for at most 30 s, and returns its exit code and output.
+func runAgentd(t *testing.T, prefix []string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, agentdBin, args...)
+	argv := append(append(slices.Clone(prefix), agentdBin), args...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -186,7 +183,7 @@ func cli(t *testing.T, args ...string) result {
 	if ee, ok := err.(*exec.ExitError); ok {
 		r.code = ee.ExitCode()
 	} else if err != nil {
-		t.Fatalf("agentd %v: %v", args, err)
+		t.Fatalf("%v agentd %v: %v", prefix, args, err)
 	}
 	return r
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,13 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/internal/testutil"
 	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
 )
@@ -87,7 +86,7 @@ func newNATNet(t *testing.T, homes []*natHome) *natNet {
 		t.Setenv("GOLOG_LOG_LEVEL", "error,p2p-holepunch=debug,autorelay=debug,autonat=debug")
 	}
 	inet := newNS(t, "inet")
-	inet.sh(t,
+	sh(t, inet,
 		"ip link set lo up",
 		"ip link add br0 type bridge",
 		"ip addr add "+natBootstrap+"/24 dev br0",
@@ -100,16 +99,16 @@ func newNATNet(t *testing.T, homes []*natHome) *natNet {
 		wan, lan := fmt.Sprintf("%s.1%d", natInetNet, n), fmt.Sprintf("192.168.%d", n)
 		// The veth ends are created in the root namespace under unique
 		// names and moved, so parallel runs do not collide.
-		w0, w1 := inet.name[:6]+"w"+h.name+"0", inet.name[:6]+"w"+h.name+"1"
-		l0, l1 := inet.name[:6]+"l"+h.name+"0", inet.name[:6]+"l"+h.name+"1"
+		w0, w1 := inet.Name[:6]+"w"+h.name+"0", inet.Name[:6]+"w"+h.name+"1"
+		l0, l1 := inet.Name[:6]+"l"+h.name+"0", inet.Name[:6]+"l"+h.name+"1"
 		runOK(t, "ip", "link", "add", w0, "type", "veth", "peer", "name", w1)
-		runOK(t, "ip", "link", "set", w0, "netns", inet.name)
-		runOK(t, "ip", "link", "set", w1, "netns", nat.name)
+		runOK(t, "ip", "link", "set", w0, "netns", inet.Name)
+		runOK(t, "ip", "link", "set", w1, "netns", nat.Name)
 		runOK(t, "ip", "link", "add", l0, "type", "veth", "peer", "name", l1)
-		runOK(t, "ip", "link", "set", l0, "netns", nat.name)
-		runOK(t, "ip", "link", "set", l1, "netns", h.ns.name)
-		inet.sh(t, "ip link set "+w0+" master br0", "ip link set "+w0+" up")
-		nat.sh(t,
+		runOK(t, "ip", "link", "set", l0, "netns", nat.Name)
+		runOK(t, "ip", "link", "set", l1, "netns", h.ns.Name)
+		sh(t, inet, "ip link set "+w0+" master br0", "ip link set "+w0+" up")
+		sh(t, nat,
 			"ip link set lo up",
 			"ip link set "+w1+" name wan", "ip addr add "+wan+"/24 dev wan", "ip link set wan up",
 			"ip link set "+l0+" name lan", "ip addr add "+lan+".1/24 dev lan", "ip link set lan up",
@@ -119,7 +118,7 @@ func newNATNet(t *testing.T, homes []*natHome) *natNet {
 		if h.symmetric {
 			masq = "masquerade fully-random"
 		}
-		nat.nft(t, `table ip nat {
+		nft(t, nat, `table ip nat {
 	chain post {
 		type nat hook postrouting priority srcnat;
 		oifname "wan" `+masq+`
@@ -137,7 +136,7 @@ table ip filter {
 		iifname { "lo", "lan" } accept
 	}
 }`)
-		h.ns.sh(t,
+		sh(t, h.ns,
 			"ip link set lo up",
 			"ip link set "+l1+" name eth0", "ip addr add "+lan+".2/24 dev eth0", "ip link set eth0 up",
 			"ip route add default via "+lan+".1",
@@ -145,7 +144,7 @@ table ip filter {
 		// ip netns exec mounts /etc/netns/<ns>/resolv.conf over
 		// /etc/resolv.conf: the daemon resolves the bootstrap list
 		// through the test's DNS server, with the system resolver.
-		dir := filepath.Join("/etc/netns", h.ns.name)
+		dir := filepath.Join("/etc/netns", h.ns.Name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -348,77 +347,35 @@ func h(homes []*natHome, name string) *natHome {
 }
 
 // nsHandle is a network namespace created by the test.
-type nsHandle struct {
-	name string
-	path string
-}
+type nsHandle = testutil.Netns
 
+// newNS creates a namespace with a short name (the veth names built from
+// it must fit 15 bytes), or skips the test loudly.
 func newNS(t *testing.T, role string) *nsHandle {
 	t.Helper()
 	name := fmt.Sprintf("ad%d%s", os.Getpid()%100000, role)
 	if len(name) > 15 {
 		name = name[:15]
 	}
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Skipf("SKIP (environment): cannot create a network namespace (%v: %s); the NAT test did not run", err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
-	return &nsHandle{name: name, path: "/var/run/netns/" + name}
+	return testutil.NewNetns(t, name, "the NAT test", true)
 }
 
 // sh runs each command line inside the namespace.
-func (ns *nsHandle) sh(t *testing.T, lines ...string) {
+func sh(t *testing.T, ns *nsHandle, lines ...string) {
 	t.Helper()
 	for _, l := range lines {
-		runOK(t, append([]string{"ip", "netns", "exec", ns.name}, strings.Fields(l)...)...)
+		ns.Exec(t, strings.Fields(l)...)
 	}
 }
 
 // nft loads a ruleset inside the namespace.
-func (ns *nsHandle) nft(t *testing.T, rules string) {
+func nft(t *testing.T, ns *nsHandle, rules string) {
 	t.Helper()
-	cmd := exec.Command("ip", "netns", "exec", ns.name, "nft", "-f", "-")
+	cmd := exec.Command("ip", "netns", "exec", ns.Name, "nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(rules)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("nft in %s: %v: %s\n%s", ns.name, err, out, rules)
+		t.Fatalf("nft in %s: %v: %s\n%s", ns.Name, err, out, rules)
 	}
-}
-
-// in runs f on an OS thread inside the namespace; sockets it creates stay
-// there. The thread is never switched back: it ends with the goroutine.
-func (ns *nsHandle) in(f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		fd, err := unix.Open(ns.path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer func() { _ = unix.Close(fd) }()
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns %s: %w", ns.name, err)
-			return
-		}
-		errc <- f()
-	}()
-	return <-errc
-}
-
-// httpClient dials from inside the namespace (the daemons' APIs are on
-// their namespace's loopback).
-func (ns *nsHandle) httpClient() *http.Client {
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var c net.Conn
-			err := ns.in(func() error {
-				var err error
-				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-				return err
-			})
-			return c, err
-		},
-	}}
 }
 
 func runOK(t *testing.T, args ...string) {
@@ -433,14 +390,14 @@ func runOK(t *testing.T, args ...string) {
 func serveDNS(t *testing.T, ns *nsHandle, name string, addrs []string) {
 	t.Helper()
 	var pc net.PacketConn
-	if err := ns.in(func() error {
+	if err := ns.Do(func() error {
 		var err error
 		pc, err = net.ListenPacket("udp4", natBootstrap+":53")
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+	testutil.ServeDNS(t, pc, dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
 		m := new(dns.Msg)
 		m.SetReply(q)
 		for _, qu := range q.Question {
@@ -456,18 +413,7 @@ func serveDNS(t *testing.T, ns *nsHandle, name string, addrs []string) {
 			}
 		}
 		_ = w.WriteMsg(m)
-	})}
-	started := make(chan struct{})
-	srv.NotifyStartedFunc = func() { close(started) }
-	done := make(chan error, 1)
-	go func() { done <- srv.ActivateAndServe() }()
-	<-started
-	t.Cleanup(func() {
-		_ = srv.Shutdown()
-		if err := <-done; err != nil {
-			t.Errorf("DNS server: %v", err)
-		}
-	})
+	}))
 }
 
 // nsDaemon is an agentd process inside a namespace.
@@ -490,10 +436,10 @@ func startNSDaemon(t *testing.T, ns *nsHandle, name, dir, cmd string, args ...st
 		t.Fatal(err)
 	}
 	addrFile := filepath.Join(dir, "api.addr")
-	full := []string{"netns", "exec", ns.name, agentdBin, cmd, "--data-dir", filepath.Join(dir, "data"), "--log-level", "debug",
+	full := []string{"netns", "exec", ns.Name, agentdBin, cmd, "--data-dir", filepath.Join(dir, "data"), "--log-level", "debug",
 		"--api", "127.0.0.1:0", "--api-addr-file", addrFile, "--no-port-mapping"}
 	full = append(full, args...)
-	d := &nsDaemon{t: t, name: name, ns: ns, stdout: &syncBuf{}, out: &syncBuf{}, client: ns.httpClient(), done: make(chan struct{})}
+	d := &nsDaemon{t: t, name: name, ns: ns, stdout: &syncBuf{}, out: &syncBuf{}, client: ns.HTTPClient(), done: make(chan struct{})}
 	c := exec.Command("ip", full...)
 	c.Stdout, c.Stderr = d.stdout, d.out
 	if err := c.Start(); err != nil {
@@ -512,19 +458,7 @@ func startNSDaemon(t *testing.T, ns *nsHandle, name, dir, cmd string, args ...st
 			logTail(t, name, d.out.String())
 		}
 	})
-	eventually(t, 30*time.Second, name+" writing its API address", func() bool {
-		select {
-		case <-d.done:
-			t.Fatalf("%s exited early:\n%s", name, d.out.String())
-		default:
-		}
-		b, err := os.ReadFile(addrFile)
-		if err != nil || !strings.HasSuffix(string(b), "\n") {
-			return false
-		}
-		d.api = strings.TrimSpace(string(b))
-		return true
-	})
+	d.api = testutil.WaitAddrFile(t, 30*time.Second, name, addrFile, d.done, d.out.String)
 	return d
 }
 
@@ -566,20 +500,7 @@ func grepLines(s, sub string) string {
 // cli runs an agentd client command inside the namespace, against d.
 func (d *nsDaemon) cli(t *testing.T, args ...string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	full := append([]string{"netns", "exec", d.ns.name, agentdBin}, args...)
-	cmd := exec.CommandContext(ctx, "ip", append(full, "--api", d.api)...)
-	var out, errb syncBuf
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	r := result{stdout: out.String(), stderr: errb.String()}
-	if ee, ok := err.(*exec.ExitError); ok {
-		r.code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("agentd %v in %s: %v", args, d.ns.name, err)
-	}
-	return r
+	return runAgentd(t, []string{"ip", "netns", "exec", d.ns.Name}, append(args, "--api", d.api)...)
 }
 
 // logTail logs the last lines of a daemon's log.
