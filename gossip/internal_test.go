@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/record"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/peer"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
@@ -14,35 +15,39 @@ func TestRecentCache(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		c := newRecentCache(time.Minute, 3)
 		k := func(b byte) [32]byte { return [32]byte{b} }
-		if c.claim(k(1), "a", false) {
+		ann, beat := &Message{Kind: KindAnnounce}, &Message{Kind: KindHeartbeat}
+		if c.claim(k(1), "a", ann) {
 			t.Fatal("first claim is a duplicate")
 		}
-		if c.claim(k(1), "a", false) {
+		if c.claim(k(1), "a", ann) {
 			t.Fatal("same topic again is not a cross-topic duplicate")
 		}
-		if !c.claim(k(1), "b", false) {
+		if !c.claim(k(1), "b", ann) {
 			t.Fatal("the same payload on another topic must be a duplicate")
 		}
 		c.release(k(1), "b") // not b's: no effect
-		if !c.claim(k(1), "b", false) {
+		if !c.claim(k(1), "b", ann) {
 			t.Fatal("release by another topic dropped the entry")
 		}
 		c.release(k(1), "a")
-		if c.claim(k(1), "b", false) {
+		if c.claim(k(1), "b", ann) {
 			t.Fatal("a released payload is still held")
 		}
 		time.Sleep(time.Minute)
-		if c.claim(k(1), "c", false) {
+		if c.claim(k(1), "c", ann) {
 			t.Fatal("an expired entry still counts")
 		}
-		if c.claim(k(2), "a", true) || c.verifiedBeat(k(2), "a") || !c.verifiedBeat(k(2), "b") {
+		if c.claim(k(2), "a", beat) || c.verifiedBeat(k(2), "a") || !c.verifiedBeat(k(2), "b") {
 			t.Fatal("a beat accepted on topic a is verified for the other topics only")
 		}
 		if c.verifiedBeat(k(1), "a") || c.verifiedBeat(k(1), "d") {
 			t.Fatal("an announcement is never taken as a verified beat")
 		}
+		if c.verifiedAnnounce(k(1), "c") != nil || c.verifiedAnnounce(k(1), "d") != ann || c.verifiedAnnounce(k(2), "b") != nil {
+			t.Fatal("an announcement accepted on topic c is verified for the other topics only, and a beat is no announcement")
+		}
 		for i := range byte(10) {
-			c.claim(k(10+i), "a", false)
+			c.claim(k(10+i), "a", ann)
 		}
 		if len(c.m) > 3 {
 			t.Fatalf("cache holds %d entries, bound 3", len(c.m))
@@ -111,7 +116,7 @@ func TestBeatCopyIsNotVerifiedAgain(t *testing.T) {
 	g := &Gossip{h: h, recent: newRecentCache(time.Minute, 16), cfg: DefaultConfig()}
 	author := peer.ID("author")
 	data := []byte("not a message")
-	g.recent.claim(contentKey(author, data), "/agentd/shard/0a1b/1.0.0", true)
+	g.recent.claim(contentKey(author, data), "/agentd/shard/0a1b/1.0.0", &Message{Kind: KindHeartbeat})
 	a, res, _, err := g.check("/agentd/shard/ffff/1.0.0", "", "ffff", data, author)
 	if err != nil || res != pubsub.ValidationAccept || a == nil || !a.dup {
 		t.Fatalf("copy on another topic: %v %v %+v", res, err, a)
@@ -121,5 +126,39 @@ func TestBeatCopyIsNotVerifiedAgain(t *testing.T) {
 	}
 	if _, res, _, err := g.check("/agentd/shard/ffff/1.0.0", "", "ffff", []byte("other bytes"), author); err == nil || res == pubsub.ValidationAccept {
 		t.Fatalf("bytes never accepted skipped validation: %v %v", res, err)
+	}
+}
+
+// An announcement accepted on one shard topic: its copy on another shard
+// topic is not decoded or verified again (bytes that do not decode pass),
+// but it is still checked against that topic's shard — an agent announced
+// on a shard it has no capability in is refused there.
+func TestAnnounceCopyIsNotVerifiedAgain(t *testing.T) {
+	mn := mocknet.New()
+	defer func() { _ = mn.Close() }()
+	h, err := mn.GenPeer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &Gossip{h: h, recent: newRecentCache(time.Minute, 16), cfg: DefaultConfig()}
+	author := peer.ID("author")
+	data := []byte("not a message either")
+	a := &record.Agent{Skills: []record.Skill{{SkillID: "s", Capabilities: []record.Capability{{ID: "cap.one"}, {ID: "cap.two"}}}}}
+	one, two := record.Shard("cap.one"), record.Shard("cap.two")
+	m := &Message{Kind: KindAnnounce, Agent: &record.SignedAgent{Agent: *a}}
+	g.recent.claim(contentKey(author, data), "/agentd/shard/"+one+"/1.0.0", m)
+	acc, res, _, err := g.check("/agentd/shard/"+two+"/1.0.0", "", two, data, author)
+	if err != nil || res != pubsub.ValidationAccept || acc == nil || !acc.dup || acc.msg != m {
+		t.Fatalf("copy on the agent's other shard: %v %v %+v", res, err, acc)
+	}
+	other := "ffff"
+	if other == one || other == two {
+		other = "fffe"
+	}
+	if _, res, reason, err := g.check("/agentd/shard/"+other+"/1.0.0", "", other, data, author); err == nil || res != pubsub.ValidationReject || reason != ReasonShardMismatch {
+		t.Fatalf("copy on a shard the agent is not in: %v %v %v", res, reason, err)
+	}
+	if _, res, _, err := g.check("/agentd/shard/"+one+"/1.0.0", "", one, data, author); err == nil || res == pubsub.ValidationAccept {
+		t.Fatalf("the first topic's own copy skipped validation: %v %v", res, err)
 	}
 }

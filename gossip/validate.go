@@ -90,6 +90,14 @@ func (g *Gossip) check(topic, scene, shard string, data []byte, author peer.ID) 
 		if g.recent.verifiedBeat(key, topic) {
 			return &accepted{dup: true}, pubsub.ValidationAccept, "", nil
 		}
+		// An announcement's copy: decoded and verified moments ago; only
+		// this topic's scene or shard is left to check.
+		if m := g.recent.verifiedAnnounce(key, topic); m != nil {
+			if err := topicMatch(m, scene, shard); err != nil {
+				return nil, pubsub.ValidationReject, verifyReason(err), err
+			}
+			return &accepted{msg: m, dup: true}, pubsub.ValidationAccept, "", nil
+		}
 	}
 	m, err := Decode(data, g.cfg.MaxMessageBytes)
 	if err != nil {
@@ -108,13 +116,8 @@ func (g *Gossip) check(topic, scene, shard string, data []byte, author peer.ID) 
 	if m.NewerMinor && !local && g.warned.add(author) {
 		g.log.Warn("peer speaks a newer minor protocol version", "peer", author, "version", m.Version, "ours", record.ProtocolVersion)
 	}
-	if scene != "" && m.Kind == KindAnnounce && !slices.Contains(m.Agent.Agent.AllScenes(), scene) {
-		return nil, pubsub.ValidationReject, ReasonSceneMismatch,
-			&trust.RejectError{Reason: ReasonSceneMismatch, Detail: "agent " + m.Agent.Agent.AgentID + " has no skill in scene " + scene}
-	}
-	if shard != "" && m.Kind == KindAnnounce && !slices.Contains(m.Agent.Agent.Shards(), shard) {
-		return nil, pubsub.ValidationReject, ReasonShardMismatch,
-			&trust.RejectError{Reason: ReasonShardMismatch, Detail: "agent " + m.Agent.Agent.AgentID + " has no capability in shard " + shard}
+	if err := topicMatch(m, scene, shard); err != nil {
+		return nil, pubsub.ValidationReject, verifyReason(err), err
 	}
 	if m.Kind == KindAnnounce {
 		err = g.v.VerifyAgent(m.Agent, trust.VerifyOptions{From: author})
@@ -145,7 +148,7 @@ func (g *Gossip) check(topic, scene, shard string, data []byte, author peer.ID) 
 	if local {
 		return a, pubsub.ValidationAccept, "", nil
 	}
-	if g.recent.claim(key, topic, m.Kind != KindAnnounce) {
+	if g.recent.claim(key, topic, m) {
 		a.dup = true
 		return a, pubsub.ValidationAccept, "", nil
 	}
@@ -160,6 +163,21 @@ func (g *Gossip) check(topic, scene, shard string, data []byte, author peer.ID) 
 		return nil, pubsub.ValidationIgnore, reason, err
 	}
 	return a, pubsub.ValidationAccept, "", nil
+}
+
+// topicMatch checks an announcement against the scene or shard of the
+// topic it came on: an agent is announced only where it belongs.
+func topicMatch(m *Message, scene, shard string) error {
+	if m.Kind != KindAnnounce {
+		return nil
+	}
+	if scene != "" && !slices.Contains(m.Agent.Agent.AllScenes(), scene) {
+		return &trust.RejectError{Reason: ReasonSceneMismatch, Detail: "agent " + m.Agent.Agent.AgentID + " has no skill in scene " + scene}
+	}
+	if shard != "" && !slices.Contains(m.Agent.Agent.Shards(), shard) {
+		return &trust.RejectError{Reason: ReasonShardMismatch, Detail: "agent " + m.Agent.Agent.AgentID + " has no capability in shard " + shard}
+	}
+	return nil
 }
 
 // verifyReason classifies an error of the Verifier or the Sink. Only a
@@ -241,7 +259,8 @@ type recentCache struct {
 type recentEntry struct {
 	topic string
 	at    time.Time
-	beat  bool // not an announcement (see verifiedBeat)
+	beat  bool     // not an announcement (see verifiedBeat)
+	msg   *Message // the decoded announcement (see verifiedAnnounce)
 }
 
 func newRecentCache(ttl time.Duration, max int) *recentCache {
@@ -252,7 +271,8 @@ func newRecentCache(ttl time.Duration, max int) *recentCache {
 // the TTL (a duplicate to forward, not deliver). Otherwise it records k
 // for topic, so that a copy validated concurrently on another topic is a
 // duplicate; release undoes that when the sink refuses the payload.
-func (c *recentCache) claim(k [32]byte, topic string, beat bool) bool {
+func (c *recentCache) claim(k [32]byte, topic string, m *Message) bool {
+	beat := m.Kind != KindAnnounce
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -267,7 +287,11 @@ func (c *recentCache) claim(k [32]byte, topic string, beat bool) bool {
 		delete(c.m, old)
 		c.order = c.order[1:]
 	}
-	c.m[k] = recentEntry{topic: topic, at: now, beat: beat}
+	e := recentEntry{topic: topic, at: now, beat: beat}
+	if !beat {
+		e.msg = m
+	}
+	c.m[k] = e
 	c.order = append(c.order, k)
 	return false
 }
@@ -279,6 +303,19 @@ func (c *recentCache) verifiedBeat(k [32]byte, topic string) bool {
 	defer c.mu.Unlock()
 	e, ok := c.m[k]
 	return ok && e.beat && e.topic != topic && time.Since(e.at) < c.ttl
+}
+
+// verifiedAnnounce returns the decoded announcement k if it was accepted
+// on another topic within the TTL (the sink took it: it passed every
+// check but the topic's own scene or shard).
+func (c *recentCache) verifiedAnnounce(k [32]byte, topic string) *Message {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[k]
+	if !ok || e.beat || e.msg == nil || e.topic == topic || time.Since(e.at) >= c.ttl {
+		return nil
+	}
+	return e.msg
 }
 
 // release forgets k if topic holds it.

@@ -4,6 +4,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/sha256"
 	"crypto/x509"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -202,6 +203,67 @@ type Verifier struct {
 
 	bmu      sync.Mutex
 	bindings map[bindingKey]*binding // what a verified chain proved, per agent key
+
+	sigs sigCache // signature pairs this node has verified
+}
+
+// sigCache remembers which (canonical bytes, signature, peer signature)
+// triples verified, so a record that arrives again (another shard topic, a
+// live-view sync, a DHT fetch, the next re-announcement of an unchanged
+// record) costs a SHA-256 instead of an ECDSA and an Ed25519 verification.
+// A signature's validity is a function of exactly these bytes (the keys are
+// inside the canonical object), so the cache can only skip work, never
+// change a verdict: a malleated signature is other bytes and is verified
+// afresh. The policy checks (expiry, allow-list, pins, certificates) still
+// run every time. Bounded: cleared when full.
+type sigCache struct {
+	mu sync.Mutex
+	m  map[[32]byte]struct{}
+}
+
+// sigCacheMax bounds the cache: 32 bytes a key, 4096 records' worth.
+const sigCacheMax = 4096
+
+func sigKey(sa *record.SignedAgent) [32]byte {
+	h := sha256.New()
+	var n [8]byte
+	for _, b := range [][]byte{sa.Canonical, sa.Signature, sa.PeerSignature} {
+		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	var k [32]byte
+	h.Sum(k[:0])
+	return k
+}
+
+func (c *sigCache) has(k [32]byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.m[k]
+	return ok
+}
+
+func (c *sigCache) add(k [32]byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= sigCacheMax {
+		c.m = make(map[[32]byte]struct{}, 256)
+	}
+	c.m[k] = struct{}{}
+}
+
+// verifySignatures is sa.VerifySignatures through the cache.
+func (v *Verifier) verifySignatures(sa *record.SignedAgent) error {
+	k := sigKey(sa)
+	if v.sigs.has(k) {
+		return nil
+	}
+	if err := sa.VerifySignatures(); err != nil {
+		return err
+	}
+	v.sigs.add(k)
+	return nil
 }
 
 type bindingKey struct {
@@ -281,7 +343,7 @@ func (v *Verifier) Allowed(agentID string) bool {
 // chain) and the key pinned for its agent_id. On success under the open
 // policy the key is pinned if it was not yet.
 func (v *Verifier) VerifyAgent(sa *record.SignedAgent, opts VerifyOptions) error {
-	if err := sa.VerifySignatures(); err != nil {
+	if err := v.verifySignatures(sa); err != nil {
 		return &RejectError{Reason: ReasonOf(err), Detail: err.Error()}
 	}
 	a := &sa.Agent
