@@ -35,13 +35,24 @@ func ParseByteSize(s string) (ByteSize, error) {
 	return ByteSize(n), nil
 }
 
-// String formats the size with an IEC unit ("64 MiB"), which ParseByteSize
-// reads back to the same value when it is a whole number of that unit.
+// String formats the size with the largest IEC unit that divides it ("64
+// MiB", "62500 KiB"), or in bytes; ParseByteSize reads it back exactly.
 func (b ByteSize) String() string {
-	if uint64(b)%(1<<10) != 0 {
-		return fmt.Sprintf("%d", uint64(b))
+	v := uint64(b)
+	if v != 0 {
+		// The largest IEC unit that divides the size exactly, so that the
+		// text parses back to the same value (go-humanize's IBytes rounds:
+		// 64000000 bytes would print as "61 MiB").
+		for _, u := range []struct {
+			name  string
+			shift uint
+		}{{"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}} {
+			if v%(1<<u.shift) == 0 {
+				return fmt.Sprintf("%d %s", v>>u.shift, u.name)
+			}
+		}
 	}
-	return humanize.IBytes(uint64(b))
+	return fmt.Sprintf("%d", v)
 }
 
 // UnmarshalYAML reads an integer or a size string.
