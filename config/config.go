@@ -249,7 +249,8 @@ func Default() Config {
 		// go-libp2p's relay defaults (128 slots, 8 per IP) are an IPFS
 		// volunteer relay's; a bootstrap node of agentd is the relay of
 		// every agent behind a NAT, many of them behind the same one.
-		Relay: RelayConfig{MaxReservations: 1024, MaxReservationsPerIP: 64}}
+		Relay: RelayConfig{MaxReservations: 1024, MaxReservationsPerIP: 64, MaxCircuits: 16,
+			ReservationTTL: Duration(time.Hour), ConnDuration: Duration(2 * time.Minute), ConnData: 128 << 10}}
 	c.Discovery.SkillCenter.Timeout = Duration(10 * time.Second)
 	c.Discovery.SkillCenter.Cache.Enabled = true
 	c.Discovery.SkillCenter.Cache.TTL = Duration(300 * time.Second)
