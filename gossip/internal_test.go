@@ -101,19 +101,25 @@ func TestUnknownQueue(t *testing.T) {
 	})
 }
 
+// checkOnly is a Gossip with what check needs and nothing started.
+func checkOnly(t *testing.T) *Gossip {
+	t.Helper()
+	mn := mocknet.New()
+	t.Cleanup(func() { _ = mn.Close() })
+	h, err := mn.GenPeer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Gossip{h: h, recent: newRecentCache(time.Minute, 16), cfg: DefaultConfig()}
+}
+
 // TestBeatCopyIsNotVerifiedAgain: once a beat's bytes by an author were
 // accepted on one topic, their copy on another topic is forwarded as a
 // duplicate without decoding or verifying (bytes that do not even decode
 // pass, which shows neither ran); on the first topic, and for bytes never
 // accepted, the whole path runs.
 func TestBeatCopyIsNotVerifiedAgain(t *testing.T) {
-	mn := mocknet.New()
-	defer func() { _ = mn.Close() }()
-	h, err := mn.GenPeer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &Gossip{h: h, recent: newRecentCache(time.Minute, 16), cfg: DefaultConfig()}
+	g := checkOnly(t)
 	author := peer.ID("author")
 	data := []byte("not a message")
 	g.recent.claim(contentKey(author, data), "/agentd/shard/0a1b/1.0.0", &Message{Kind: KindHeartbeat})
@@ -134,13 +140,7 @@ func TestBeatCopyIsNotVerifiedAgain(t *testing.T) {
 // but it is still checked against that topic's shard — an agent announced
 // on a shard it has no capability in is refused there.
 func TestAnnounceCopyIsNotVerifiedAgain(t *testing.T) {
-	mn := mocknet.New()
-	defer func() { _ = mn.Close() }()
-	h, err := mn.GenPeer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &Gossip{h: h, recent: newRecentCache(time.Minute, 16), cfg: DefaultConfig()}
+	g := checkOnly(t)
 	author := peer.ID("author")
 	data := []byte("not a message either")
 	a := &record.Agent{Skills: []record.Skill{{SkillID: "s", Capabilities: []record.Capability{{ID: "cap.one"}, {ID: "cap.two"}}}}}
