@@ -20,7 +20,9 @@ func runCommand() *cli.Command {
 			"(default TCP and QUIC on port 4777) and the node: the Kademlia DHT under /agentd,\n" +
 			"GossipSub announcements and heartbeats, LAN discovery (UDP multicast and mDNS, off\n" +
 			"with --no-lan), the live view, the resolver. It joins the\n" +
-			"network through --bootstrap peers and the address book of earlier runs, and serves\n" +
+			"network through --bootstrap peers (or a list in DNS: /dnsaddr/<name>) and the address\n" +
+			"book of earlier runs; behind a NAT it learns so from AutoNAT, takes a relay slot on a\n" +
+			"bootstrap node and hole punches where the NATs allow (docs/nat.md). It serves\n" +
 			"the local API on --api (default 127.0.0.1:4778). SIGINT or SIGTERM shuts it down:\n" +
 			"hosted agents are unregistered (reason SHUTDOWN), then the API server, the node, the\n" +
 			"host and the database close, within 10 s; a second signal exits at once.",
