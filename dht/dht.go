@@ -125,7 +125,9 @@ type DHT struct {
 	closed     bool
 	kad        *kaddht.IpfsDHT
 	pm         *pb.ProtocolMessenger
-	want       []*record.SignedAgent
+	want       map[string]*record.SignedAgent // hosted records by agent id
+	dirty      map[string]struct{}            // agent ids changed since the loop last looked
+	rvDirty    bool                           // the rendezvous keys changed
 	rendezvous []record.Key
 	bootPeers  []peer.AddrInfo
 	status     Status
@@ -173,6 +175,8 @@ func New(h host.Host, cfg Config, v *trust.Verifier, hosted Hosted, m *metrics.M
 		limiter:    newPeerLimiter(cfg.ServeRateLimit, cfg.ServeBurst),
 		changed:    make(chan struct{}, 1),
 		reannounce: make(chan struct{}, 1),
+		want:       map[string]*record.SignedAgent{},
+		dirty:      map[string]struct{}{},
 	}
 	d.val.Verified = NewVerifiedCache()
 	d.val.OnReject = func(key string, err error) {
@@ -432,11 +436,6 @@ func (d *DHT) Status() Status {
 	return s
 }
 
-// SetProvided replaces the complete set of hosted records. The loop
-// provides keys that are new at once, keeps reproviding the current ones,
-// stops reproviding removed ones (their provider records then expire
-// within ProvideValidity) and puts changed records as DHT values. It does
-// not block on the network.
 // SetRendezvous sets the extra keys this node provides besides its
 // records' keys: the rendezvous keys of the shard topics it joined
 // (record.RendezvousKey), by which other subscribers find it. The
@@ -445,6 +444,7 @@ func (d *DHT) SetRendezvous(keys []record.Key) {
 	cp := slices.Clone(keys)
 	d.mu.Lock()
 	d.rendezvous = cp
+	d.rvDirty = true
 	d.mu.Unlock()
 	d.signal(d.changed)
 }
@@ -468,17 +468,75 @@ func (d *DHT) FindPeers(ctx context.Context, k record.Key, max int) ([]peer.Addr
 	return out, nil
 }
 
+// SetProvided replaces the complete set of hosted records. The loop
+// provides keys that are new at once, keeps reproviding the current ones,
+// stops reproviding removed ones (their provider records then expire
+// within ProvideValidity) and puts changed records as DHT values. It does
+// not block on the network. It costs O(n) here; one registration is
+// Provide or Unprovide, O(1) here and O(keys of that record) in the loop.
 func (d *DHT) SetProvided(recs []*record.SignedAgent) {
-	cp := make([]*record.SignedAgent, 0, len(recs))
+	next := make(map[string]*record.SignedAgent, len(recs))
 	for _, r := range recs {
-		if r != nil {
-			cp = append(cp, r)
+		if r == nil {
+			continue
 		}
+		if old, ok := next[r.Agent.AgentID]; ok && old.Agent.Seq >= r.Agent.Seq {
+			continue
+		}
+		next[r.Agent.AgentID] = r
 	}
 	d.mu.Lock()
-	d.want = cp
+	for id, r := range d.want {
+		if next[id] != r {
+			d.dirty[id] = struct{}{}
+		}
+	}
+	for id, r := range next {
+		if d.want[id] != r {
+			d.dirty[id] = struct{}{}
+		}
+	}
+	d.want = next
 	d.mu.Unlock()
 	d.signal(d.changed)
+}
+
+// Provide adds or replaces one hosted record (see SetProvided).
+func (d *DHT) Provide(sa *record.SignedAgent) {
+	if sa == nil {
+		return
+	}
+	d.mu.Lock()
+	d.want[sa.Agent.AgentID] = sa
+	d.dirty[sa.Agent.AgentID] = struct{}{}
+	d.mu.Unlock()
+	d.signal(d.changed)
+}
+
+// Unprovide removes one hosted record (see SetProvided).
+func (d *DHT) Unprovide(agentID string) {
+	d.mu.Lock()
+	if _, ok := d.want[agentID]; ok {
+		delete(d.want, agentID)
+		d.dirty[agentID] = struct{}{}
+	}
+	d.mu.Unlock()
+	d.signal(d.changed)
+}
+
+// ownRecordLocked is the record whose announce is also the value
+// /agentd/<peer-id>: Config.OwnAgentID's, else the smallest agent id's.
+func (d *DHT) ownRecordLocked() *record.SignedAgent {
+	if d.cfg.OwnAgentID != "" {
+		return d.want[d.cfg.OwnAgentID]
+	}
+	var own *record.SignedAgent
+	for id, r := range d.want {
+		if own == nil || id < own.Agent.AgentID {
+			own = r
+		}
+	}
+	return own
 }
 
 // Close stops the loop, the record handler and the Kademlia node and

@@ -510,3 +510,50 @@ func TestConfigValidation(t *testing.T) {
 		t.Fatalf("defaults changed: %+v", c)
 	}
 }
+
+// Provide and Unprovide change one record at a time, and a key two records
+// share stays provided while either wants it.
+func TestProvideIsIncremental(t *testing.T) {
+	c := newCluster(t, 3, 0, nil)
+	prov := c.nodes[1]
+	id, err := trust.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := func(agentID string, seq uint64, skill string, caps ...string) *record.SignedAgent {
+		a := &record.Agent{AgentID: agentID, Capabilities: map[string]string{}, Transport: record.Transport{Type: "libp2p"},
+			Seq: seq, IssuedAt: time.Now().UTC().Format(time.RFC3339Nano), TTLSeconds: 3600}
+		s := record.Skill{SkillID: skill, Version: "1.0.0", SkillType: record.SkillTool}
+		for _, c := range caps {
+			s.Capabilities = append(s.Capabilities, record.Capability{ID: c})
+		}
+		a.Skills = []record.Skill{s}
+		sa, err := id.Sign(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sa
+	}
+	const aID, bID = "11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222"
+	a := rec(aID, 1, "s1", "c1", "c2") // s1:c1 s1:c2 *:c1 *:c2 s1:*
+	b := rec(bID, 1, "s2", "c2")       // s2:c2 *:c2 s2:*   (*:c2 shared)
+	want := func(what string, keys, values int) {
+		t.Helper()
+		eventually(t, 10*time.Second, what, func() bool {
+			st := prov.d.Status()
+			return st.ProvidedKeys == keys && st.PublishedValues == values
+		})
+	}
+	prov.d.Provide(a)
+	prov.d.Provide(b)
+	want("both records", 7, 2) // two agent values; the peer value needs a record naming this host
+	prov.d.Unprovide(aID)
+	want("b alone, *:c2 kept", 3, 1)
+	prov.d.Provide(rec(bID, 2, "s2", "c2"))
+	want("b updated, same keys", 3, 1)
+	prov.d.Unprovide(aID) // twice: nothing changes
+	prov.d.SetProvided([]*record.SignedAgent{a})
+	want("replaced by a alone", 5, 1)
+	prov.d.Unprovide(aID)
+	want("nothing", 0, 0)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,6 +27,8 @@ type value struct {
 // loopState is owned by the run goroutine.
 type loopState struct {
 	keys       map[[32]byte]record.Key
+	refs       map[[32]byte]int        // how many sources want each key
+	srcKeys    map[string][]record.Key // each source's keys: agent ids, and rendezvousSrc
 	values     map[string]value
 	failKeys   map[[32]byte]record.Key
 	failValues map[string]value
@@ -37,6 +40,7 @@ func (d *DHT) run(ctx context.Context) {
 	defer d.wg.Done()
 	st := &loopState{
 		keys: map[[32]byte]record.Key{}, values: map[string]value{},
+		refs: map[[32]byte]int{}, srcKeys: map[string][]record.Key{},
 		failKeys: map[[32]byte]record.Key{}, failValues: map[string]value{},
 		backoff: d.cfg.RetryInterval,
 	}
@@ -105,83 +109,112 @@ func (d *DHT) retryFailed(ctx context.Context, st *loopState) {
 	}
 }
 
-// applyChange diffs the wanted records against what the loop keeps alive.
+// rendezvousSrc is the source name of the rendezvous keys in loopState
+// (agent ids are UUIDs, never empty).
+const rendezvousSrc = ""
+
+// applyChange brings what the loop keeps alive up to date with the
+// records and rendezvous keys changed since it last looked: O(keys of the
+// changed records), not O(every hosted record).
 func (d *DHT) applyChange(ctx context.Context, st *loopState) {
 	d.mu.Lock()
-	recs := d.want
-	rv := d.rendezvous
+	changed := make(map[string]*record.SignedAgent, len(d.dirty))
+	for id := range d.dirty {
+		changed[id] = d.want[id] // nil: removed
+	}
+	clear(d.dirty)
+	var rv []record.Key
+	rvChanged := d.rvDirty
+	if rvChanged {
+		rv = slices.Clone(d.rendezvous)
+		d.rvDirty = false
+	}
+	own := d.ownRecordLocked()
 	d.mu.Unlock()
 
-	keys := map[[32]byte]record.Key{}
-	for _, r := range recs {
-		for _, k := range r.Agent.DHTKeys() {
-			keys[k.Digest] = k
-		}
-	}
-	for _, k := range rv {
-		keys[k.Digest] = k
-	}
 	var added []record.Key
-	for dg, k := range keys {
-		if _, ok := st.keys[dg]; !ok {
-			added = append(added, k)
+	for id, r := range changed {
+		var keys []record.Key
+		if r != nil {
+			keys = r.Agent.DHTKeys()
 		}
+		added = d.swapKeys(st, id, keys, added)
 	}
-	for dg := range st.keys {
-		if _, ok := keys[dg]; !ok {
-			delete(st.failKeys, dg)
-			d.log.Debug("dht key no longer provided", "key", st.keys[dg].String())
-		}
+	if rvChanged {
+		added = d.swapKeys(st, rendezvousSrc, rv, added)
 	}
-	st.keys = keys
 
-	vals := d.valuesFor(recs)
-	var changed []value
-	for k, v := range vals {
-		if old, ok := st.values[k]; !ok || old.seq != v.seq || string(old.val) != string(v.val) {
-			changed = append(changed, v)
+	var puts []value
+	put := func(v value) {
+		if old, ok := st.values[v.key]; !ok || old.seq != v.seq || string(old.val) != string(v.val) {
+			puts = append(puts, v)
 		}
+		st.values[v.key] = v
 	}
-	for k := range st.failValues {
-		if _, ok := vals[k]; !ok {
-			delete(st.failValues, k)
+	drop := func(k string) {
+		delete(st.values, k)
+		delete(st.failValues, k)
+	}
+	for id, r := range changed {
+		if r == nil {
+			drop(ValueKey(id))
+			continue
 		}
+		put(value{key: ValueKey(id), val: r.MarshalAnnounce(), seq: r.Agent.Seq})
 	}
-	st.values = vals
+	self := d.h.ID().String()
+	if own != nil && own.Agent.PeerID == self {
+		put(value{key: ValueKey(self), val: own.MarshalAnnounce(), seq: own.Agent.Seq})
+	} else {
+		drop(ValueKey(self))
+	}
 
 	if len(added) > 0 {
 		d.provideKeys(ctx, st, added, false)
 	}
-	if len(changed) > 0 {
-		d.putValues(ctx, st, changed)
+	if len(puts) > 0 {
+		d.putValues(ctx, st, puts)
 	}
 }
 
-// valuesFor builds the DHT values of the hosted records:
-// /agentd/<agent-id> for each, and /agentd/<peer-id> for the node's own
-// agent (Config.OwnAgentID, else the first record) when its record names
-// this host.
-func (d *DHT) valuesFor(recs []*record.SignedAgent) map[string]value {
-	out := map[string]value{}
-	self := d.h.ID().String()
-	var own *record.SignedAgent
-	for i, r := range recs {
-		if d.cfg.OwnAgentID != "" && r.Agent.AgentID == d.cfg.OwnAgentID {
-			own = r
-		} else if d.cfg.OwnAgentID == "" && i == 0 {
-			own = r
-		}
-		k := ValueKey(r.Agent.AgentID)
-		if old, ok := out[k]; ok && old.seq >= r.Agent.Seq {
+// swapKeys replaces the keys source src wants with keys, keeping a count
+// per key: a key is provided while any source wants it. Keys no source
+// wanted before are appended to added; keys no source wants any more are
+// no longer reprovided (their provider records expire within
+// ProvideValidity). New keys are counted before old ones are released, so
+// a key a record keeps across an update is never dropped and re-added.
+func (d *DHT) swapKeys(st *loopState, src string, keys []record.Key, added []record.Key) []record.Key {
+	var mine []record.Key
+	seen := make(map[[32]byte]bool, len(keys))
+	for _, k := range keys {
+		if seen[k.Digest] {
 			continue
 		}
-		out[k] = value{key: k, val: r.MarshalAnnounce(), seq: r.Agent.Seq}
+		seen[k.Digest] = true
+		mine = append(mine, k)
+		if st.refs[k.Digest] == 0 {
+			if _, ok := st.keys[k.Digest]; !ok {
+				added = append(added, k)
+			}
+			st.keys[k.Digest] = k
+		}
+		st.refs[k.Digest]++
 	}
-	if own != nil && own.Agent.PeerID == self {
-		k := ValueKey(self)
-		out[k] = value{key: k, val: own.MarshalAnnounce(), seq: own.Agent.Seq}
+	for _, k := range st.srcKeys[src] {
+		if st.refs[k.Digest]--; st.refs[k.Digest] > 0 {
+			continue
+		}
+		delete(st.refs, k.Digest)
+		delete(st.keys, k.Digest)
+		delete(st.failKeys, k.Digest)
+		d.log.Debug("dht key no longer provided", "key", k.String())
 	}
-	return out
+	if len(mine) == 0 {
+		delete(st.srcKeys, src)
+	} else {
+		st.srcKeys[src] = mine
+	}
+	return added
 }
 
 // provideKeys provides keys, provideParallel at a time. A key that reached

@@ -112,7 +112,7 @@ func (n *Node) announce(ctx context.Context, sa *record.SignedAgent) {
 		}
 	}
 	if n.dht != nil {
-		n.dht.SetProvided(n.view.Locals())
+		n.dht.Provide(sa)
 	}
 	if n.lan != nil {
 		n.lan.Refresh()
@@ -153,7 +153,7 @@ func (n *Node) Unregister(ctx context.Context, agentID string, reason record.Unr
 	n.view.RemoveLocal(agentID, reason)
 	n.syncInterest()
 	if n.dht != nil {
-		n.dht.SetProvided(n.view.Locals())
+		n.dht.Unprovide(agentID)
 	}
 	if n.lan != nil {
 		n.lan.Refresh()
