@@ -114,7 +114,7 @@ type Config struct {
 	// (gossip) knows to be alive; Find uses them instead of fetching.
 	Live func(p peer.ID) []*record.SignedAgent
 	// OwnAgentID names the hosted agent whose record is also stored under
-	// /agentd/<peer-id>. Empty: the first record given to SetProvided.
+	// /agentd/<peer-id>. Empty: the hosted record with the smallest agent id.
 	OwnAgentID string
 	// ServeRateLimit bounds inbound record-fetch streams per remote peer
 	// (default 2/s sustained with a burst of ServeBurst = 10).
