@@ -6,15 +6,12 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/agentd/agentd/internal/bearer"
+	"github.com/agentd/agentd/p2p"
 	"github.com/agentd/agentd/record"
-	"github.com/libp2p/go-libp2p/core/event"
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/protocol"
-	"github.com/libp2p/go-libp2p/p2p/host/eventbus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -61,7 +58,7 @@ func (n *Node) Health() Health {
 	h.UptimeSeconds = math.Round(time.Since(n.start).Seconds()*1000) / 1000
 	for _, p := range n.h.Network().Peers() {
 		h.Peers++
-		if n.h.Network().Connectedness(p) == network.Limited {
+		if p2p.OnlyRelayed(n.h.Network().ConnsToPeer(p)) {
 			h.RelayedPeers++
 		}
 	}
@@ -70,31 +67,11 @@ func (n *Node) Health() Health {
 	if st.ClientMode {
 		h.DHTMode = "client"
 	}
-	if slices.Contains(n.h.Mux().Protocols(), protocol.ID(hopProtocol)) {
+	if slices.Contains(n.h.Mux().Protocols(), protocol.ID(p2p.HopProtocol)) {
 		h.Relay = "on"
 	}
-	h.Reachability = strings.ToLower(network.Reachability(n.reach.Load()).String())
+	h.Reachability = n.reach.String()
 	return h
-}
-
-// hopProtocol is circuit relay v2's hop protocol: its handler is set while
-// the relay service runs.
-const hopProtocol = "/libp2p/circuit/relay/0.2.0/hop"
-
-// watchReachability follows the host's EvtLocalReachabilityChanged until
-// Close (a stateful event: the current value arrives first).
-func (n *Node) watchReachability() error {
-	sub, err := n.h.EventBus().Subscribe(new(event.EvtLocalReachabilityChanged), eventbus.Name("agentd bootstrap reachability"))
-	if err != nil {
-		return err
-	}
-	n.reachSub = sub
-	n.wg.Go(func() {
-		for e := range sub.Out() {
-			n.reach.Store(int32(e.(event.EvtLocalReachabilityChanged).Reachability)) //nolint:gosec // three small values
-		}
-	})
-	return nil
 }
 
 // Handler serves GET /healthz and GET /metrics.

@@ -12,14 +12,13 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/agentd/agentd/dht"
 	"github.com/agentd/agentd/metrics"
+	"github.com/agentd/agentd/p2p"
 	"github.com/agentd/agentd/trust"
 	"github.com/libp2p/go-libp2p/core/crypto"
-	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
@@ -53,9 +52,7 @@ type Node struct {
 	once  sync.Once
 	err   error
 
-	reach    atomic.Int32 // network.Reachability
-	reachSub event.Subscription
-	wg       sync.WaitGroup
+	reach *p2p.Reachability
 }
 
 // StartNode starts a bootstrap node on h: a DHT server with no hosted
@@ -82,7 +79,7 @@ func StartNode(ctx context.Context, h host.Host, cfg NodeConfig, log *slog.Logge
 		return nil, err
 	}
 	n := &Node{DHT: d, h: h, start: time.Now()}
-	if err := n.watchReachability(); err != nil {
+	if n.reach, err = p2p.WatchReachability(h, "agentd bootstrap reachability", nil); err != nil {
 		return nil, errors.Join(err, d.Close())
 	}
 	if cfg.Book != nil {
@@ -139,9 +136,8 @@ func FullAddrs(h host.Host) []ma.Multiaddr {
 func (n *Node) Close() error {
 	n.once.Do(func() {
 		var errs []error
-		if n.reachSub != nil {
-			errs = append(errs, n.reachSub.Close())
-			n.wg.Wait()
+		if n.reach != nil {
+			errs = append(errs, n.reach.Close())
 		}
 		if n.DHT != nil {
 			errs = append(errs, n.DHT.Close())

@@ -10,8 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/crypto"
-	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/agentd/agentd/internal/testutil"
 )
 
 func TestDefaultIsValid(t *testing.T) {
@@ -57,8 +56,8 @@ func TestSeed001Loads(t *testing.T) {
 }
 
 func TestBootstrapNodeAddr(t *testing.T) {
-	id := newPeerID(t)
-	other := newPeerID(t)
+	id := testutil.PeerID(t)
+	other := testutil.PeerID(t)
 	cases := []struct {
 		node    BootstrapNode
 		want    string
@@ -96,19 +95,6 @@ func TestBootstrapNodeAddr(t *testing.T) {
 			t.Errorf("%+v: AddrInfo = %v, %v", tc.node, ai, err)
 		}
 	}
-}
-
-func newPeerID(t *testing.T) peer.ID {
-	t.Helper()
-	_, pub, err := crypto.GenerateEd25519Key(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := peer.IDFromPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id
 }
 
 // TestBadFiles checks that every kind of bad file fails with

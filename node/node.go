@@ -30,12 +30,9 @@ import (
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/trust"
 	"github.com/agentd/agentd/view"
-	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/p2p/host/eventbus"
-	ma "github.com/multiformats/go-multiaddr"
 )
 
 // LAN is zero-configuration LAN discovery (package lan implements it).
@@ -129,7 +126,7 @@ type Node struct {
 	started bool
 	closed  bool
 	startAt time.Time
-	reach   atomic.Int32 // network.Reachability, from AutoNAT
+	reach   *p2p.Reachability // AutoNAT's verdict; nil until Start
 }
 
 // New builds a node without starting it.
@@ -354,8 +351,10 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	n.wg.Go(n.heartbeatLoop)
 	n.wg.Go(n.joinLoop)
-	if err := n.watchReachability(); err != nil {
-		return err
+	if n.reach, err = p2p.WatchReachability(n.host, "agentd node reachability", func(r network.Reachability) {
+		n.log.Info("reachability", "reachability", strings.ToLower(r.String()))
+	}); err != nil {
+		return fmt.Errorf("follow reachability: %w", err)
 	}
 	n.every(n.cfg.LeaseCheckInterval, n.expireLeases)
 	n.every(time.Minute, n.reannounce)
@@ -411,6 +410,9 @@ func (n *Node) Close() error {
 // closeParts tears down in reverse order of construction.
 func (n *Node) closeParts() error {
 	var errs []error
+	if n.reach != nil {
+		errs = append(errs, n.reach.Close())
+	}
 	if n.lan != nil && n.started {
 		errs = append(errs, n.lan.Close())
 	}
@@ -515,7 +517,7 @@ func (n *Node) Peers() []PeerInfo {
 			} else {
 				pi.Direction = "outbound"
 			}
-			if !Relayed(c) {
+			if !p2p.Relayed(c) {
 				pi.Connection = "direct"
 			} else if pi.Connection == "" {
 				pi.Connection = "relayed"
@@ -529,48 +531,13 @@ func (n *Node) Peers() []PeerInfo {
 	return out
 }
 
-// Relayed reports whether c goes through a circuit relay: its remote
-// address holds /p2p-circuit (go-libp2p also marks such connections
-// Limited while the relay bounds them).
-func Relayed(c network.Conn) bool {
-	if c.Stat().Limited {
-		return true
-	}
-	_, err := c.RemoteMultiaddr().ValueForProtocol(ma.P_CIRCUIT)
-	return err == nil
-}
-
-// watchReachability follows AutoNAT's verdict (a stateful event: the
-// current value arrives at once) until the node closes.
-func (n *Node) watchReachability() error {
-	sub, err := n.host.EventBus().Subscribe(new(event.EvtLocalReachabilityChanged), eventbus.Name("agentd node reachability"))
-	if err != nil {
-		return fmt.Errorf("subscribe to reachability: %w", err)
-	}
-	ctx := n.ctx
-	n.wg.Go(func() {
-		defer func() { _ = sub.Close() }()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case e, ok := <-sub.Out():
-				if !ok {
-					return
-				}
-				r := e.(event.EvtLocalReachabilityChanged).Reachability
-				n.reach.Store(int32(r)) //nolint:gosec // three small values
-				n.log.Info("reachability", "reachability", strings.ToLower(r.String()))
-			}
-		}
-	})
-	return nil
-}
-
 // Reachability is AutoNAT's verdict on the node: "unknown", "public" or
 // "private".
 func (n *Node) Reachability() string {
-	return strings.ToLower(network.Reachability(n.reach.Load()).String())
+	if n.reach == nil {
+		return "unknown"
+	}
+	return n.reach.String()
 }
 
 // Health summarises the node for /healthz and /readyz.

@@ -5,9 +5,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 )
@@ -89,5 +91,34 @@ func TestRelaySource(t *testing.T) {
 	}
 	if len(got) != 1 {
 		t.Fatalf("num=1 gave %v", got)
+	}
+}
+
+// WatchReachability follows AutoNAT's verdict: a host forced public says
+// so (the stateful event reaches a watcher started afterwards too).
+func TestWatchReachability(t *testing.T) {
+	h, err := New(Config{Key: key(t), Listen: []string{}, DisableMetrics: true, NAT: NAT{Reachability: ReachabilityPublic}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h.Close() }()
+	seen := make(chan string, 4)
+	r, err := WatchReachability(h, "test", func(v network.Reachability) { seen <- v.String() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case v := <-seen:
+		if v != "Public" || r.String() != "public" {
+			t.Fatalf("verdict %q, String %q", v, r.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reachability event")
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
 	}
 }

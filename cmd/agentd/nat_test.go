@@ -8,27 +8,14 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/config"
-	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/agentd/agentd/internal/testutil"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
-
-func testPeerID(t *testing.T) peer.ID {
-	t.Helper()
-	_, pub, err := crypto.GenerateEd25519Key(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := peer.IDFromPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id
-}
 
 // The DHT mode follows the configuration, and mode auto starts as a
 // client only on a node that joins the internet.
 func TestDHTModeFromConfig(t *testing.T) {
-	id := testPeerID(t).String()
+	id := testutil.PeerID(t).String()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, c := range []struct {
 		name, mode string
@@ -86,7 +73,7 @@ func TestNATConfig(t *testing.T) {
 		r.Limit.Duration != 5*time.Minute || r.Limit.Data != 128<<10 {
 		t.Fatalf("relay resources = %+v, limit %+v", r, *r.Limit)
 	}
-	boot := []peer.AddrInfo{{ID: testPeerID(t)}}
+	boot := []peer.AddrInfo{{ID: testutil.PeerID(t)}}
 	n, err = natConfig(cfg.NAT, boot, true)
 	if err != nil || !n.RelayService || n.Relays == nil || len(n.Relays()) != 1 {
 		t.Fatalf("bootstrap: %+v, %v", n, err)
