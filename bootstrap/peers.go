@@ -217,20 +217,8 @@ func parseEntry(a ma.Multiaddr) (peer.AddrInfo, ma.Multiaddr, error) {
 
 func checkAddr(a ma.Multiaddr) (peer.AddrInfo, error) {
 	transport, id := peer.SplitAddr(a)
-	if len(transport) == 0 {
-		return peer.AddrInfo{}, fmt.Errorf("%w: %s needs an address before /p2p", ErrBadAddr, a)
-	}
-	switch transport[0].Code() {
-	case ma.P_DNSADDR:
-		if len(transport) != 1 {
-			return peer.AddrInfo{}, fmt.Errorf("%w: %s: nothing may follow /dnsaddr/<name> but /p2p/<peer id>", ErrBadAddr, a)
-		}
-	case ma.P_IP4, ma.P_IP6, ma.P_DNS, ma.P_DNS4, ma.P_DNS6:
-		if len(transport) < 2 || (transport[1].Code() != ma.P_TCP && transport[1].Code() != ma.P_UDP) {
-			return peer.AddrInfo{}, fmt.Errorf("%w: %s needs /tcp or /udp after its address", ErrBadAddr, a)
-		}
-	default:
-		return peer.AddrInfo{}, fmt.Errorf("%w: %s needs an /ip4, /ip6, /dns, /dns4, /dns6 or /dnsaddr address", ErrBadAddr, a)
+	if err := config.CheckBootstrapShape(transport); err != nil {
+		return peer.AddrInfo{}, fmt.Errorf("%w: %s: %v", ErrBadAddr, a, err)
 	}
 	if id == "" {
 		return peer.AddrInfo{}, fmt.Errorf("%w: %s", ErrNoPeerID, a)

@@ -61,15 +61,15 @@ func (b BootstrapNode) Addr() (ma.Multiaddr, error) {
 		}
 		id = want
 	}
+	if err := CheckBootstrapShape(transport); err != nil {
+		return nil, err
+	}
 	if id == "" {
 		if len(addr) > 0 && addr[0].Code() == ma.P_DNSADDR {
 			// Its TXT records name the peers (/dnsaddr/<name>).
 			return addr, nil
 		}
 		return addr, fmt.Errorf("%s: %w", addr, ErrNoPeerID)
-	}
-	if len(transport) == 0 {
-		return nil, fmt.Errorf("bootstrap node %s has a peer id but no transport address", id)
 	}
 	p2p, err := ma.NewComponent("p2p", id.String())
 	if err != nil {
@@ -85,6 +85,9 @@ func (b BootstrapNode) AddrInfo() (peer.AddrInfo, error) {
 	if err != nil {
 		return peer.AddrInfo{}, err
 	}
+	if _, id := peer.SplitAddr(a); id == "" {
+		return peer.AddrInfo{}, fmt.Errorf("%s: %w", a, ErrNoPeerID) // a /dnsaddr name: DNS names the peers
+	}
 	ai, err := peer.AddrInfoFromP2pAddr(a)
 	if err != nil {
 		return peer.AddrInfo{}, fmt.Errorf("%s: %w", a, err)
@@ -97,4 +100,30 @@ func decodePeerID(s string) (peer.ID, error) {
 		return "", errors.New("too long")
 	}
 	return peer.Decode(s)
+}
+
+// ErrBootstrapShape is returned for a bootstrap address that is a multiaddr
+// but not one a node can join through.
+var ErrBootstrapShape = errors.New("not a bootstrap address")
+
+// CheckBootstrapShape checks the address part of a bootstrap entry (the
+// multiaddr without /p2p/<peer id>): /dnsaddr/<name> alone, or an /ip4,
+// /ip6, /dns, /dns4 or /dns6 address followed by /tcp or /udp.
+func CheckBootstrapShape(transport ma.Multiaddr) error {
+	if len(transport) == 0 {
+		return fmt.Errorf("%w: no transport address before /p2p/<peer id>", ErrBootstrapShape)
+	}
+	switch transport[0].Code() {
+	case ma.P_DNSADDR:
+		if len(transport) != 1 {
+			return fmt.Errorf("%w: %s: nothing may follow /dnsaddr/<name> but /p2p/<peer id>", ErrBootstrapShape, transport)
+		}
+	case ma.P_IP4, ma.P_IP6, ma.P_DNS, ma.P_DNS4, ma.P_DNS6:
+		if len(transport) < 2 || (transport[1].Code() != ma.P_TCP && transport[1].Code() != ma.P_UDP) {
+			return fmt.Errorf("%w: %s needs /tcp or /udp after its address", ErrBootstrapShape, transport)
+		}
+	default:
+		return fmt.Errorf("%w: %s needs an /ip4, /ip6, /dns, /dns4, /dns6 or /dnsaddr address", ErrBootstrapShape, transport)
+	}
+	return nil
 }

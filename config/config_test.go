@@ -72,6 +72,11 @@ func TestBootstrapNodeAddr(t *testing.T) {
 		{BootstrapNode{Multiaddr: "/ip4/192.0.2.7/tcp/4777"}, "", "no peer id"},
 		{BootstrapNode{Multiaddr: "/p2p/" + id.String()}, "", "no transport address"},
 		{BootstrapNode{Multiaddr: "nonsense"}, "", "not a multiaddr"},
+		{BootstrapNode{Multiaddr: "/dnsaddr/boot.example.org"}, "/dnsaddr/boot.example.org", ""},
+		{BootstrapNode{Multiaddr: "/dnsaddr/boot.example.org/p2p/" + id.String()}, "/dnsaddr/boot.example.org/p2p/" + id.String(), ""},
+		{BootstrapNode{Multiaddr: "/dnsaddr/boot.example.org/tcp/1"}, "", "nothing may follow /dnsaddr"},
+		{BootstrapNode{Multiaddr: "/dns4/boot.example.org/p2p/" + id.String()}, "", "needs /tcp or /udp"},
+		{BootstrapNode{Multiaddr: "/unix/tmp/sock/p2p/" + id.String()}, "", "needs an /ip4"},
 		{BootstrapNode{Host: "h", Port: 0, PeerID: id.String()}, "", "not a port"},
 		{BootstrapNode{Host: "h", Port: 1, PeerID: "bogus"}, "", "peerId"},
 	}
@@ -91,6 +96,13 @@ func TestBootstrapNodeAddr(t *testing.T) {
 			t.Errorf("%+v: addr = %s, want %s", tc.node, a, tc.want)
 		}
 		ai, err := tc.node.AddrInfo()
+		if !strings.Contains(tc.want, "/p2p/") {
+			// A /dnsaddr name: its TXT records name the peers.
+			if !errors.Is(err, ErrNoPeerID) {
+				t.Errorf("%+v: AddrInfo = %v, %v, want ErrNoPeerID", tc.node, ai, err)
+			}
+			continue
+		}
 		if err != nil || ai.ID != id || len(ai.Addrs) != 1 {
 			t.Errorf("%+v: AddrInfo = %v, %v", tc.node, ai, err)
 		}

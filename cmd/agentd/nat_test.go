@@ -113,3 +113,14 @@ func TestBootstrapHelpHidesDaemonFlags(t *testing.T) {
 		t.Fatalf("run --help lost its flags:\n%s", r.stdout)
 	}
 }
+
+// A --bootstrap entry that is a multiaddr but no bootstrap address is a
+// configuration error naming the flag, not a warning the daemon runs past.
+func TestBadBootstrapFlag(t *testing.T) {
+	for _, bad := range []string{"/dnsaddr/x/tcp/1", "/dns4/x/p2p/" + testutil.PeerID(t).String(), "nonsense"} {
+		r := runCLI(t, "", "--data-dir", t.TempDir(), "config", "print", "--bootstrap", bad)
+		if r.code == exitOK || !strings.Contains(r.stderr, "--bootstrap") {
+			t.Errorf("--bootstrap %s: exit %d, stderr %q", bad, r.code, r.stderr)
+		}
+	}
+}
