@@ -3,7 +3,6 @@ package record
 import (
 	"encoding/json"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -272,40 +271,6 @@ func (a *Agent) SyncCapabilities() {
 			a.Capabilities[c.ID] = v
 		}
 	}
-}
-
-// MatchesText reports whether q (case-insensitive) occurs in the agent's name,
-// description, skill ids, capability ids or capability descriptions.
-func (a *Agent) MatchesText(q string) bool {
-	q = strings.ToLower(strings.TrimSpace(q))
-	if q == "" {
-		return true
-	}
-	has := func(s string) bool { return strings.Contains(strings.ToLower(s), q) }
-	if has(a.AgentName) || has(a.Description) || has(a.AgentID) {
-		return true
-	}
-	for k := range a.Capabilities {
-		if has(k) {
-			return true
-		}
-	}
-	for _, t := range a.Tags {
-		if has(t) {
-			return true
-		}
-	}
-	for _, s := range a.Skills {
-		if has(s.SkillID) {
-			return true
-		}
-		for _, c := range s.Capabilities {
-			if has(c.ID) || has(c.Description) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // IssuedAtLayout is the layout Fill writes issued_at in: RFC 3339, UTC,

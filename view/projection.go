@@ -30,9 +30,12 @@ type Provider struct {
 // providers. It is guarded by the view's mutex.
 type projection struct {
 	byCap map[string]map[string][]Provider // capability → agent id → providers
+	text  *textIndex                       // free-text index (its own lock)
 }
 
-func newProjection() projection { return projection{byCap: map[string]map[string][]Provider{}} }
+func newProjection() projection {
+	return projection{byCap: map[string]map[string][]Provider{}, text: newTextIndex()}
+}
 
 func providersOf(sa *record.SignedAgent, status record.Status) []Provider {
 	a := &sa.Agent
@@ -76,6 +79,7 @@ func worse(agent, skill record.Status) record.Status {
 // and returns capability.changed events for capabilities that gained their
 // first provider or lost their last one.
 func (p *projection) update(old, new *record.SignedAgent, status record.Status, now time.Time) []Event {
+	p.text.update(old, new)
 	gone := map[string]bool{}
 	if old != nil {
 		id := old.Agent.AgentID

@@ -20,11 +20,13 @@
 package view
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -181,6 +183,9 @@ type Agent struct {
 	// missed, else what the agent reported, else HEALTHY.
 	Status   record.Status
 	Interval time.Duration
+	// Relevance is the free-text score of a query answer (0 without a
+	// text query): higher is a better match (view/text.go).
+	Relevance float64
 }
 
 // View is the live view. Create it with New, start its liveness clock with
@@ -1026,24 +1031,45 @@ func (v *View) Get(agentID string) (Agent, bool) {
 // Query returns the live agents matching m in the order of rank, at most
 // limit (0 = all).
 func (v *View) Query(m *store.Matcher, limit int) []Agent {
+	f := m.Filter()
+	// A text query is looked up in the text index first, without the
+	// view's mutex; its hits are then read from the view (an agent that
+	// changed in between is checked again by the matcher).
+	var hits map[string]float64
+	indexed := false
+	if f.AgentID == "" && f.Text != "" {
+		hits, indexed = v.proj.text.search(f.Text)
+	}
 	v.mu.Lock()
 	out := make([]Agent, 0)
-	consider := func(s *agentState) {
+	consider := func(s *agentState, score float64) {
 		if s != nil && m.SourceAllowed(s.source) && m.Matches(&s.rec.Agent) {
-			out = append(out, v.snapshot(s))
+			a := v.snapshot(s)
+			a.Relevance = score
+			out = append(out, a)
 		}
 	}
-	switch f := m.Filter(); {
+	switch {
 	case f.AgentID != "":
-		consider(v.agents[f.AgentID])
+		consider(v.agents[f.AgentID], 0)
+	case indexed && (f.Capability == "" || len(hits) <= len(v.proj.byCap[f.Capability])):
+		for id, score := range hits {
+			consider(v.agents[id], score)
+		}
+		// The whole query may be an agent id (record.MatchesText).
+		if id := strings.TrimSpace(f.Text); v.agents[id] != nil {
+			if _, dup := hits[id]; !dup {
+				consider(v.agents[id], idRelevance)
+			}
+		}
 	case f.Capability != "":
 		// The projection indexes agents by capability: only they can match.
 		for id := range v.proj.byCap[f.Capability] {
-			consider(v.agents[id])
+			consider(v.agents[id], hits[id])
 		}
 	default:
-		for _, s := range v.agents {
-			consider(s)
+		for id, s := range v.agents {
+			consider(s, hits[id])
 		}
 	}
 	v.mu.Unlock()
@@ -1053,6 +1079,10 @@ func (v *View) Query(m *store.Matcher, limit int) []Agent {
 	}
 	return out
 }
+
+// idRelevance ranks a text query that names an agent id above any match
+// of words.
+const idRelevance = 1e6
 
 // rankAgents orders query answers so that no peer's claims can crowd the others
 // out of a limited answer (docs/protocol.md, "Ranking"): local agents
@@ -1072,13 +1102,18 @@ func rankAgents(as []Agent) []Agent {
 		if r := a.Status.Rank() - b.Status.Rank(); r != 0 {
 			return r
 		}
+		if c := cmp.Compare(b.Relevance, a.Relevance); c != 0 {
+			return c
+		}
 		if c := a.FirstSeen.Compare(b.FirstSeen); c != 0 {
 			return c
 		}
 		return compareStrings(a.Record.Agent.AgentID, b.Record.Agent.AgentID)
 	})
 	return roundRobin(as,
-		func(a, b Agent) bool { return a.Local == b.Local && a.Status.Rank() == b.Status.Rank() },
+		func(a, b Agent) bool {
+			return a.Local == b.Local && a.Status.Rank() == b.Status.Rank() && a.Relevance == b.Relevance
+		},
 		func(a Agent) string { return a.Record.Agent.PeerID })
 }
 
