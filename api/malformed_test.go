@@ -56,6 +56,8 @@ func TestMalformedInput(t *testing.T) {
 		{"announce over 64 KiB", "POST", "/agents", large, nil, 413, record.CodeRequestTooLarge, ""},
 		{"not JSON typed", "POST", "/agents", good, []reqOpt{withHeader("Content-Type", "application/x-www-form-urlencoded")}, 415, CodeUnsupportedMediaType, "Content-Type"},
 		{"bad JWT ignored on open loopback", "GET", "/agents", "", []reqOpt{bearer("x.y.z")}, 200, "", ""},
+		{"bad agent name", "POST", "/agents", `{"agent_name":"not a label","capabilities":{},"transport":{"type":"http","endpoint":"http://h:1"}}`, nil, 400, record.CodeMalformedPayload, "agent_name"},
+		{"bad agent id", "POST", "/agents", `{"agent_id":"x y","capabilities":{},"transport":{"type":"http","endpoint":"http://h:1"}}`, nil, 400, record.CodeMalformedPayload, "agent_id"},
 		{"bad status", "PUT", "/agents/" + a.n.id.AgentID + "/status", `{"status":"SLEEPY"}`, nil, 400, record.CodeMalformedPayload, "status"},
 		{"status wrong type", "PUT", "/agents/" + a.n.id.AgentID + "/status", `{"status":1}`, nil, 400, record.CodeMalformedPayload, "status"},
 		{"status unknown member", "PUT", "/agents/" + a.n.id.AgentID + "/status", `{"status":"HEALTHY","x":1}`, nil, 400, record.CodeMalformedPayload, "x"},

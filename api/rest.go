@@ -223,7 +223,13 @@ func decodeUnsigned(raw []byte, prefix string) (*record.Agent, error) {
 	}
 	var fe *record.FieldError
 	if errors.As(err, &fe) {
-		f := strings.TrimPrefix(strings.TrimPrefix(fe.Field, "agent"), ".")
+		// CheckKnownMembers names fields under "agent"; the rest are the
+		// record's own (agent_id, agent_name: not under "agent").
+		f := fe.Field
+		if f == "agent" {
+			f = ""
+		}
+		f = strings.TrimPrefix(f, "agent.")
 		return nil, &record.FieldError{Field: joinField(prefix, f), Reason: fe.Reason}
 	}
 	return nil, err
