@@ -208,7 +208,8 @@ func validateOptions(o Options) error {
 // the Badger write of a cache mutation so the two agree), then gate
 // (shared by unsynced writes, exclusive for a durable write and its
 // db.Sync, so no memtable rotation can slip between them), then seqMu is
-// taken before gate by NextSeq only. life guards Close against in-flight
+// taken before gate by NextSeq only. A durable write queues under commitMu
+// and commits under leadMu, which is taken before gate. life guards Close against in-flight
 // calls.
 type db struct {
 	opts  Options
@@ -224,6 +225,10 @@ type db struct {
 
 	gate  sync.RWMutex
 	seqMu sync.Mutex
+
+	leadMu      sync.Mutex // held by the caller committing a group (durable)
+	commitMu    sync.Mutex // guards commitQueue
+	commitQueue []*durableReq
 
 	hooksMu sync.Mutex
 	hooks   []func(Entry)
@@ -302,19 +307,61 @@ func (s *db) write(fn func(w writer) error) error {
 // The exclusive gate keeps every other write out between the commit and
 // db.Sync, so the memtable whose WAL Sync flushes is the one holding the
 // write. In-memory stores skip the sync.
+//
+// Durable writes commit in groups: the caller that takes the commit lead
+// applies every transaction queued meanwhile (each its own, so one that
+// fails fails alone), then syncs once for all of them. Alone, a write
+// costs what it did; with concurrent writers (registrations from several
+// clients) they share the sync instead of queueing for one each.
 func (s *db) durable(fn func(txn *badger.Txn) error) error {
 	if err := s.space.check(); err != nil {
 		return err
 	}
+	req := &durableReq{fn: fn, done: make(chan error, 1)}
+	s.commitMu.Lock()
+	s.commitQueue = append(s.commitQueue, req)
+	s.commitMu.Unlock()
+	s.leadMu.Lock()
+	s.commitMu.Lock()
+	batch := s.commitQueue
+	s.commitQueue = nil
+	s.commitMu.Unlock()
+	if len(batch) > 0 {
+		// This caller leads: its own request is in the batch unless an
+		// earlier leader took it, in which case its answer is waiting.
+		s.commitGroup(batch)
+	}
+	s.leadMu.Unlock()
+	return <-req.done
+}
+
+type durableReq struct {
+	fn   func(txn *badger.Txn) error
+	done chan error // buffered: the leader never blocks on it
+}
+
+func (s *db) commitGroup(batch []*durableReq) {
 	s.gate.Lock()
-	defer s.gate.Unlock()
-	if err := s.bdb.Update(fn); err != nil {
-		return err
+	errs := make([]error, len(batch))
+	committed := false
+	for i, r := range batch {
+		if errs[i] = s.bdb.Update(r.fn); errs[i] == nil {
+			committed = true
+		}
 	}
-	if err := s.bdb.Sync(); err != nil {
-		return fmt.Errorf("sync: %w", err)
+	var syncErr error
+	if committed {
+		if err := s.bdb.Sync(); err != nil {
+			syncErr = fmt.Errorf("sync: %w", err)
+		}
 	}
-	return nil
+	s.gate.Unlock()
+	for i, r := range batch {
+		if errs[i] == nil {
+			errs[i] = syncErr
+		}
+		r.done <- errs[i]
+	}
 }
 
 // writer is what cache mutations need from a transaction or a write batch.

@@ -31,7 +31,22 @@ func (s *db) PutLocal(ctx context.Context, sa *record.SignedAgent) error {
 		return err
 	}
 	val := encodeEntry(entryHeader{kind: entryKindLocal, received: s.opts.Now().Round(0).UTC()}, announce)
-	if err := s.durable(func(txn *badger.Txn) error { return txn.Set(localKey(id), val) }); err != nil {
+	err = s.durable(func(txn *badger.Txn) error {
+		// The record's seq joins the counter in the same transaction
+		// (NextSeq does not sync).
+		w := txnWriter{txn}
+		last, err := storedSeq(w, id)
+		if err != nil {
+			return err
+		}
+		if seq := sa.Agent.Seq; seq > last && seq <= maxCounterValue {
+			if err := txn.Set(seqKey(id), encodeU64(seq)); err != nil {
+				return err
+			}
+		}
+		return txn.Set(localKey(id), val)
+	})
+	if err != nil {
 		return fmt.Errorf("put local registration %s: %w", id, err)
 	}
 	return nil
@@ -91,7 +106,10 @@ func (s *db) Locals(ctx context.Context) ([]*record.SignedAgent, error) {
 }
 
 // NextSeq returns max(last+1, now in Unix milliseconds) for the agent and
-// persists it (synced) before returning.
+// writes it without waiting for the disk: a seq matters once a record
+// signed with it is published, and PutLocal, which stores the record
+// before anything is published, writes the record's seq with it in one
+// synced transaction. So a registration costs one sync, not two.
 func (s *db) NextSeq(ctx context.Context, agentID string) (uint64, error) {
 	if err := s.enter(ctx); err != nil {
 		return 0, err
@@ -103,22 +121,10 @@ func (s *db) NextSeq(ctx context.Context, agentID string) (uint64, error) {
 	s.seqMu.Lock()
 	defer s.seqMu.Unlock()
 	var next uint64
-	err := s.durable(func(txn *badger.Txn) error {
-		var last uint64
-		it, err := txn.Get(seqKey(agentID))
-		switch {
-		case errors.Is(err, badger.ErrKeyNotFound):
-		case err != nil:
+	err := s.write(func(w writer) error {
+		last, err := storedSeq(w, agentID)
+		if err != nil {
 			return err
-		default:
-			v, err := it.ValueCopy(nil)
-			if err != nil {
-				return err
-			}
-			if last, err = decodeU64(v); err != nil {
-				// Refusing is safer than restarting below an unknown value.
-				return fmt.Errorf("seq counter of %s: %w", agentID, err)
-			}
 		}
 		next = last + 1
 		if ms := s.opts.Now().UnixMilli(); ms > 0 && uint64(ms) > next {
@@ -127,12 +133,29 @@ func (s *db) NextSeq(ctx context.Context, agentID string) (uint64, error) {
 		if next > maxCounterValue {
 			return fmt.Errorf("seq of %s exhausted (%d > 2^53-1)", agentID, next)
 		}
-		return txn.Set(seqKey(agentID), encodeU64(next))
+		return w.Set(seqKey(agentID), encodeU64(next), 0)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("next seq of %s: %w", agentID, err)
 	}
 	return next, nil
+}
+
+// storedSeq reads an agent's seq counter (0 when there is none).
+func storedSeq(w writer, agentID string) (uint64, error) {
+	v, err := w.Get(seqKey(agentID))
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	}
+	last, err := decodeU64(v)
+	if err != nil {
+		// Refusing is safer than restarting below an unknown value.
+		return 0, fmt.Errorf("seq counter of %s: %w", agentID, err)
+	}
+	return last, nil
 }
 
 // GetPin implements trust.PinStore.
@@ -175,7 +198,12 @@ func (s *db) PutPin(agentID string, p trust.Pin) error {
 	if len(v) > maxPinValue {
 		return &record.FieldError{Field: "pin", Reason: fmt.Sprintf("is %d bytes, limit %d", len(v), maxPinValue)}
 	}
-	if err := s.durable(func(txn *badger.Txn) error { return txn.Set(pinKey(agentID), v) }); err != nil {
+	// Not synced: a pin reaches the disk with the next synced write (the
+	// registration that follows a local agent's pin) or memtable flush.
+	// A crash can lose the pins of the last moments; those agents are
+	// pinned again, first key seen, when next heard. A sync per agent
+	// learned would cost a registry node a disk flush per record.
+	if err := s.write(func(w writer) error { return w.Set(pinKey(agentID), v, 0) }); err != nil {
 		return fmt.Errorf("put pin of %s: %w", agentID, err)
 	}
 	return nil

@@ -1,0 +1,91 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/record"
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// TestDurableGroupCommit: concurrent durable writes are committed in
+// groups; each gets its own answer (one that fails fails alone), and every
+// one that succeeded is there after a reopen.
+func TestDurableGroupCommit(t *testing.T) {
+	dir := t.TempDir()
+	s := openTest(t, dir, Options{})
+	boom := errors.New("boom")
+	const n = 64
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			errs[i] = s.durable(func(txn *badger.Txn) error {
+				if i%8 == 0 {
+					return boom
+				}
+				return txn.Set([]byte(fmt.Sprintf("t/%02d", i)), []byte{byte(i)})
+			})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if want := i%8 == 0; errors.Is(err, boom) != want || (!want && err != nil) {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openTest(t, dir, Options{})
+	for i := range n {
+		v, err := s.get([]byte(fmt.Sprintf("t/%02d", i)))
+		if i%8 == 0 {
+			if !errors.Is(err, ErrNotFound) {
+				t.Fatalf("failed write %d is there: %v %v", i, v, err)
+			}
+			continue
+		}
+		if err != nil || len(v) != 1 || v[0] != byte(i) {
+			t.Fatalf("write %d after reopen: %v %v", i, v, err)
+		}
+	}
+}
+
+// TestPutLocalKeepsTheSeq: the seq of a stored registration survives a
+// reopen even though NextSeq does not sync, and NextSeq continues above
+// the seq of a record its client signed itself.
+func TestPutLocalKeepsTheSeq(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	clk := newClock()
+	s := openTest(t, dir, Options{Now: clk.Now})
+	a := mkRecord(t, agentSpec{issued: time.Now()})
+	far := resign(t, a, uint64(clk.Now().UnixMilli())+5000, nil)
+	if err := s.PutLocal(ctx, far); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openTest(t, dir, Options{Now: clk.Now})
+	seq, err := s.NextSeq(ctx, a.Agent.AgentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seq != far.Agent.Seq+1 {
+		t.Fatalf("NextSeq after a stored seq %d: %d", far.Agent.Seq, seq)
+	}
+	// A lower seq does not lower the counter.
+	low := resign(t, a, 3, func(ag *record.Agent) {})
+	if err := s.PutLocal(ctx, low); err != nil {
+		t.Fatal(err)
+	}
+	if seq, err = s.NextSeq(ctx, a.Agent.AgentID); err != nil || seq != far.Agent.Seq+2 {
+		t.Fatalf("NextSeq after storing a lower seq: %d %v", seq, err)
+	}
+}
