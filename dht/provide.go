@@ -2,6 +2,7 @@ package dht
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -22,6 +23,7 @@ type value struct {
 	key string
 	val []byte
 	seq uint64
+	rec *record.SignedAgent // what val encodes, verified by the node
 }
 
 // loopState is owned by the run goroutine.
@@ -160,11 +162,11 @@ func (d *DHT) applyChange(ctx context.Context, st *loopState) {
 			drop(ValueKey(id))
 			continue
 		}
-		put(value{key: ValueKey(id), val: r.MarshalAnnounce(), seq: r.Agent.Seq})
+		put(value{key: ValueKey(id), val: r.MarshalAnnounce(), seq: r.Agent.Seq, rec: r})
 	}
 	self := d.h.ID().String()
 	if own != nil && own.Agent.PeerID == self {
-		put(value{key: ValueKey(self), val: own.MarshalAnnounce(), seq: own.Agent.Seq})
+		put(value{key: ValueKey(self), val: own.MarshalAnnounce(), seq: own.Agent.Seq, rec: own})
 	} else {
 		drop(ValueKey(self))
 	}
@@ -384,6 +386,12 @@ func (d *DHT) putValue(ctx context.Context, v value) (int, error) {
 	kad, pm, err := d.running()
 	if err != nil {
 		return 0, err
+	}
+	if v.rec != nil {
+		// The node verified the record it hosts; the check below still
+		// binds it to its key and its validity window, and kad-dht's own
+		// validation of the local copy finds it verified.
+		d.val.Verified.put(sha256.Sum256(v.val), v.rec)
 	}
 	if err := d.val.Validate(v.key, v.val); err != nil {
 		return 0, fmt.Errorf("own value does not validate: %w", err)

@@ -182,7 +182,12 @@ type Gossip struct {
 	legacy   map[peer.ID]bool // announce-topic subscribers of the previous version (Scoped)
 	syncQ    chan shardSync
 
-	recent  *recentCache
+	recent *recentCache
+	// own: the payloads publish is handing to pubsub right now, checked
+	// once; pubsub validates a local message again on every topic it is
+	// published on, and those checks find it here (by content key).
+	ownMu   sync.Mutex
+	own     map[[32]byte]ownPublish
 	unknown *unknownQueue
 	pen     *penalties // P5: deliveries of announcements whose author was not reached
 	mesh    *meshTracker
@@ -636,9 +641,29 @@ func (g *Gossip) publish(ctx context.Context, kind Kind, data []byte, topics []*
 	// again on publication, which then only says "validation failed". The
 	// scene topics were chosen from the record's own scenes, so the
 	// announce topic's check covers them.
-	if _, _, reason, err := g.check(AnnounceTopic, "", "", data, g.h.ID()); err != nil {
+	a, _, reason, err := g.check(AnnounceTopic, "", "", data, g.h.ID())
+	if err != nil {
 		return fmt.Errorf("%w (%s): %v", ErrRejected, reason, err)
 	}
+	key := contentKey(g.h.ID(), data)
+	g.ownMu.Lock()
+	if g.own == nil {
+		g.own = map[[32]byte]ownPublish{}
+	}
+	o := g.own[key]
+	o.a, o.refs = a, o.refs+1
+	g.own[key] = o
+	g.ownMu.Unlock()
+	defer func() {
+		g.ownMu.Lock()
+		if o := g.own[key]; o.refs <= 1 {
+			delete(g.own, key)
+		} else {
+			o.refs--
+			g.own[key] = o
+		}
+		g.ownMu.Unlock()
+	}()
 	var errs []error
 	for _, ts := range topics {
 		if err := ts.t.Publish(ctx, data); err != nil {
@@ -650,6 +675,21 @@ func (g *Gossip) publish(ctx context.Context, kind Kind, data []byte, topics []*
 		}
 	}
 	return errors.Join(errs...)
+}
+
+type ownPublish struct {
+	a    *accepted
+	refs int
+}
+
+// ownChecked returns the check of a payload this node is publishing now.
+func (g *Gossip) ownChecked(data []byte) *accepted {
+	g.ownMu.Lock()
+	defer g.ownMu.Unlock()
+	if len(g.own) == 0 {
+		return nil
+	}
+	return g.own[contentKey(g.h.ID(), data)].a
 }
 
 // JoinScene subscribes to a scene topic (seed 001 §4): its members are the

@@ -79,7 +79,16 @@ func (g *Gossip) validate(ctx context.Context, topic, scene, shard string, msg *
 func (g *Gossip) check(topic, scene, shard string, data []byte, author peer.ID) (*accepted, pubsub.ValidationResult, trust.Reason, error) {
 	local := author == g.h.ID()
 	var key [32]byte
-	if !local {
+	if local {
+		// Being published by this node: publish checked it a moment ago
+		// on the announce topic; only this topic's scene or shard is left.
+		if a := g.ownChecked(data); a != nil {
+			if err := topicMatch(a.msg, scene, shard); err != nil {
+				return nil, pubsub.ValidationReject, verifyReason(err), err
+			}
+			return a, pubsub.ValidationAccept, "", nil
+		}
+	} else {
 		key = contentKey(author, data)
 		// The same bytes by the same author, verified and accepted on
 		// another topic moments ago: a scoped node gets an agent's beat
