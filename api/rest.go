@@ -604,17 +604,21 @@ func (s *Server) handlePeers(w http.ResponseWriter, r *http.Request) error {
 
 // Health is the answer of GET /healthz.
 type Health struct {
-	Status          string            `json:"status"` // "ok", or "closing" during shutdown
-	AgentID         string            `json:"agent_id"`
-	PeerID          string            `json:"peer_id"`
-	Listen          []string          `json:"listen"`
-	UptimeSeconds   float64           `json:"uptime_seconds"`
-	Version         string            `json:"version"`
-	ProtocolVersion string            `json:"protocol_version"`
-	Peers           int               `json:"peers"`
-	LiveAgents      int               `json:"live_agents"`
-	CachedRecords   int               `json:"cached_records"`
-	HostedAgents    int               `json:"hosted_agents"`
+	Status          string   `json:"status"` // "ok", or "closing" during shutdown
+	AgentID         string   `json:"agent_id"`
+	PeerID          string   `json:"peer_id"`
+	Listen          []string `json:"listen"`
+	UptimeSeconds   float64  `json:"uptime_seconds"`
+	Version         string   `json:"version"`
+	ProtocolVersion string   `json:"protocol_version"`
+	Peers           int      `json:"peers"`
+	LiveAgents      int      `json:"live_agents"`
+	CachedRecords   int      `json:"cached_records"`
+	HostedAgents    int      `json:"hosted_agents"`
+	// Resigning is how many hosted records wait for their heartbeat slot
+	// to be signed and announced again (after a restart); the stored
+	// records are served meanwhile.
+	Resigning       int               `json:"resigning"`
 	DHTRoutingTable int               `json:"dht_routing_table"`
 	Transports      map[string]string `json:"transports"`
 	Auth            string            `json:"auth"` // "none", "bearer"
@@ -642,7 +646,7 @@ func (s *Server) health() Health {
 		Status: st, AgentID: h.AgentID, PeerID: h.PeerID, Listen: listen,
 		UptimeSeconds: math.Round(time.Since(s.start).Seconds()*1000) / 1000,
 		Version:       s.cfg.Version, ProtocolVersion: record.ProtocolVersion,
-		Peers: h.Peers, LiveAgents: h.LiveAgents, CachedRecords: h.Cached, HostedAgents: len(s.n.Locals()),
+		Peers: h.Peers, LiveAgents: h.LiveAgents, CachedRecords: h.Cached, HostedAgents: h.Hosted, Resigning: h.Resigning,
 		DHTRoutingTable: h.DHTTable, Transports: h.Transports, Auth: auth,
 		Reachability: h.Reachability, DHTMode: h.DHTMode,
 	}

@@ -34,6 +34,8 @@ func (n *Node) Register(ctx context.Context, a *record.Agent) (*record.SignedAge
 	if a.AgentID == "" {
 		a.AgentID = n.id.AgentID
 	}
+	unlock := n.lockAgent(a.AgentID)
+	defer unlock()
 	if a.PeerID != "" && a.PeerID != n.id.PeerID.String() {
 		return nil, &record.FieldError{Field: "peer_id", Reason: fmt.Sprintf("%s is not this node's peer id %s", a.PeerID, n.id.PeerID)}
 	}
@@ -72,6 +74,8 @@ func (n *Node) RegisterSigned(ctx context.Context, sa *record.SignedAgent) (*rec
 		}
 		return nil, err
 	}
+	unlock := n.lockAgent(co.Agent.AgentID)
+	defer unlock()
 	if cur, ok := n.hostedRecord(co.Agent.AgentID); ok {
 		if cur.Agent.Seq == co.Agent.Seq && string(cur.Canonical) == string(co.Canonical) {
 			return cur, nil
@@ -129,6 +133,8 @@ func (n *Node) Unregister(ctx context.Context, agentID string, reason record.Unr
 	if !reason.Valid() {
 		return &record.FieldError{Field: "reason", Reason: fmt.Sprintf("%q is not one of SHUTDOWN, ERROR, MAINTENANCE, UPGRADE", reason)}
 	}
+	unlock := n.lockAgent(agentID)
+	defer unlock()
 	if _, ok := n.hostedRecord(agentID); !ok {
 		return ErrNotHosted
 	}
@@ -320,45 +326,6 @@ func adaptiveInterval(base time.Duration, agents int, maxRate float64) time.Dura
 	}
 	need := time.Duration(float64(agents) / maxRate * float64(time.Second))
 	return max(base, need)
-}
-
-func (n *Node) heartbeatLoop() {
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-time.After(n.heartbeatInterval()):
-		}
-		for _, sa := range n.view.Locals() {
-			a, _ := n.view.Get(sa.Agent.AgentID)
-			st := a.Status
-			sb, err := n.signBeat(sa.Agent.AgentID, st, "")
-			if err != nil {
-				n.log.Warn("sign heartbeat failed", "agent", sa.Agent.AgentID, "err", err)
-				continue
-			}
-			if n.gsp != nil {
-				if err := n.gsp.PublishBeat(n.ctx, gossip.Kind(kindHeartbeat), sb, sa.Agent.Shards()...); err != nil && n.ctx.Err() == nil {
-					n.log.Debug("publish heartbeat failed", "agent", sa.Agent.AgentID, "err", err)
-				}
-			}
-		}
-	}
-}
-
-// reannounce re-signs hosted records past half their TTL, so they never
-// expire while the node runs (every minute).
-func (n *Node) reannounce() {
-	now := time.Now()
-	for _, sa := range n.view.Locals() {
-		half := time.Duration(sa.Agent.TTLSeconds) * time.Second / 2
-		if now.Sub(sa.Agent.Issued()) < half {
-			continue
-		}
-		if _, err := n.resign(n.ctx, sa); err != nil {
-			n.log.Warn("re-announce failed", "agent", sa.Agent.AgentID, "err", err)
-		}
-	}
 }
 
 // resign re-signs a hosted record with a fresh seq and issued_at. Records

@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -115,6 +114,8 @@ type Node struct {
 	interestDirty atomic.Bool
 
 	mu       sync.Mutex
+	stale    map[string]struct{} // hosted agents to sign again in their next heartbeat slot (pace.go)
+	agentMu  agentLocks
 	lastSeq  map[string]uint64 // highest seq used per hosted agent
 	fetches  map[string]time.Time
 	fetchSem chan struct{}
@@ -145,7 +146,7 @@ func New(cfg Config, opts Options) (n *Node, err error) {
 	}
 	n = &Node{
 		cfg: cfg, id: opts.Identity, host: opts.Host, st: opts.Store, lan: opts.LAN, cat: opts.Catalog,
-		m: m, log: log, lastSeq: map[string]uint64{}, fetches: map[string]time.Time{}, leases: map[string]time.Time{},
+		m: m, log: log, lastSeq: map[string]uint64{}, stale: map[string]struct{}{}, fetches: map[string]time.Time{}, leases: map[string]time.Time{},
 		fetchSem: make(chan struct{}, cfg.UnknownFetchConcurrency),
 		in:       newInterest(),
 	}
@@ -315,34 +316,20 @@ func (n *Node) Start(ctx context.Context) error {
 		n.view.ApplyLocal(sa)
 	}
 	n.syncInterest()
-	statuses, err := n.restoreStatuses(ctx)
-	if err != nil {
+	if _, err := n.restoreStatuses(ctx); err != nil {
 		return fmt.Errorf("load statuses: %w", err)
 	}
-	if len(locals) > 0 {
-		// Re-sign with a fresh seq and issued_at so peers that saw the old
-		// record (or its tombstone) take the new one, then say again what
-		// status each agent last reported.
-		for _, sa := range locals {
-			id := sa.Agent.AgentID
-			if _, err := n.resign(ctx, sa); errors.Is(err, store.ErrNoSpace) {
-				// A full disk cannot take the new seq: host the stored
-				// record as it is (peers that hold it keep it; it is
-				// re-signed at the next re-announcement with room).
-				n.log.Warn("disk full: hosting the stored record without re-signing it", "agent", id, "err", err)
-				n.view.ApplyLocal(sa)
-				n.announce(ctx, sa)
-			} else if err != nil {
-				n.log.Warn("re-announce after restart failed", "agent", id, "err", err)
-				continue
-			}
-			if st, ok := statuses[id]; ok {
-				if err := n.publishStatus(ctx, id, st); err != nil {
-					n.log.Debug("re-publish status after restart failed", "agent", id, "err", err)
-				}
-			}
-		}
+	// Re-sign with a fresh seq and issued_at so peers that saw the old
+	// record (or its tombstone) take the new one, then say again what
+	// status each agent last reported — in the background, each in its
+	// heartbeat slot (pace.go): the API serves the stored records
+	// meanwhile, and a restart with 100 000 hosted agents does not wait
+	// for 100 000 signatures and disk writes.
+	ids := make([]string, len(locals))
+	for i, sa := range locals {
+		ids[i] = sa.Agent.AgentID
 	}
+	n.markStale(ids...)
 	if err := n.restoreLeases(ctx); err != nil {
 		return fmt.Errorf("load leases: %w", err)
 	}
@@ -357,7 +344,6 @@ func (n *Node) Start(ctx context.Context) error {
 		return fmt.Errorf("follow reachability: %w", err)
 	}
 	n.every(n.cfg.LeaseCheckInterval, n.expireLeases)
-	n.every(time.Minute, n.reannounce)
 	n.every(2*time.Second, n.updateGauges)
 	n.every(viewTagInterval, n.tagViewPeers)
 	if n.gsp != nil {
@@ -555,6 +541,10 @@ type Health struct {
 	Reachability string `json:"reachability"`
 	// DHTMode is "server", "client" or "off".
 	DHTMode string `json:"dht_mode"`
+	// Hosted is the number of agents this node hosts; Resigning how many
+	// of them wait to be signed and announced again (after a restart).
+	Hosted    int `json:"hosted_agents"`
+	Resigning int `json:"resigning"`
 }
 
 // Health reports the node's state.
@@ -562,7 +552,7 @@ func (n *Node) Health() Health {
 	h := Health{
 		AgentID: n.id.AgentID, PeerID: n.id.PeerID.String(),
 		Peers: len(n.host.Network().Peers()), LiveAgents: n.view.Len(), Cached: n.st.Len(),
-		Transports: map[string]string{},
+		Transports: map[string]string{}, Hosted: n.view.LocalCount(), Resigning: n.Resigning(),
 	}
 	for _, a := range n.host.Addrs() {
 		h.Addrs = append(h.Addrs, a.String()+"/p2p/"+n.host.ID().String())
@@ -703,31 +693,6 @@ func (n *Node) every(d time.Duration, f func()) {
 			}
 		}
 	})
-}
-
-// republishLocals announces the hosted records of a topic again (all of
-// them for the announce topic, those with a capability in the shard for a
-// shard topic). Gossip calls it when the topic gains its first peer: what
-// was published before reached nobody. The record is re-signed with the
-// next seq, because pubsub drops a payload it has published already
-// (message ids are content hashes) and peers would refuse a seq they hold
-// as a replay.
-func (n *Node) republishLocals(topic string) {
-	shard, isShard := gossip.ShardOfTopic(topic)
-	for _, sa := range n.view.Locals() {
-		if isShard && !slices.Contains(sa.Agent.Shards(), shard) {
-			continue
-		}
-		if _, err := n.resign(n.ctx, sa); err != nil && n.ctx.Err() == nil {
-			n.log.Debug("re-announce to the first topic peer failed", "agent", sa.Agent.AgentID, "err", err)
-			continue
-		}
-		if a, ok := n.view.Get(sa.Agent.AgentID); ok && a.Status != "" && a.Status != record.StatusHealthy {
-			if err := n.publishStatus(n.ctx, sa.Agent.AgentID, a.Status); err != nil && n.ctx.Err() == nil {
-				n.log.Debug("re-publish status to the first topic peer failed", "agent", sa.Agent.AgentID, "err", err)
-			}
-		}
-	}
 }
 
 // gossipSink adapts the live view to gossip.Sink: the view does not import

@@ -45,6 +45,38 @@ func FuzzParseAnnounce(f *testing.F) {
 	})
 }
 
+// FuzzParseStoredAnnounce: whatever ParseAnnounce accepts, written as the
+// store writes it (MarshalAnnounce), the stored-record fast path reads back
+// identically; and on any input the fast path never panics nor accepts an
+// agent object that fails validation.
+func FuzzParseStoredAnnounce(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if sa, err := ParseStoredAnnounce(data); err == nil {
+			if err := sa.Agent.Validate(); err != nil {
+				t.Fatalf("fast path accepted an invalid agent: %v", err)
+			}
+		}
+		sa, _, err := ParseAnnounce(data)
+		if err != nil {
+			return
+		}
+		msg := sa.MarshalAnnounce()
+		st, err := ParseStoredAnnounce(msg)
+		if err != nil {
+			t.Fatalf("stored form refused by the fast path: %v\n%s", err, msg)
+		}
+		if !bytes.Equal(sa.Canonical, st.Canonical) || !bytes.Equal(sa.Signature, st.Signature) ||
+			!bytes.Equal(sa.PeerSignature, st.PeerSignature) || sa.ProtocolVersion != st.ProtocolVersion {
+			t.Fatal("fast path read a different record")
+		}
+		c1, _ := Canonicalize(&sa.Agent)
+		c2, _ := Canonicalize(&st.Agent)
+		if !bytes.Equal(c1, c2) {
+			t.Fatalf("fast path decoded a different agent:\n%s\n%s", c1, c2)
+		}
+	})
+}
+
 func FuzzParseQuery(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		q, _, err := ParseQuery(data)

@@ -1173,6 +1173,33 @@ func (v *View) Locals() []*record.SignedAgent {
 	return out
 }
 
+// LocalCount returns the number of hosted agents.
+func (v *View) LocalCount() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	n := 0
+	for _, s := range v.agents {
+		if s.local {
+			n++
+		}
+	}
+	return n
+}
+
+// LocalIDs returns the ids of the hosted agents, sorted.
+func (v *View) LocalIDs() []string {
+	v.mu.Lock()
+	var out []string
+	for id, s := range v.agents {
+		if s.local {
+			out = append(out, id)
+		}
+	}
+	v.mu.Unlock()
+	slices.Sort(out)
+	return out
+}
+
 // CountByPeer returns the number of remote agents of peer p in the live
 // view (healthy or not): what the per-peer quota counts.
 func (v *View) CountByPeer(p peer.ID) int {

@@ -1,0 +1,203 @@
+package node
+
+import (
+	"errors"
+	"hash/maphash"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/agentd/agentd/gossip"
+	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/store"
+)
+
+// A hosted agent says it is alive once per heartbeat interval, and the
+// interval is stretched so that the network's heartbeats stay within the
+// budget (docs/scaling.md). The heartbeat loop spreads a round's messages
+// evenly over the interval — with 10 000 hosted agents and a 100 s interval
+// it sends 100 a second, not 10 000 in a burst and then nothing — and
+// each agent's slot carries either a heartbeat or, when its record must be
+// signed again, the re-announcement, which tells peers as much. So
+// re-signing after a restart, re-signing before a record's TTL runs out and
+// re-announcing to a topic's first peers all share the heartbeat budget
+// instead of adding bursts to it.
+
+// beatTick is the granularity of the heartbeat loop: the agents whose slots
+// fall in one tick are sent together.
+const beatTick = 50 * time.Millisecond
+
+// republishAtOnce is how many hosted records a topic's first peer gets
+// re-announced at once; more wait for their heartbeat slots.
+const republishAtOnce = 16
+
+func (n *Node) heartbeatLoop() {
+	for n.ctx.Err() == nil {
+		ids := n.view.LocalIDs()
+		interval := n.heartbeatInterval()
+		start := time.Now()
+		if len(ids) == 0 {
+			if !n.sleepUntil(start.Add(interval)) {
+				return
+			}
+			continue
+		}
+		step := interval / time.Duration(len(ids))
+		for i := 0; i < len(ids); {
+			if !n.sleepUntil(start.Add(time.Duration(i) * step)) {
+				return
+			}
+			now := time.Now()
+			for ; i < len(ids) && !start.Add(time.Duration(i)*step).After(now.Add(beatTick)); i++ {
+				n.beatOne(ids[i], interval)
+			}
+		}
+		if !n.sleepUntil(start.Add(interval)) {
+			return
+		}
+	}
+}
+
+// sleepUntil waits until t; false when the node stops.
+func (n *Node) sleepUntil(t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return n.ctx.Err() == nil
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-n.ctx.Done():
+		return false
+	case <-tm.C:
+		return true
+	}
+}
+
+// beatOne fills one agent's heartbeat slot: the re-announcement when its
+// record is due to be signed again, else a heartbeat.
+func (n *Node) beatOne(id string, interval time.Duration) {
+	sa, ok := n.hostedRecord(id)
+	if !ok {
+		return
+	}
+	if n.takeStale(id) || n.dueForResign(sa, interval) {
+		n.resignHosted(id)
+		return
+	}
+	a, _ := n.view.Get(id)
+	sb, err := n.signBeat(id, a.Status, "")
+	if err != nil {
+		n.log.Warn("sign heartbeat failed", "agent", id, "err", err)
+		return
+	}
+	if n.gsp != nil {
+		if err := n.gsp.PublishBeat(n.ctx, gossip.Kind(kindHeartbeat), sb, sa.Agent.Shards()...); err != nil && n.ctx.Err() == nil {
+			n.log.Debug("publish heartbeat failed", "agent", id, "err", err)
+		}
+	}
+}
+
+// dueForResign: past half its TTL, or it would expire before its next
+// slot (a round longer than half the TTL).
+func (n *Node) dueForResign(sa *record.SignedAgent, interval time.Duration) bool {
+	now := time.Now()
+	ttl := time.Duration(sa.Agent.TTLSeconds) * time.Second
+	issued := sa.Agent.Issued()
+	return !now.Before(issued.Add(ttl/2)) || !now.Add(interval+beatTick).Before(issued.Add(ttl))
+}
+
+// resignHosted signs a hosted record again and announces it, then says
+// again what status the agent last reported if it is not HEALTHY.
+func (n *Node) resignHosted(id string) {
+	unlock := n.lockAgent(id)
+	defer unlock()
+	sa, ok := n.hostedRecord(id)
+	if !ok {
+		return // unregistered meanwhile
+	}
+	if _, err := n.resign(n.ctx, sa); errors.Is(err, store.ErrNoSpace) {
+		// A full disk cannot take the new seq: announce the stored record
+		// as it is (peers that hold it keep it; it is signed again at its
+		// next slot with room).
+		n.log.Warn("disk full: announcing the stored record without re-signing it", "agent", id, "err", err)
+		n.announce(n.ctx, sa)
+	} else if err != nil {
+		if n.ctx.Err() == nil {
+			n.log.Warn("re-announce failed", "agent", id, "err", err)
+		}
+		return
+	}
+	if a, ok := n.view.Get(id); ok && a.Status != "" && a.Status != record.StatusHealthy {
+		if err := n.publishStatus(n.ctx, id, a.Status); err != nil && n.ctx.Err() == nil {
+			n.log.Debug("re-publish status failed", "agent", id, "err", err)
+		}
+	}
+}
+
+// markStale queues hosted agents for re-signing in their next heartbeat
+// slot.
+func (n *Node) markStale(ids ...string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, id := range ids {
+		n.stale[id] = struct{}{}
+	}
+}
+
+func (n *Node) takeStale(id string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	_, ok := n.stale[id]
+	delete(n.stale, id)
+	return ok
+}
+
+// Resigning returns how many hosted records wait for their slot to be
+// signed and announced again (after a restart, most of them).
+func (n *Node) Resigning() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.stale)
+}
+
+// republishLocals announces the hosted records of a topic again (all of
+// them for the announce topic, those with a capability in the shard for a
+// shard topic). Gossip calls it when the topic gains its first peer: what
+// was published before reached nobody. The record is re-signed with the
+// next seq, because pubsub drops a payload it has published already
+// (message ids are content hashes) and peers would refuse a seq they hold
+// as a replay. The first republishAtOnce go at once; the rest take their
+// heartbeat slots.
+func (n *Node) republishLocals(topic string) {
+	shard, isShard := gossip.ShardOfTopic(topic)
+	var ids []string
+	for _, sa := range n.view.Locals() {
+		if isShard && !slices.Contains(sa.Agent.Shards(), shard) {
+			continue
+		}
+		ids = append(ids, sa.Agent.AgentID)
+	}
+	now := ids[:min(len(ids), republishAtOnce)]
+	n.markStale(ids[len(now):]...)
+	for _, id := range now {
+		if n.ctx.Err() != nil {
+			return
+		}
+		n.resignHosted(id)
+	}
+}
+
+// agentLocks serialise the changes of one hosted agent (a registration, an
+// unregistration, a re-signing in the background), so that a re-signing
+// never writes back the content a concurrent registration replaced.
+type agentLocks [64]sync.Mutex
+
+var agentLockSeed = maphash.MakeSeed()
+
+func (n *Node) lockAgent(id string) (unlock func()) {
+	m := &n.agentMu[maphash.String(agentLockSeed, id)%uint64(len(n.agentMu))]
+	m.Lock()
+	return m.Unlock
+}
+
