@@ -27,7 +27,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 .DEFAULT_GOAL := build
 
-.PHONY: help build static bootstrap-load run test race bench fuzz lint golangci-lint tidy simnet simnet-smoke simnet-curve clean
+.PHONY: help build static bootstrap-load run test race bench fuzz lint golangci-lint tidy simnet simnet-smoke simnet-curve bench-scale clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
@@ -140,6 +140,14 @@ simnet: build ## 100 nodes under churn for 2 minutes (report in bin/simnet.{txt,
 	set -o pipefail; $(BIN)/agentd simnet --nodes 100 --duration 2m --json $(BIN)/simnet.json --svg $(BIN)/simnet.svg $(SIMNET_ARGS) | tee $(BIN)/simnet.txt
 
 BOOTSTRAP_PEERS ?= 250 500 1000
+# bench-scale needs python3 and Debian's etcd-server (apt-get install
+# etcd-server); SCALE_N lists the record counts, SCALE_IDLE the seconds of
+# each idle measurement. 100 000 records take about 15 minutes.
+SCALE_N    ?= 10000,100000
+SCALE_IDLE ?= 60
+bench-scale: build ## agentd next to etcd at SCALE_N records: register, lookup, search, memory, restart, idle CPU (docs/performance.md)
+	python3 scripts/bench-scale.py --n $(SCALE_N) --idle $(SCALE_IDLE)
+
 bootstrap-load: ## measure a bootstrap node's RSS, goroutines and idle CPU at BOOTSTRAP_PEERS relayed peers (docs/bootstrap.md)
 	@for n in $(BOOTSTRAP_PEERS); do \
 		AGENTD_BOOTSTRAP_PEERS=$$n $(GO) test -count=1 -run '^TestBootstrapLoad$$' -v -timeout 20m ./internal/e2e | grep -E 'FIGURES|reserved in|FAIL' || exit 1; \

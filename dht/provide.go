@@ -21,10 +21,14 @@ const provideParallel = 4
 // value is one DHT value the node keeps alive.
 type value struct {
 	key string
-	val []byte
 	seq uint64
-	rec *record.SignedAgent // what val encodes, verified by the node
+	rec *record.SignedAgent // the hosted record, verified by the node
 }
+
+// bytes is the value stored under key: the record's Announce. It is built
+// when a value is put, not kept: the loop holds a value per hosted agent,
+// and the record itself is held by the live view anyway.
+func (v value) bytes() []byte { return v.rec.MarshalAnnounce() }
 
 // loopState is owned by the run goroutine.
 type loopState struct {
@@ -148,7 +152,7 @@ func (d *DHT) applyChange(ctx context.Context, st *loopState) {
 
 	var puts []value
 	put := func(v value) {
-		if old, ok := st.values[v.key]; !ok || old.seq != v.seq || string(old.val) != string(v.val) {
+		if old, ok := st.values[v.key]; !ok || old.seq != v.seq || string(old.rec.Canonical) != string(v.rec.Canonical) {
 			puts = append(puts, v)
 		}
 		st.values[v.key] = v
@@ -162,11 +166,11 @@ func (d *DHT) applyChange(ctx context.Context, st *loopState) {
 			drop(ValueKey(id))
 			continue
 		}
-		put(value{key: ValueKey(id), val: r.MarshalAnnounce(), seq: r.Agent.Seq, rec: r})
+		put(value{key: ValueKey(id), seq: r.Agent.Seq, rec: r})
 	}
 	self := d.h.ID().String()
 	if own != nil && own.Agent.PeerID == self {
-		put(value{key: ValueKey(self), val: own.MarshalAnnounce(), seq: own.Agent.Seq, rec: own})
+		put(value{key: ValueKey(self), seq: own.Agent.Seq, rec: own})
 	} else {
 		drop(ValueKey(self))
 	}
@@ -387,20 +391,19 @@ func (d *DHT) putValue(ctx context.Context, v value) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if v.rec != nil {
-		// The node verified the record it hosts; the check below still
-		// binds it to its key and its validity window, and kad-dht's own
-		// validation of the local copy finds it verified.
-		d.val.Verified.put(sha256.Sum256(v.val), v.rec)
-	}
-	if err := d.val.Validate(v.key, v.val); err != nil {
+	val := v.bytes()
+	// The node verified the record it hosts; the check below still binds
+	// it to its key and its validity window, and kad-dht's own validation
+	// of the local copy finds it verified.
+	d.val.Verified.put(sha256.Sum256(val), v.rec)
+	if err := d.val.Validate(v.key, val); err != nil {
 		return 0, fmt.Errorf("own value does not validate: %w", err)
 	}
 	peers, err := kad.GetClosestPeers(ctx, v.key)
 	if err != nil && len(peers) == 0 {
 		return 0, fmt.Errorf("closest peers: %w", err)
 	}
-	rec := lprecord.MakePutRecord(v.key, v.val)
+	rec := lprecord.MakePutRecord(v.key, val)
 	rec.TimeReceived = time.Now().UTC().Format(time.RFC3339Nano)
 	return fanOut(peers, func(p peer.ID) error { return pm.PutValue(ctx, p, rec) }), nil
 }

@@ -150,6 +150,8 @@ func (n *Node) Unregister(ctx context.Context, agentID string, reason record.Unr
 	n.mu.Lock()
 	_, leased := n.leases[agentID]
 	delete(n.leases, agentID)
+	delete(n.shardMemo, agentID)
+	delete(n.stale, agentID)
 	n.mu.Unlock()
 	if leased {
 		if err := n.st.PutLease(ctx, agentID, time.Time{}); err != nil {
@@ -387,17 +389,16 @@ func sameContent(cur *record.Agent, a *record.Agent) bool {
 type hosted struct{ n *Node }
 
 func (h hosted) HostedRecords(q dht.FetchQuery) []*record.SignedAgent {
-	var out []*record.SignedAgent
-	for _, sa := range h.n.view.Locals() {
-		if q.AgentID != "" && sa.Agent.AgentID != q.AgentID {
-			continue
+	if q.AgentID != "" {
+		sa, ok := h.n.hostedRecord(q.AgentID)
+		if !ok || !sa.Agent.Offers(q.Skill, q.Capability) {
+			return nil
 		}
-		if !sa.Agent.Offers(q.Skill, q.Capability) {
-			continue
-		}
-		out = append(out, sa)
+		return []*record.SignedAgent{sa}
 	}
-	return out
+	// An answer holds at most MaxRecordsPerResponse records; a few more
+	// leave room for the ones the DHT skips.
+	return h.n.view.LocalsOffering(q.Skill, q.Capability, 2*dht.MaxRecordsPerResponse)
 }
 
 func (h hosted) SignChallenge(agentID string, msg []byte) ([]byte, bool, error) {

@@ -113,13 +113,14 @@ type Node struct {
 	interestMu    sync.Mutex // serializes syncInterest
 	interestDirty atomic.Bool
 
-	mu       sync.Mutex
-	stale    map[string]struct{} // hosted agents to sign again in their next heartbeat slot (pace.go)
-	agentMu  agentLocks
-	lastSeq  map[string]uint64 // highest seq used per hosted agent
-	fetches  map[string]time.Time
-	fetchSem chan struct{}
-	leases   map[string]time.Time // hosted registrations that expire
+	mu        sync.Mutex
+	stale     map[string]struct{}  // hosted agents to sign again in their next heartbeat slot (pace.go)
+	shardMemo map[string]shardMemo // hosted agent → its record's shards (pace.go)
+	agentMu   agentLocks
+	lastSeq   map[string]uint64 // highest seq used per hosted agent
+	fetches   map[string]time.Time
+	fetchSem  chan struct{}
+	leases    map[string]time.Time // hosted registrations that expire
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -146,7 +147,7 @@ func New(cfg Config, opts Options) (n *Node, err error) {
 	}
 	n = &Node{
 		cfg: cfg, id: opts.Identity, host: opts.Host, st: opts.Store, lan: opts.LAN, cat: opts.Catalog,
-		m: m, log: log, lastSeq: map[string]uint64{}, stale: map[string]struct{}{}, fetches: map[string]time.Time{}, leases: map[string]time.Time{},
+		m: m, log: log, lastSeq: map[string]uint64{}, stale: map[string]struct{}{}, shardMemo: map[string]shardMemo{}, fetches: map[string]time.Time{}, leases: map[string]time.Time{},
 		fetchSem: make(chan struct{}, cfg.UnknownFetchConcurrency),
 		in:       newInterest(),
 	}

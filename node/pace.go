@@ -75,7 +75,9 @@ func (n *Node) sleepUntil(t time.Time) bool {
 }
 
 // beatOne fills one agent's heartbeat slot: the re-announcement when its
-// record is due to be signed again, else a heartbeat.
+// record is due to be signed again, else a heartbeat — unless no peer
+// listens on any of the agent's topics (a node alone, or whose shards no
+// other node joined): then nothing, and the slot costs nothing.
 func (n *Node) beatOne(id string, interval time.Duration) {
 	sa, ok := n.hostedRecord(id)
 	if !ok {
@@ -85,17 +87,38 @@ func (n *Node) beatOne(id string, interval time.Duration) {
 		n.resignHosted(id)
 		return
 	}
+	shards := n.beatShards(sa)
+	if n.gsp == nil || !n.gsp.Listened(shards...) {
+		return // nobody would hear it
+	}
 	a, _ := n.view.Get(id)
 	sb, err := n.signBeat(id, a.Status, "")
 	if err != nil {
 		n.log.Warn("sign heartbeat failed", "agent", id, "err", err)
 		return
 	}
-	if n.gsp != nil {
-		if err := n.gsp.PublishBeat(n.ctx, gossip.Kind(kindHeartbeat), sb, sa.Agent.Shards()...); err != nil && n.ctx.Err() == nil {
-			n.log.Debug("publish heartbeat failed", "agent", id, "err", err)
-		}
+	if err := n.gsp.PublishBeat(n.ctx, gossip.Kind(kindHeartbeat), sb, shards...); err != nil && n.ctx.Err() == nil {
+		n.log.Debug("publish heartbeat failed", "agent", id, "err", err)
 	}
+}
+
+// beatShards returns the shards of a hosted record, computed once per
+// record rather than once per heartbeat.
+func (n *Node) beatShards(sa *record.SignedAgent) []string {
+	id := sa.Agent.AgentID
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if m, ok := n.shardMemo[id]; ok && m.rec == sa {
+		return m.shards
+	}
+	sh := sa.Agent.Shards()
+	n.shardMemo[id] = shardMemo{rec: sa, shards: sh}
+	return sh
+}
+
+type shardMemo struct {
+	rec    *record.SignedAgent
+	shards []string
 }
 
 // dueForResign: past half its TTL, or it would expire before its next

@@ -28,12 +28,14 @@ func registerMany(t *testing.T, nd *tnode, n int) []*record.SignedAgent {
 
 // TestHeartbeatsArePaced: a node's heartbeats are spread over the
 // interval, not sent in one burst per interval (virtual time: 40 agents,
-// a 10 s interval, so 4 a second).
+// a 10 s interval, so 4 a second); and a node nobody listens to sends
+// none.
 func TestHeartbeatsArePaced(t *testing.T) {
 	bubble(t, func(t *testing.T) {
-		tn := newNet(t, 1, Config{HeartbeatInterval: 10 * time.Second})
-		nd := tn.nodes[0]
+		tn := newNet(t, 2, Config{HeartbeatInterval: 10 * time.Second})
+		nd := tn.nodes[1]
 		registerMany(t, nd, 40)
+		waitFor(t, 5*time.Second, "a listener", func() bool { return nd.gsp.Listened(record.Shard("cap.p")) })
 		beats := nd.m.GossipPublished.WithLabelValues(kindHeartbeat)
 		prev := promtest.ToFloat64(beats)
 		var windows []float64
@@ -49,6 +51,12 @@ func TestHeartbeatsArePaced(t *testing.T) {
 		}
 		if slices.Max(windows) > 5 || total < 70 || total > 90 {
 			t.Fatalf("heartbeats per second over 30 s: %v (total %v), want about 4 every second", windows, total)
+		}
+		alone := newNet(t, 1, Config{HeartbeatInterval: 10 * time.Second}).nodes[0]
+		registerMany(t, alone, 5)
+		time.Sleep(30 * time.Second)
+		if n := promtest.ToFloat64(alone.m.GossipPublished.WithLabelValues(kindHeartbeat)); n != 0 {
+			t.Fatalf("a node without listeners published %v heartbeats", n)
 		}
 	})
 }

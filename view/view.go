@@ -1173,6 +1173,36 @@ func (v *View) Locals() []*record.SignedAgent {
 	return out
 }
 
+// LocalsOffering returns the hosted records that offer the capability
+// (from the projection's index) or, without one, the skill (a scan); at
+// most limit (0: all), in agent id order when they are all returned.
+func (v *View) LocalsOffering(skill, capability string, limit int) []*record.SignedAgent {
+	v.mu.Lock()
+	var out []*record.SignedAgent
+	take := func(s *agentState) bool {
+		if s != nil && s.local && s.rec.Agent.Offers(skill, capability) {
+			out = append(out, s.rec)
+		}
+		return limit > 0 && len(out) >= limit
+	}
+	if capability != "" {
+		for id := range v.proj.byCap[capability] {
+			if take(v.agents[id]) {
+				break
+			}
+		}
+	} else {
+		for _, s := range v.agents {
+			if take(s) {
+				break
+			}
+		}
+	}
+	v.mu.Unlock()
+	slices.SortFunc(out, func(a, b *record.SignedAgent) int { return compareStrings(a.Agent.AgentID, b.Agent.AgentID) })
+	return out
+}
+
 // LocalCount returns the number of hosted agents.
 func (v *View) LocalCount() int {
 	v.mu.Lock()
