@@ -223,4 +223,3 @@ func (n *Node) lockAgent(id string) (unlock func()) {
 	m.Lock()
 	return m.Unlock
 }
-
