@@ -8,6 +8,7 @@ import (
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/trust"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -266,5 +267,24 @@ func TestHostedAgentLeavesTheQuotas(t *testing.T) {
 	f.v.Announce(b.sign(t, 1, f.clk.Now(), nil, map[string]float64{"x": 1}), b.id.PeerID, "")
 	if _, ok := f.v.Get(b.id.AgentID); !ok {
 		t.Fatal("the prefix slot of the agent now hosted here was not freed")
+	}
+}
+
+// A peer at its quota is not asked for the records of the agents it beats
+// for: they could not be admitted, and each ask costs the host a signed
+// answer (a registry node hosting thousands got one per beat).
+func TestNoFetchForAPeerAtItsQuota(t *testing.T) {
+	f, _ := newSybilFixture(t, 2)
+	var asked []string
+	f.v.OnUnknownAgent(func(agentID string, _ peer.ID) { asked = append(asked, agentID) })
+	host := newAgent(t).id
+	for range 2 {
+		f.v.Announce(mintedBy(t, host, f.clk.Now(), 1), host.PeerID, "")
+	}
+	other := newAgent(t).id
+	f.v.UnknownAgent("11111111-1111-4111-8111-111111111111", other.PeerID)
+	f.v.UnknownAgent("22222222-2222-4222-8222-222222222222", host.PeerID)
+	if len(asked) != 1 || asked[0] != "11111111-1111-4111-8111-111111111111" {
+		t.Fatalf("asked for %v; want only the agent of the peer below its quota", asked)
 	}
 }

@@ -718,9 +718,7 @@ func (v *View) Beat(kind Kind, sb *record.SignedBeat, from peer.ID, _ string) {
 				return
 			}
 		} else {
-			if v.unknown != nil {
-				v.unknown(b.AgentID, from)
-			}
+			v.fetchUnknown(b.AgentID, b.PeerID, from)
 			return
 		}
 	}
@@ -763,9 +761,24 @@ func (v *View) Beat(kind Kind, sb *record.SignedBeat, from peer.ID, _ string) {
 
 // UnknownAgent forwards a beat of an agent whose key is unknown.
 func (v *View) UnknownAgent(agentID string, from peer.ID) {
-	if v.unknown != nil {
-		v.unknown(agentID, from)
+	v.fetchUnknown(agentID, from.String(), from)
+}
+
+// fetchUnknown asks for the record of an agent heard of but not held,
+// unless its peer is at its quota: the record could not be admitted, and
+// asking again at every beat of every such agent would cost the host a
+// signed answer each time (a registry node hosting thousands).
+func (v *View) fetchUnknown(agentID, peerID string, from peer.ID) {
+	if v.unknown == nil {
+		return
 	}
+	v.mu.Lock()
+	full := v.quotaLocked(peerID) != nil
+	v.mu.Unlock()
+	if full {
+		return
+	}
+	v.unknown(agentID, from)
 }
 
 // ApplyLocal adds or replaces a registration hosted by this node.
