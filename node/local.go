@@ -54,6 +54,7 @@ func (n *Node) Register(ctx context.Context, a *record.Agent) (*record.SignedAge
 	if err != nil {
 		return nil, err
 	}
+	n.ver.NoteSigned(sa)
 	return n.host_(ctx, sa)
 }
 
@@ -259,9 +260,12 @@ func (n *Node) hostedShards(agentID string) []string {
 	return nil
 }
 
-// nextRecordSeq returns a persisted seq for a new record of agentID.
+// nextRecordSeq returns the seq of a new record of agentID: above the
+// stored counter, the wall clock in milliseconds and every seq this node
+// used. Callers hold the agent's lock and store the record with PutLocal,
+// which writes the seq into the counter; nothing is written here.
 func (n *Node) nextRecordSeq(ctx context.Context, agentID string) (uint64, error) {
-	seq, err := n.st.NextSeq(ctx, agentID)
+	seq, err := n.st.PeekSeq(ctx, agentID)
 	if err != nil {
 		return 0, fmt.Errorf("next seq: %w", err)
 	}
@@ -355,6 +359,7 @@ func (n *Node) resign(ctx context.Context, sa *record.SignedAgent) (*record.Sign
 	if err != nil {
 		return nil, err
 	}
+	n.ver.NoteSigned(ns)
 	return n.host_(ctx, ns)
 }
 

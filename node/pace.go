@@ -19,16 +19,15 @@ import (
 // it sends 100 a second, not 10 000 in a burst and then nothing — and
 // each agent's slot carries either a heartbeat or, when its record must be
 // signed again, the re-announcement, which tells peers as much. So
-// re-signing after a restart, re-signing before a record's TTL runs out and
-// re-announcing to a topic's first peers all share the heartbeat budget
-// instead of adding bursts to it.
+// re-signing after a restart and before a record's TTL runs out share the
+// heartbeat budget instead of adding bursts to it.
 
 // beatTick is the granularity of the heartbeat loop: the agents whose slots
 // fall in one tick are sent together.
 const beatTick = 50 * time.Millisecond
 
 // republishAtOnce is how many hosted records a topic's first peer gets
-// re-announced at once; more wait for their heartbeat slots.
+// re-announced at once; it learns the others from their heartbeats.
 const republishAtOnce = 16
 
 func (n *Node) heartbeatLoop() {
@@ -190,20 +189,25 @@ func (n *Node) Resigning() int {
 // was published before reached nobody. The record is re-signed with the
 // next seq, because pubsub drops a payload it has published already
 // (message ids are content hashes) and peers would refuse a seq they hold
-// as a replay. The first republishAtOnce go at once; the rest take their
-// heartbeat slots.
+// as a replay. Only the first republishAtOnce are: the new peer learns the
+// others from their heartbeats, whose unknown agents it fetches (within
+// its quota) — a record fetch costs this node one signature, a
+// re-announcement a signature, a disk sync and a DHT update, and a
+// registry node hosting 100 000 agents would spend its budget for a
+// quarter of an hour re-announcing what the peer can mostly not admit.
 func (n *Node) republishLocals(topic string) {
 	shard, isShard := gossip.ShardOfTopic(topic)
 	var ids []string
-	for _, sa := range n.view.Locals() {
-		if isShard && !slices.Contains(sa.Agent.Shards(), shard) {
+	for _, id := range n.view.LocalIDs() {
+		sa, ok := n.hostedRecord(id)
+		if !ok || (isShard && !slices.Contains(n.beatShards(sa), shard)) {
 			continue
 		}
-		ids = append(ids, sa.Agent.AgentID)
+		if ids = append(ids, id); len(ids) == republishAtOnce {
+			break
+		}
 	}
-	now := ids[:min(len(ids), republishAtOnce)]
-	n.markStale(ids[len(now):]...)
-	for _, id := range now {
+	for _, id := range ids {
 		if n.ctx.Err() != nil {
 			return
 		}

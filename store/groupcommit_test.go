@@ -89,3 +89,26 @@ func TestPutLocalKeepsTheSeq(t *testing.T) {
 		t.Fatalf("NextSeq after storing a lower seq: %d %v", seq, err)
 	}
 }
+
+// TestPeekSeq: PeekSeq says what NextSeq would and writes nothing.
+func TestPeekSeq(t *testing.T) {
+	ctx := context.Background()
+	clk := newClock()
+	s := openTest(t, t.TempDir(), Options{Now: clk.Now})
+	a := mkRecord(t, agentSpec{issued: time.Now()})
+	far := resign(t, a, uint64(clk.Now().UnixMilli())+5000, nil)
+	if err := s.PutLocal(ctx, far); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if seq, err := s.PeekSeq(ctx, a.Agent.AgentID); err != nil || seq != far.Agent.Seq+1 {
+			t.Fatalf("PeekSeq = %d, %v; want %d", seq, err, far.Agent.Seq+1)
+		}
+	}
+	if seq, err := s.NextSeq(ctx, a.Agent.AgentID); err != nil || seq != far.Agent.Seq+1 {
+		t.Fatalf("NextSeq after PeekSeq = %d, %v", seq, err)
+	}
+	if _, err := s.PeekSeq(ctx, "not-a-uuid"); record.FieldOf(err) != "agent_id" {
+		t.Fatalf("bad agent id: %v", err)
+	}
+}

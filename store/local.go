@@ -162,6 +162,34 @@ func (s *db) NextSeq(ctx context.Context, agentID string) (uint64, error) {
 	return next, nil
 }
 
+// PeekSeq implements Store.PeekSeq: a read, no write.
+func (s *db) PeekSeq(ctx context.Context, agentID string) (uint64, error) {
+	if err := s.enter(ctx); err != nil {
+		return 0, err
+	}
+	defer s.leave()
+	if err := checkAgentID(agentID); err != nil {
+		return 0, err
+	}
+	var last uint64
+	err := s.bdb.View(func(txn *badger.Txn) error {
+		var err error
+		last, err = storedSeq(txnWriter{txn}, agentID)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("seq of %s: %w", agentID, err)
+	}
+	next := last + 1
+	if ms := s.opts.Now().UnixMilli(); ms > 0 && uint64(ms) > next {
+		next = uint64(ms)
+	}
+	if next > maxCounterValue {
+		return 0, fmt.Errorf("seq of %s exhausted (%d > 2^53-1)", agentID, next)
+	}
+	return next, nil
+}
+
 // storedSeq reads an agent's seq counter (0 when there is none).
 func storedSeq(w writer, agentID string) (uint64, error) {
 	v, err := w.Get(seqKey(agentID))

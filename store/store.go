@@ -193,6 +193,12 @@ type Store interface {
 	// milliseconds, so it stays monotonic even if the data is lost.
 	NextSeq(ctx context.Context, agentID string) (uint64, error)
 
+	// PeekSeq returns what NextSeq would, without writing the counter:
+	// for a caller that stores a record with the seq next (PutLocal
+	// writes the record's seq into the counter in the same transaction)
+	// and itself keeps two calls for one agent apart.
+	PeekSeq(ctx context.Context, agentID string) (uint64, error)
+
 	// OnRefresh registers a hook called (from the store's own goroutine)
 	// once for each fresh entry RefreshBefore its expiry.
 	OnRefresh(func(Entry))

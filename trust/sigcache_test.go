@@ -84,3 +84,25 @@ func TestSignatureCacheBounded(t *testing.T) {
 		t.Fatalf("%d entries, bound %d", n, sigCacheMax)
 	}
 }
+
+// A record this process signed is taken as verified (NoteSigned), but
+// everything else about it is still checked.
+func TestNoteSigned(t *testing.T) {
+	c := &clock{t: t0}
+	v := newVerifier(t, Config{}, c)
+	id := newIdent(t)
+	sa := signedRecord(t, id, "3c9f6a0e-4c1d-4e8a-9b7c-1f2e3d4c5b6a", t0)
+	v.NoteSigned(sa)
+	if !v.sigs.has(sigKey(sa)) {
+		t.Fatal("a noted record is not remembered")
+	}
+	wantReason(t, v.VerifyAgent(sa, VerifyOptions{}), "")
+	c.set(t0.Add(2 * time.Hour))
+	wantReason(t, v.VerifyAgent(sa, VerifyOptions{}), ReasonExpired)
+	c.set(t0)
+	// Other signature bytes are not covered by the note.
+	bad := *sa
+	bad.Signature = bytes.Clone(sa.Signature)
+	bad.Signature[len(bad.Signature)-1] ^= 1
+	wantReason(t, v.VerifyAgent(&bad, VerifyOptions{}), ReasonBadSignature)
+}
