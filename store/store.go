@@ -249,7 +249,14 @@ func (m *Matcher) Filter() Filter { return m.f }
 // Matches reports whether the agent satisfies every field of the filter
 // except Limit, IncludeStale and Sources, which are properties of entries
 // and result sets.
-func (m *Matcher) Matches(a *record.Agent) bool {
+func (m *Matcher) Matches(a *record.Agent) bool { return m.matches(a, true) }
+
+// MatchesExceptText is Matches without the free-text filter, for a caller
+// that found the agent in a text index that applies the same rule
+// (record.MatchesText) — the check is most of a text query's cost.
+func (m *Matcher) MatchesExceptText(a *record.Agent) bool { return m.matches(a, false) }
+
+func (m *Matcher) matches(a *record.Agent, text bool) bool {
 	f := m.f
 	if f.AgentID != "" && a.AgentID != f.AgentID {
 		return false
@@ -262,7 +269,7 @@ func (m *Matcher) Matches(a *record.Agent) bool {
 			return false
 		}
 	}
-	if f.Text != "" && !a.MatchesText(f.Text) {
+	if text && f.Text != "" && !a.MatchesText(f.Text) {
 		return false
 	}
 	// Skill-level filters must hold on one and the same skill.

@@ -55,7 +55,15 @@ type posting struct {
 
 type textDoc struct {
 	agentID string
-	sum     uint64 // hash of the record's terms and classes
+	sum     uint64              // hash of the record's terms and classes
+	rec     *record.SignedAgent // the record indexed (or one with the same text)
+}
+
+// textHit is a search result: the relevance score and the record the
+// index holds for the agent.
+type textHit struct {
+	score float64
+	rec   *record.SignedAgent
 }
 
 const (
@@ -124,6 +132,7 @@ func (x *textIndex) update(old, new *record.SignedAgent) {
 	}
 	if n, ok := x.byAgent[id]; ok {
 		if x.docs[n].sum == sum {
+			x.docs[n].rec = new
 			return
 		}
 		x.removeLocked(id)
@@ -132,7 +141,7 @@ func (x *textIndex) update(old, new *record.SignedAgent) {
 		x.compactLocked()
 	}
 	n := uint32(len(x.docs))
-	x.docs = append(x.docs, textDoc{agentID: id, sum: sum})
+	x.docs = append(x.docs, textDoc{agentID: id, sum: sum, rec: new})
 	x.byAgent[id] = n
 	x.live++
 	probe := &posting{}
@@ -201,14 +210,15 @@ var classWeight = [4]float64{0, 1, 2, 3}
 // search returns the agents whose indexed text matches q, with their
 // relevance scores. ok is false when the index cannot answer (no term in
 // q, or every term prefixes more than maxExpansion terms): the caller
-// then checks every record. The hits of a query with some broad terms
-// match the others only; the caller checks the rest (record.MatchesText).
-func (x *textIndex) search(q string) (hits map[string]float64, ok bool) {
+// then checks every record. exact says every term was looked up; the
+// hits of a query with some broad terms match the others only, and the
+// caller checks the rest (record.MatchesText).
+func (x *textIndex) search(q string) (hits map[string]textHit, ok, exact bool) {
 	want := record.TextTerms(q)
 	slices.Sort(want)
 	want = slices.Compact(want)
 	if len(want) == 0 {
-		return nil, false
+		return nil, false, false
 	}
 	x.mu.RLock()
 	defer x.mu.RUnlock()
@@ -237,12 +247,12 @@ func (x *textIndex) search(q string) (hits map[string]float64, ok bool) {
 			continue
 		}
 		if len(e.lists) == 0 {
-			return map[string]float64{}, true // no record has this term
+			return map[string]textHit{}, true, true // no record has this term
 		}
 		exps = append(exps, e)
 	}
 	if len(exps) == 0 {
-		return nil, false
+		return nil, false, false
 	}
 	slices.SortFunc(exps, func(a, b expansion) int { return cmp.Compare(a.refs, b.refs) })
 	var scores map[uint32]float64
@@ -296,11 +306,12 @@ func (x *textIndex) search(q string) (hits map[string]float64, ok bool) {
 			break
 		}
 	}
-	hits = make(map[string]float64, len(scores))
+	hits = make(map[string]textHit, len(scores))
 	for doc, s := range scores {
-		hits[x.docs[doc].agentID] = s
+		d := x.docs[doc]
+		hits[d.agentID] = textHit{score: s, rec: d.rec}
 	}
-	return hits, true
+	return hits, true, len(exps) == len(want)
 }
 
 // len returns the number of indexed records (for tests).

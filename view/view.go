@@ -1048,15 +1048,18 @@ func (v *View) Query(m *store.Matcher, limit int) []Agent {
 	// A text query is looked up in the text index first, without the
 	// view's mutex; its hits are then read from the view (an agent that
 	// changed in between is checked again by the matcher).
-	var hits map[string]float64
-	indexed := false
+	var hits map[string]textHit
+	indexed, exact := false, false
 	if f.AgentID == "" && f.Text != "" {
-		hits, indexed = v.proj.text.search(f.Text)
+		hits, indexed, exact = v.proj.text.search(f.Text)
 	}
 	v.mu.Lock()
 	out := make([]Agent, 0)
-	consider := func(s *agentState, score float64) {
-		if s != nil && m.SourceAllowed(s.source) && m.Matches(&s.rec.Agent) {
+	consider := func(s *agentState, score float64, textChecked bool) {
+		if s == nil || !m.SourceAllowed(s.source) {
+			return
+		}
+		if textChecked && m.MatchesExceptText(&s.rec.Agent) || !textChecked && m.Matches(&s.rec.Agent) {
 			a := v.snapshot(s)
 			a.Relevance = score
 			out = append(out, a)
@@ -1064,25 +1067,29 @@ func (v *View) Query(m *store.Matcher, limit int) []Agent {
 	}
 	switch {
 	case f.AgentID != "":
-		consider(v.agents[f.AgentID], 0)
+		consider(v.agents[f.AgentID], 0, false)
 	case indexed && (f.Capability == "" || len(hits) <= len(v.proj.byCap[f.Capability])):
-		for id, score := range hits {
-			consider(v.agents[id], score)
+		for id, h := range hits {
+			// The text check is skipped only for the very record the
+			// index matched (it applies record.MatchesText's rule), not
+			// for one that replaced it since the search.
+			s := v.agents[id]
+			consider(s, h.score, exact && s != nil && s.rec == h.rec)
 		}
 		// The whole query may be an agent id (record.MatchesText).
 		if id := strings.TrimSpace(f.Text); v.agents[id] != nil {
 			if _, dup := hits[id]; !dup {
-				consider(v.agents[id], idRelevance)
+				consider(v.agents[id], idRelevance, false)
 			}
 		}
 	case f.Capability != "":
 		// The projection indexes agents by capability: only they can match.
 		for id := range v.proj.byCap[f.Capability] {
-			consider(v.agents[id], hits[id])
+			consider(v.agents[id], hits[id].score, false)
 		}
 	default:
 		for id, s := range v.agents {
-			consider(s, hits[id])
+			consider(s, hits[id].score, false)
 		}
 	}
 	v.mu.Unlock()
@@ -1139,6 +1146,12 @@ func roundRobin[T any](items []T, sameTier func(a, b T) bool, peerOf func(T) str
 		j := i
 		for j < len(items) && sameTier(items[i], items[j]) {
 			j++
+		}
+		if j-i == 1 {
+			// A tier of one (text answers: most scores differ).
+			out = append(out, items[i])
+			i = j
+			continue
 		}
 		var peers []string
 		queues := map[string][]T{}
