@@ -307,14 +307,19 @@ func (n *Node) Start(ctx context.Context) error {
 			return fmt.Errorf("start lan: %w", err)
 		}
 	}
-	// Restore the registrations this node hosted before a restart.
-	locals, err := n.st.Locals(ctx)
-	if err != nil {
-		return fmt.Errorf("load local registrations: %w", err)
-	}
-	for _, sa := range locals {
+	// Restore the registrations this node hosted before a restart. The
+	// free-text index is built afterwards, in the background (text
+	// queries scan until then).
+	var ids []string
+	n.view.DeferTextIndex()
+	err := n.st.EachLocal(ctx, func(sa *record.SignedAgent) {
 		n.noteSeq(sa.Agent.AgentID, sa.Agent.Seq)
 		n.view.ApplyLocal(sa)
+		ids = append(ids, sa.Agent.AgentID)
+	})
+	n.view.ResumeTextIndex()
+	if err != nil {
+		return fmt.Errorf("load local registrations: %w", err)
 	}
 	n.syncInterest()
 	if _, err := n.restoreStatuses(ctx); err != nil {
@@ -326,10 +331,6 @@ func (n *Node) Start(ctx context.Context) error {
 	// heartbeat slot (pace.go): the API serves the stored records
 	// meanwhile, and a restart with 100 000 hosted agents does not wait
 	// for 100 000 signatures and disk writes.
-	ids := make([]string, len(locals))
-	for i, sa := range locals {
-		ids[i] = sa.Agent.AgentID
-	}
 	n.markStale(ids...)
 	if err := n.restoreLeases(ctx); err != nil {
 		return fmt.Errorf("load leases: %w", err)

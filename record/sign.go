@@ -1,6 +1,7 @@
 package record
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/rand"
 	"crypto/sha256"
@@ -218,16 +219,23 @@ func ParseStoredAnnounce(b []byte) (*SignedAgent, error) {
 	if err := json.Unmarshal(b, &a); err != nil {
 		return nil, jsonFieldErr("", err)
 	}
-	if _, err := CheckVersion(a.ProtocolVersion); err != nil {
+	return FromStored(a.ProtocolVersion, a.Agent, a.Signature, a.PeerSignature)
+}
+
+// FromStored is ParseStoredAnnounce for a caller that took the Announce's
+// members apart itself (the store, which knows the layout it writes): the
+// protocol version, the canonical agent object and the base64 signatures.
+func FromStored(protocolVersion string, agent []byte, signature, peerSignature string) (*SignedAgent, error) {
+	if _, err := CheckVersion(protocolVersion); err != nil {
 		return nil, err
 	}
-	if len(a.Agent) == 0 || string(a.Agent) == "null" {
+	if len(agent) == 0 || string(agent) == "null" {
 		return nil, fieldErr("agent", "is required")
 	}
-	if len(a.Agent) > MaxAgentBytes {
-		return nil, fmt.Errorf("%w: canonical agent object is %d bytes, limit %d", ErrTooLarge, len(a.Agent), MaxAgentBytes)
+	if len(agent) > MaxAgentBytes {
+		return nil, fmt.Errorf("%w: canonical agent object is %d bytes, limit %d", ErrTooLarge, len(agent), MaxAgentBytes)
 	}
-	sa := &SignedAgent{ProtocolVersion: a.ProtocolVersion, Canonical: []byte(a.Agent)}
+	sa := &SignedAgent{ProtocolVersion: protocolVersion, Canonical: bytes.Clone(agent)}
 	if err := json.Unmarshal(sa.Canonical, &sa.Agent); err != nil {
 		return nil, jsonFieldErr("agent", err)
 	}
@@ -235,13 +243,13 @@ func ParseStoredAnnounce(b []byte) (*SignedAgent, error) {
 		return nil, err
 	}
 	var err error
-	if a.Signature != "" {
-		if sa.Signature, err = DecodeBase64(a.Signature); err != nil {
+	if signature != "" {
+		if sa.Signature, err = DecodeBase64(signature); err != nil {
 			return nil, fieldErr("signature", "is %v", err)
 		}
 	}
-	if a.PeerSignature != "" {
-		if sa.PeerSignature, err = DecodeBase64(a.PeerSignature); err != nil {
+	if peerSignature != "" {
+		if sa.PeerSignature, err = DecodeBase64(peerSignature); err != nil {
 			return nil, fieldErr("peer_signature", "is %v", err)
 		}
 	}

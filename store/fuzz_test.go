@@ -170,3 +170,39 @@ func TestAnnounceJSONMatchesMarshalAnnounce(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// FuzzParseStored: the store's own reader of the layout it writes agrees
+// with the general reader: whatever it accepts, record.ParseStoredAnnounce
+// accepts as the same record; and what announceJSON writes it reads
+// without falling back.
+func FuzzParseStored(f *testing.F) {
+	f.Add([]byte(`{"protocol_version":"1.0","agent":{"a":"}\"{"},"signature":"AA==","peer_signature":"AQ=="}`))
+	f.Add([]byte(`{"protocol_version":"1.0","agent":{}}`))
+	if ann, err := announceJSON(mkRecord(f, agentSpec{issued: time.Now()})); err == nil {
+		f.Add(ann)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if _, _, _, _, ok := splitStored(b); !ok {
+			return
+		}
+		fast, err := parseStored(b)
+		slow, err2 := record.ParseStoredAnnounce(b)
+		if (err == nil) != (err2 == nil) {
+			t.Fatalf("fast path: %v, general: %v\n%q", err, err2, b)
+		}
+		if err != nil {
+			return
+		}
+		if !bytes.Equal(fast.Canonical, slow.Canonical) || !bytes.Equal(fast.Signature, slow.Signature) ||
+			!bytes.Equal(fast.PeerSignature, slow.PeerSignature) || fast.ProtocolVersion != slow.ProtocolVersion {
+			t.Fatalf("the two readers disagree on %q", b)
+		}
+		ann, err := announceJSON(fast)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, _, _, ok := splitStored(ann); !ok {
+			t.Fatalf("announceJSON's own output %q is not read by the fast path", ann)
+		}
+	})
+}

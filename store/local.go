@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -84,8 +86,22 @@ func (s *db) DeleteLocal(ctx context.Context, agentID string) error {
 // Locals lists the local registrations ordered by agent id. A corrupt one
 // is logged and skipped, never deleted.
 func (s *db) Locals(ctx context.Context) ([]*record.SignedAgent, error) {
-	if err := s.enter(ctx); err != nil {
+	var out []*record.SignedAgent
+	if err := s.EachLocal(ctx, func(sa *record.SignedAgent) { out = append(out, sa) }); err != nil {
 		return nil, err
+	}
+	slices.SortFunc(out, func(a, b *record.SignedAgent) int { return strings.Compare(a.Agent.AgentID, b.Agent.AgentID) })
+	return out, nil
+}
+
+// EachLocal calls fn with every local registration, in no order, from the
+// calling goroutine, while the next ones are decoded on the other cores:
+// at start this is what a node with 100 000 hosted records waits for, and
+// the caller's work (the live view) overlaps the decoding. A corrupt
+// registration is logged and skipped, never deleted.
+func (s *db) EachLocal(ctx context.Context, fn func(*record.SignedAgent)) error {
+	if err := s.enter(ctx); err != nil {
+		return err
 	}
 	defer s.leave()
 	type raw struct{ id, val []byte }
@@ -95,35 +111,44 @@ func (s *db) Locals(ctx context.Context) ([]*record.SignedAgent, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list local registrations: %w", err)
+		return fmt.Errorf("list local registrations: %w", err)
 	}
-	// Decode on every core: at start this is most of what a node with
-	// 100 000 hosted records waits for.
-	decoded := make([]*record.SignedAgent, len(raws))
-	workers := min(runtime.GOMAXPROCS(0), max(1, len(raws)/256))
+	const chunk = 256
+	workers := min(runtime.GOMAXPROCS(0), max(1, len(raws)/chunk))
+	out := make(chan []*record.SignedAgent, 2*workers)
+	next := make(chan int, (len(raws)+chunk-1)/chunk)
+	for i := 0; i < len(raws); i += chunk {
+		next <- i
+	}
+	close(next)
 	var wg sync.WaitGroup
-	for w := range workers {
+	for range workers {
 		wg.Go(func() {
-			for i := w; i < len(raws); i += workers {
-				id := string(raws[i].id)
-				_, sa, err := decodeEntryFor(id, entryKindLocal, raws[i].val)
-				if err != nil {
-					s.log.Error("skip corrupt local registration", "agent_id", fmt.Sprintf("%.64q", id), "err", err)
-					continue
+			for i := range next {
+				batch := make([]*record.SignedAgent, 0, chunk)
+				for _, r := range raws[i:min(i+chunk, len(raws))] {
+					id := string(r.id)
+					_, sa, err := decodeEntryFor(id, entryKindLocal, r.val)
+					if err != nil {
+						s.log.Error("skip corrupt local registration", "agent_id", fmt.Sprintf("%.64q", id), "err", err)
+						continue
+					}
+					batch = append(batch, sa)
 				}
-				decoded[i] = sa
+				out <- batch
 			}
 		})
 	}
-	wg.Wait()
-	out := make([]*record.SignedAgent, 0, len(decoded))
-	for _, sa := range decoded {
-		if sa != nil {
-			out = append(out, sa)
+	go func() {
+		wg.Wait()
+		close(out)
+	}()
+	for batch := range out {
+		for _, sa := range batch {
+			fn(sa)
 		}
 	}
-	// Keys are agent ids under one prefix: the scan returned them sorted.
-	return out, nil
+	return nil
 }
 
 // NextSeq returns max(last+1, now in Unix milliseconds) for the agent and

@@ -157,6 +157,9 @@ type Store interface {
 	DeleteLocal(ctx context.Context, agentID string) error
 	// Locals lists the local registrations.
 	Locals(ctx context.Context) ([]*record.SignedAgent, error)
+	// EachLocal calls fn with every local registration, in no order, from
+	// the calling goroutine while the rest are decoded.
+	EachLocal(ctx context.Context, fn func(*record.SignedAgent)) error
 
 	// Put caches a remote record. It returns ErrOlder if a record with a
 	// higher seq is stored, ErrTombstoned if a tombstone covers it. An

@@ -46,6 +46,10 @@ type textIndex struct {
 	docs    []textDoc // by doc number; agentID "" = dead
 	byAgent map[string]uint32
 	live    int
+	// suspended: changes only mark their agents dirty, and search
+	// declines (the caller scans), until resume puts in a rebuilt index.
+	suspended bool
+	dirty     map[string]struct{}
 }
 
 type posting struct {
@@ -115,6 +119,9 @@ func termsOf(a *record.Agent) (map[string]uint8, uint64) {
 // update replaces the indexed text of old's agent by new's (either may be
 // nil). The view calls it with its mutex held.
 func (x *textIndex) update(old, new *record.SignedAgent) {
+	if x.markDirty(old, new) {
+		return
+	}
 	if new == nil {
 		if old != nil {
 			x.mu.Lock()
@@ -154,6 +161,53 @@ func (x *textIndex) update(old, new *record.SignedAgent) {
 		}
 		p.refs = append(p.refs, n<<2|uint32(class))
 	}
+}
+
+// markDirty records a change while suspended; false when not suspended.
+func (x *textIndex) markDirty(old, new *record.SignedAgent) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if !x.suspended {
+		return false
+	}
+	for _, sa := range []*record.SignedAgent{old, new} {
+		if sa != nil {
+			x.dirty[sa.Agent.AgentID] = struct{}{}
+		}
+	}
+	return true
+}
+
+// suspend stops indexing (see textIndex.suspended).
+func (x *textIndex) suspend() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if !x.suspended {
+		x.suspended, x.dirty = true, map[string]struct{}{}
+	}
+}
+
+// resume takes fresh, built from the records of the moment the rebuild
+// began, as the index, after applying the changes made since: current
+// returns an agent's record now (nil when gone). The caller holds the
+// view's mutex, so no change runs meanwhile.
+func (x *textIndex) resume(fresh *textIndex, current func(agentID string) *record.SignedAgent) {
+	x.mu.Lock()
+	dirty := x.dirty
+	x.mu.Unlock()
+	for id := range dirty {
+		if sa := current(id); sa != nil {
+			fresh.update(nil, sa)
+		} else {
+			fresh.mu.Lock()
+			fresh.removeLocked(id)
+			fresh.mu.Unlock()
+		}
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.dict, x.docs, x.byAgent, x.live = fresh.dict, fresh.docs, fresh.byAgent, fresh.live
+	x.suspended, x.dirty = false, nil
 }
 
 func (x *textIndex) removeLocked(agentID string) {
@@ -222,6 +276,9 @@ func (x *textIndex) search(q string) (hits map[string]textHit, ok, exact bool) {
 	}
 	x.mu.RLock()
 	defer x.mu.RUnlock()
+	if x.suspended {
+		return nil, false, false
+	}
 	type expansion struct {
 		term  string
 		lists []*posting

@@ -129,6 +129,49 @@ func TestTextIndexAgreesWithScan(t *testing.T) {
 	}
 }
 
+// TestTextIndexRebuiltInTheBackground: with the index deferred (a
+// restart's bulk load), text queries scan and answer the same; the rebuild
+// keeps every change made while it ran.
+func TestTextIndexRebuiltInTheBackground(t *testing.T) {
+	f := newFixture(t)
+	recs := map[string]*record.SignedAgent{}
+	put := func(id, name string) {
+		sa := textAgent(id, name, "a tool", nil, "cap.x")
+		recs[id] = sa
+		f.v.ApplyLocal(sa)
+	}
+	f.v.DeferTextIndex()
+	for i := range 3000 {
+		put(fmt.Sprintf("d%d", i), fmt.Sprintf("name%d alpha", i%7))
+	}
+	check := func(stage string) {
+		t.Helper()
+		for _, q := range []string{"alpha", "name3", "beta", "name3 alpha", "gamma"} {
+			if got, want := queryIDs(t, f.v, q), scanIDs(recs, q); !slices.Equal(got, want) {
+				t.Fatalf("%s: q=%q: %d agents, a scan %d", stage, q, len(got), len(want))
+			}
+		}
+	}
+	check("deferred")
+	f.v.ResumeTextIndex()
+	// Changes while the rebuild runs.
+	for i := range 200 {
+		put(fmt.Sprintf("d%d", i), "renamed beta")
+		put(fmt.Sprintf("n%d", i), "new gamma")
+		id := fmt.Sprintf("d%d", 1000+i)
+		f.v.RemoveLocal(id, record.ReasonShutdown)
+		delete(recs, id)
+	}
+	f.v.textWG.Wait()
+	if _, ok, _ := f.v.proj.text.search("alpha"); !ok {
+		t.Fatal("the index is not back in service")
+	}
+	check("rebuilt")
+	if got := f.v.proj.text.len(); got != len(recs) {
+		t.Fatalf("index holds %d records, the view %d", got, len(recs))
+	}
+}
+
 func head(s []string) []string { return s[:min(len(s), 8)] }
 
 // TestTextIndexSameTextNotReindexed: a re-signed record with the same text

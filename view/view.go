@@ -213,6 +213,8 @@ type View struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
+	ctx    context.Context // Start's, for the text index rebuild
+	textWG sync.WaitGroup  // the text index rebuild (ResumeTextIndex)
 }
 
 // New creates a view over a store. ver is used to verify nothing here
@@ -242,6 +244,7 @@ func (v *View) OnUnknownAgent(f func(agentID string, from peer.ID)) { v.unknown 
 // Start runs the liveness clock until Close.
 func (v *View) Start(ctx context.Context) {
 	ctx, v.cancel = context.WithCancel(ctx)
+	v.ctx = ctx
 	v.done = make(chan struct{})
 	go func() {
 		defer close(v.done)
@@ -265,6 +268,7 @@ func (v *View) Close() error {
 			v.cancel()
 			<-v.done
 		}
+		v.textWG.Wait()
 		v.hub.closeAll()
 	})
 	return nil
@@ -1227,6 +1231,46 @@ func (v *View) LocalsOffering(skill, capability string, limit int) []*record.Sig
 	v.mu.Unlock()
 	slices.SortFunc(out, func(a, b *record.SignedAgent) int { return compareStrings(a.Agent.AgentID, b.Agent.AgentID) })
 	return out
+}
+
+// DeferTextIndex stops the free-text index until ResumeTextIndex: for
+// loading many records at once (a restart with 100 000 hosted records
+// spent a third of its start indexing them). Text queries scan the view
+// meanwhile, with the same answers.
+func (v *View) DeferTextIndex() { v.proj.text.suspend() }
+
+// ResumeTextIndex rebuilds the free-text index in the background from the
+// records the view holds, and puts it back in service.
+func (v *View) ResumeTextIndex() {
+	ctx := v.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	v.textWG.Go(func() { v.rebuildText(ctx) })
+}
+
+func (v *View) rebuildText(ctx context.Context) {
+	v.mu.Lock()
+	recs := make([]*record.SignedAgent, 0, len(v.agents))
+	for _, s := range v.agents {
+		recs = append(recs, s.rec)
+	}
+	v.mu.Unlock()
+	fresh := newTextIndex()
+	for i, sa := range recs {
+		if i%1024 == 0 && ctx.Err() != nil {
+			return
+		}
+		fresh.update(nil, sa)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.proj.text.resume(fresh, func(id string) *record.SignedAgent {
+		if s := v.agents[id]; s != nil {
+			return s.rec
+		}
+		return nil
+	})
 }
 
 // LocalCount returns the number of hosted agents.
