@@ -273,9 +273,12 @@ type Health struct {
 	LiveAgents      int               `json:"live_agents"`
 	CachedRecords   int               `json:"cached_records"`
 	HostedAgents    int               `json:"hosted_agents"`
+	Resigning       int               `json:"resigning"` // hosted records still to be re-signed after a restart
 	DHTRoutingTable int               `json:"dht_routing_table"`
 	Transports      map[string]string `json:"transports"`
 	Auth            string            `json:"auth"`
+	Reachability    string            `json:"reachability"`
+	DHTMode         string            `json:"dht_mode"`
 }
 
 // Health reports the daemon's identity and state.
