@@ -354,18 +354,41 @@ func (n *Node) Start(ctx context.Context) error {
 	return nil
 }
 
-// Shutdown leaves gracefully: every hosted agent is unregistered with
-// reason SHUTDOWN (published, so peers drop it at once), but its local
-// registration is kept, so a restart announces it again. Then the node
-// closes.
+// Shutdown leaves gracefully: every hosted agent some peer listens for is
+// unregistered with reason SHUTDOWN (published, so peers drop it at once)
+// while half of ctx's time lasts, but its local registration is kept, so
+// a restart announces it again. Then the node closes.
 func (n *Node) Shutdown(ctx context.Context) error {
 	locals := n.view.Locals()
-	for _, sa := range locals {
+	// Unregister every hosted agent some peer listens for, within half of
+	// the time ctx leaves (the rest is for closing). A node hosting many
+	// thousands cannot say them all in time: the peers drop the rest when
+	// they find this node gone (early failure detection: one claim for all
+	// of its agents), or at the heartbeat timeout.
+	var stop time.Time
+	if dl, ok := ctx.Deadline(); ok {
+		stop = time.Now().Add(time.Until(dl) / 2)
+	}
+	said, left := 0, 0
+	for i, sa := range locals {
+		if !stop.IsZero() && time.Now().After(stop) || ctx.Err() != nil {
+			left = len(locals) - i
+			break
+		}
+		if n.gsp == nil || !n.gsp.Listened(n.beatShards(sa)...) {
+			continue // nobody would hear it
+		}
 		if err := n.publishUnregister(ctx, sa.Agent.AgentID, record.ReasonShutdown); err != nil {
 			n.log.Warn("unregister on shutdown failed", "agent", sa.Agent.AgentID, "err", err)
+			continue
 		}
+		said++
 	}
-	if len(locals) > 0 && n.gsp != nil && len(n.host.Network().Peers()) > 0 {
+	if left > 0 {
+		n.log.Warn("shutdown: not every hosted agent was unregistered in time; peers drop the rest when they find this node gone",
+			"unregistered", said, "left", left)
+	}
+	if said > 0 && len(n.host.Network().Peers()) > 0 {
 		t := time.NewTimer(n.cfg.ShutdownGrace)
 		select {
 		case <-t.C:

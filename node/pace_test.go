@@ -107,3 +107,45 @@ func TestRestartResignsInTheBackground(t *testing.T) {
 		}
 	})
 }
+
+// TestShutdownUnregistersWhatIsHeard: a shutdown unregisters the agents a
+// peer listens for, none when nobody listens, and stops when its context
+// ends (a node hosting many thousands cannot say them all in time).
+func TestShutdownUnregistersWhatIsHeard(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		unregs := func(nd *tnode) float64 {
+			return promtest.ToFloat64(nd.m.GossipPublished.WithLabelValues(kindUnregister))
+		}
+		alone := newNet(t, 1, Config{}).nodes[0]
+		registerMany(t, alone, 5)
+		if err := alone.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if n := unregs(alone); n != 0 {
+			t.Fatalf("a node nobody listens to published %v unregisters", n)
+		}
+
+		tn := newNet(t, 2, Config{})
+		nd := tn.nodes[1]
+		registerMany(t, nd, 5)
+		waitFor(t, 5*time.Second, "a listener", func() bool { return nd.gsp.Listened(record.Shard("cap.p")) })
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := nd.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := unregs(nd); n != 0 {
+			t.Fatalf("a shutdown out of time published %v unregisters", n)
+		}
+
+		other := newNet(t, 2, Config{}).nodes[1]
+		registerMany(t, other, 5)
+		waitFor(t, 5*time.Second, "a listener", func() bool { return other.gsp.Listened(record.Shard("cap.p")) })
+		if err := other.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if n := unregs(other); n < 5 {
+			t.Fatalf("%v unregisters published for 5 agents heard", n)
+		}
+	})
+}
