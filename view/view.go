@@ -994,10 +994,10 @@ func (v *View) sweep() {
 	for p := range v.down {
 		v.downLocked(p, now)
 	}
-	counts := map[record.Status]int{}
+	var counts [5]int // by record.Status.Rank: a map assignment per agent cost a 100 000-agent node 1 % of a core
 	for id, s := range v.agents {
 		if s.local {
-			counts[v.effective(s)]++
+			counts[v.effective(s).Rank()]++
 			continue
 		}
 		silent := now.Sub(s.lastHeard)
@@ -1014,7 +1014,7 @@ func (v *View) sweep() {
 			events = append(events, v.agentEvent(EventStatus, s, now, ""))
 			events = append(events, v.proj.setStatus(s.rec, record.StatusUnhealthy)...)
 		}
-		counts[v.effective(s)]++
+		counts[v.effective(s).Rank()]++
 	}
 	v.mu.Unlock()
 	if v.m != nil && expired > 0 {
@@ -1022,7 +1022,7 @@ func (v *View) sweep() {
 	}
 	if v.m != nil {
 		for _, st := range []record.Status{record.StatusHealthy, record.StatusDegraded, record.StatusUnhealthy, record.StatusMaintenance} {
-			v.m.LiveAgents.WithLabelValues(string(st)).Set(float64(counts[st]))
+			v.m.LiveAgents.WithLabelValues(string(st)).Set(float64(counts[st.Rank()]))
 		}
 	}
 	// The cached record of an agent that left becomes stale at once.
