@@ -218,10 +218,10 @@ func (n *Node) publishStatus(ctx context.Context, agentID string, st record.Stat
 
 // restoreStatuses applies the statuses hosted agents reported before a
 // restart, before their records are announced again.
-func (n *Node) restoreStatuses(ctx context.Context) (map[string]record.Status, error) {
+func (n *Node) restoreStatuses(ctx context.Context) error {
 	sts, err := n.st.Statuses(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for id, st := range sts {
 		if _, ok := n.hostedRecord(id); !ok {
@@ -232,7 +232,7 @@ func (n *Node) restoreStatuses(ctx context.Context) (map[string]record.Status, e
 			n.lan.SetStatus(id, st)
 		}
 	}
-	return sts, nil
+	return nil
 }
 
 // Locals returns the hosted records.
@@ -255,7 +255,7 @@ func (n *Node) hostedRecord(agentID string) (*record.SignedAgent, bool) {
 // hostedShards returns the shards of a hosted agent's record.
 func (n *Node) hostedShards(agentID string) []string {
 	if sa, ok := n.hostedRecord(agentID); ok {
-		return sa.Agent.Shards()
+		return n.shardsOf(sa)
 	}
 	return nil
 }

@@ -322,7 +322,7 @@ func (n *Node) Start(ctx context.Context) error {
 		return fmt.Errorf("load local registrations: %w", err)
 	}
 	n.syncInterest()
-	if _, err := n.restoreStatuses(ctx); err != nil {
+	if err := n.restoreStatuses(ctx); err != nil {
 		return fmt.Errorf("load statuses: %w", err)
 	}
 	// Re-sign with a fresh seq and issued_at so peers that saw the old
@@ -375,7 +375,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			left = len(locals) - i
 			break
 		}
-		if n.gsp == nil || !n.gsp.Listened(n.beatShards(sa)...) {
+		if n.gsp == nil || !n.gsp.Listened(n.shardsOf(sa)...) {
 			continue // nobody would hear it
 		}
 		if err := n.publishUnregister(ctx, sa.Agent.AgentID, record.ReasonShutdown); err != nil {

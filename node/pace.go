@@ -86,7 +86,7 @@ func (n *Node) beatOne(id string, interval time.Duration) {
 		n.resignHosted(id)
 		return
 	}
-	shards := n.beatShards(sa)
+	shards := n.shardsOf(sa)
 	if n.gsp == nil || !n.gsp.Listened(shards...) {
 		return // nobody would hear it
 	}
@@ -101,9 +101,9 @@ func (n *Node) beatOne(id string, interval time.Duration) {
 	}
 }
 
-// beatShards returns the shards of a hosted record, computed once per
-// record rather than once per heartbeat.
-func (n *Node) beatShards(sa *record.SignedAgent) []string {
+// shardsOf returns the shards of a hosted record, computed once per
+// record rather than at every heartbeat, status or unregister.
+func (n *Node) shardsOf(sa *record.SignedAgent) []string {
 	id := sa.Agent.AgentID
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -200,7 +200,7 @@ func (n *Node) republishLocals(topic string) {
 	var ids []string
 	for _, id := range n.view.LocalIDs() {
 		sa, ok := n.hostedRecord(id)
-		if !ok || (isShard && !slices.Contains(n.beatShards(sa), shard)) {
+		if !ok || (isShard && !slices.Contains(n.shardsOf(sa), shard)) {
 			continue
 		}
 		if ids = append(ids, id); len(ids) == republishAtOnce {
