@@ -45,8 +45,10 @@ type tnode struct {
 }
 
 type nodeOpts struct {
-	cfg node.Config
-	mn  mocknet.Mocknet
+	cfg     node.Config
+	mn      mocknet.Mocknet
+	lan     node.LAN
+	catalog node.Catalog
 }
 
 func newNode(t testing.TB, o nodeOpts) *tnode {
@@ -78,7 +80,7 @@ func newNode(t testing.TB, o nodeOpts) *tnode {
 	if cfg.LookupTimeout == 0 {
 		cfg.LookupTimeout = 2 * time.Second
 	}
-	n, err := node.New(cfg, node.Options{Identity: id, Host: h, Store: st, Logger: slog.New(slog.DiscardHandler)})
+	n, err := node.New(cfg, node.Options{Identity: id, Host: h, Store: st, LAN: o.lan, Catalog: o.catalog, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

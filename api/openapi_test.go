@@ -63,6 +63,7 @@ func loadOpenAPI(t testing.TB) *openAPIDoc {
 	}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
+	c.AssertFormat()
 	c.UseLoader(noRemote{})
 	if err := c.AddResource(openAPIBase, doc); err != nil {
 		t.Fatal(err)

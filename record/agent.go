@@ -123,20 +123,20 @@ type Agent struct {
 	AgentID      string            `json:"agent_id"`
 	AgentName    string            `json:"agent_name,omitempty"`
 	Capabilities map[string]string `json:"capabilities"`
-	PublicKey    string            `json:"public_key"`
+	PublicKey    string            `json:"public_key,omitempty"`
 	Certificate  string            `json:"certificate,omitempty"`
 	Transport    Transport         `json:"transport"`
 	Metadata     map[string]any    `json:"metadata,omitempty"`
 
-	PeerID      string   `json:"peer_id"`
+	PeerID      string   `json:"peer_id,omitempty"`
 	Description string   `json:"description,omitempty"`
 	Version     string   `json:"version,omitempty"`
 	Skills      []Skill  `json:"skills,omitempty"`
 	Tags        []string `json:"tags,omitempty"`
 	TenantScope string   `json:"tenant_scope,omitempty"`
-	Seq         uint64   `json:"seq"`
-	IssuedAt    string   `json:"issued_at"`
-	TTLSeconds  int64    `json:"ttl_seconds"`
+	Seq         uint64   `json:"seq,omitempty"`
+	IssuedAt    string   `json:"issued_at,omitempty"`
+	TTLSeconds  int64    `json:"ttl_seconds,omitempty"`
 
 	// KeyRotation, when set, is the statement by the agent's previous key
 	// that public_key replaces it (rotation.go); its new_key must be

@@ -55,6 +55,7 @@ func compileSchemas() (map[string]*jsonschema.Schema, error) {
 	schemaOnce.Do(func() {
 		c := jsonschema.NewCompiler()
 		c.DefaultDraft(jsonschema.Draft7)
+		c.AssertFormat()
 		c.UseLoader(noLoader{})
 		for _, k := range SchemaKinds() {
 			b, err := schemaFS.ReadFile("schema/" + k + ".json")
