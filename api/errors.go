@@ -136,6 +136,10 @@ func rejectError(re *trust.RejectError) *Error {
 		return newError(http.StatusForbidden, record.CodeForbidden, "agent.agent_id", "%s", msg)
 	case trust.ReasonRevoked, trust.ReasonUnknownIssuer, trust.ReasonNoCertificate, trust.ReasonBadCertificate, trust.ReasonKeyRetired:
 		return newError(http.StatusForbidden, record.CodeForbidden, "agent.certificate", "%s", msg)
+	case trust.ReasonUnbound:
+		return newError(http.StatusForbidden, record.CodeForbidden, "agent.peer_id", "%s", msg)
+	case trust.ReasonPeerQuota:
+		return newError(http.StatusForbidden, record.CodeForbidden, "", "%s", msg)
 	case trust.ReasonKeyMismatch:
 		return newError(http.StatusConflict, record.CodeDuplicateID, "agent.agent_id", "%s", msg)
 	case trust.ReasonUnsigned:

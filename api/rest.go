@@ -44,6 +44,10 @@ type AgentEntry struct {
 	AgeMS           int64           `json:"age_ms"`
 	Stale           bool            `json:"stale"`
 	Status          record.Status   `json:"status,omitempty"`
+	// Unbound marks a record without peer binding: a seed-000 agent that
+	// signed its agent object alone and registered with this node as a
+	// registry or announced itself on the LAN (docs/trust.md).
+	Unbound bool `json:"unbound,omitempty"`
 }
 
 // AgentList is the answer of GET /agents.
@@ -58,6 +62,7 @@ func entryOf(r node.Result) (AgentEntry, error) {
 	if r.Record != nil {
 		a := r.Record.Announce()
 		e.ProtocolVersion, e.Agent, e.Signature, e.PeerSignature = a.ProtocolVersion, a.Agent, a.Signature, a.PeerSignature
+		e.Unbound = r.Record.Unbound()
 		return e, nil
 	}
 	if r.Agent == nil {
@@ -74,7 +79,7 @@ func entryOf(r node.Result) (AgentEntry, error) {
 func hostedEntry(sa *record.SignedAgent, src store.Source, st record.Status) AgentEntry {
 	a := sa.Announce()
 	return AgentEntry{ProtocolVersion: a.ProtocolVersion, Agent: a.Agent, Signature: a.Signature, PeerSignature: a.PeerSignature,
-		Source: string(src), Status: st}
+		Source: string(src), Status: st, Unbound: sa.Unbound()}
 }
 
 // ---- POST /agents ----
@@ -168,33 +173,44 @@ func (s *Server) registerMessage(ctx context.Context, body []byte, r *http.Reque
 		sa, err := s.n.Register(ctx, a)
 		return sa, true, err
 	}
-	sa, _, err := record.ParseAnnounce(body)
+	// A signed record naming another peer, or none, is a registry
+	// registration, which needs a token: in registry mode the token is
+	// checked before the record is, so that a client without one learns
+	// that first (401), not what else is wrong with its body.
+	own := s.n.Identity().PeerID.String()
+	var peek struct {
+		PeerID any `json:"peer_id"`
+	}
+	_ = json.Unmarshal(rawAgent, &peek)
+	acc, checked := accessOf(ctx), false
+	if peek.PeerID != own && s.cfg.ServeRegistry {
+		if err := s.registryAccess(&acc, r, peek.PeerID); err != nil {
+			return nil, false, err
+		}
+		checked = true
+	}
+	sa, _, err := record.ParseAnnounceUnbound(body)
 	if err != nil {
 		return nil, false, err
 	}
-	own := s.n.Identity().PeerID.String()
 	if sa.Agent.PeerID == own {
 		hosted, err := s.n.RegisterSigned(ctx, sa)
 		return hosted, true, err
 	}
-	if !s.cfg.ServeRegistry {
-		return nil, false, newError(http.StatusForbidden, record.CodeForbidden, "agent.peer_id",
-			"the record names peer %s, not this node (%s); this node hosts only its own agents (registry mode is off)", truncate(sa.Agent.PeerID), own)
-	}
-	// Registry registrations always need a discover:write token, even on
-	// an open loopback API (the WebSocket's is the one of its upgrade).
-	acc := accessOf(ctx)
-	if !acc.authenticated {
-		if r == nil {
-			return nil, false, authError("registry registrations need a bearer token")
-		}
-		var aerr *Error
-		if acc, aerr = s.auth.authenticate(r); aerr != nil {
-			return nil, false, aerr
+	if !checked {
+		if err := s.registryAccess(&acc, r, sa.Agent.PeerID); err != nil {
+			return nil, false, err
 		}
 	}
-	if !acc.scopes[ScopeWrite] {
-		return nil, false, scopeError(ScopeWrite)
+	if sa.Unbound() {
+		// A seed-000 agent that signs alone (no peer_id, no
+		// peer_signature): verified by its agent signature, kept while it
+		// re-announces, never forwarded (docs/trust.md).
+		sa, err = s.n.LearnUnbound(sa, store.SourceRegistry)
+		if err != nil {
+			return nil, false, err
+		}
+		return sa, false, nil
 	}
 	if err := s.n.Verifier().VerifyAgent(sa, trust.VerifyOptions{}); err != nil {
 		return nil, false, err
@@ -203,6 +219,39 @@ func (s *Server) registerMessage(ctx context.Context, body []byte, r *http.Reque
 		return nil, false, err
 	}
 	return sa, false, nil
+}
+
+// registryAccess admits a registry registration: a signed record that
+// names another peer than this node's (peerID, as the body gave it), or
+// none. Registry mode must be on, and the request must carry a
+// discover:write token even on an open loopback API (the WebSocket's is
+// the one of its upgrade; r is nil there). acc is the request's access,
+// replaced by the token's when the request was not authenticated yet.
+func (s *Server) registryAccess(acc *access, r *http.Request, peerID any) error {
+	if !s.cfg.ServeRegistry {
+		p, _ := peerID.(string)
+		if p == "" {
+			return newError(http.StatusForbidden, record.CodeForbidden, "agent.peer_id",
+				"the record has no peer_id; this node hosts only records that name its own peer (%s) and accepts others only in registry mode (api.serveRegistry). To have this node sign and host the agent, send the agent object unsigned",
+				s.n.Identity().PeerID)
+		}
+		return newError(http.StatusForbidden, record.CodeForbidden, "agent.peer_id",
+			"the record names peer %s, not this node (%s); this node hosts only its own agents (registry mode is off)", truncate(p), s.n.Identity().PeerID)
+	}
+	if !acc.authenticated {
+		if r == nil {
+			return authError("registry registrations need a bearer token")
+		}
+		a, aerr := s.auth.authenticate(r)
+		if aerr != nil {
+			return aerr
+		}
+		*acc = a
+	}
+	if !acc.scopes[ScopeWrite] {
+		return scopeError(ScopeWrite)
+	}
+	return nil
 }
 
 // decodeUnsigned decodes an agent object that the node will fill and sign.
@@ -743,6 +792,9 @@ func (e *AgentEntry) appendJSON(b []byte) []byte {
 	if e.Status != "" {
 		b = append(b, `,"status":`...)
 		b = appendJSONString(b, string(e.Status))
+	}
+	if e.Unbound {
+		b = append(b, `,"unbound":true`...)
 	}
 	return append(b, '}')
 }

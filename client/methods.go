@@ -27,6 +27,9 @@ type AgentResult struct {
 	Stale bool
 	// Status is the agent's health, when known.
 	Status record.Status
+	// Unbound marks a record without peer binding (a seed-000 agent that
+	// signs alone; see record.SignedAgent.Unbound).
+	Unbound bool
 }
 
 type wireEntry struct {
@@ -38,6 +41,7 @@ type wireEntry struct {
 	AgeMS           int64           `json:"age_ms"`
 	Stale           bool            `json:"stale"`
 	Status          record.Status   `json:"status,omitempty"`
+	Unbound         bool            `json:"unbound,omitempty"`
 }
 
 // UnmarshalJSON decodes an entry of the API.
@@ -57,7 +61,7 @@ func (r *AgentResult) UnmarshalJSON(b []byte) error {
 	}
 	*r = AgentResult{
 		Announce: record.Announce{ProtocolVersion: w.ProtocolVersion, Agent: w.Agent, Signature: w.Signature, PeerSignature: w.PeerSignature},
-		Agent:    a, Source: w.Source, Age: time.Duration(w.AgeMS) * time.Millisecond, Stale: w.Stale, Status: w.Status,
+		Agent:    a, Source: w.Source, Age: time.Duration(w.AgeMS) * time.Millisecond, Stale: w.Stale, Status: w.Status, Unbound: w.Unbound,
 	}
 	return nil
 }
@@ -65,13 +69,13 @@ func (r *AgentResult) UnmarshalJSON(b []byte) error {
 // MarshalJSON writes the entry as the API does.
 func (r AgentResult) MarshalJSON() ([]byte, error) {
 	return json.Marshal(wireEntry{ProtocolVersion: r.Announce.ProtocolVersion, Agent: r.Announce.Agent, Signature: r.Announce.Signature,
-		PeerSignature: r.Announce.PeerSignature, Source: r.Source, AgeMS: r.Age.Milliseconds(), Stale: r.Stale, Status: r.Status})
+		PeerSignature: r.Announce.PeerSignature, Source: r.Source, AgeMS: r.Age.Milliseconds(), Stale: r.Stale, Status: r.Status, Unbound: r.Unbound})
 }
 
 // Signed returns the signed record of the entry (its signatures are not
 // verified here: use SignedAgent.VerifySignatures or a trust.Verifier).
 func (r *AgentResult) Signed() (*record.SignedAgent, error) {
-	return record.FromAnnounce(r.Announce)
+	return record.FromAnnounceUnbound(r.Announce)
 }
 
 // Query is a discovery query (GET /agents). Empty fields match anything;

@@ -253,6 +253,8 @@ type tnode struct {
 	learned map[string]*record.SignedAgent
 	forgot  []string
 	status  map[string]record.Status
+	// unboundLearns counts LearnUnbound calls that verified.
+	unboundLearns int
 	// known is what Resolve returns (the node's view and DHT).
 	known map[string]*record.SignedAgent
 }
@@ -293,6 +295,20 @@ func newNode(t *testing.T, n *memNet, ip string, mod func(*Config)) *tnode {
 			tn.mu.Lock()
 			tn.learned[sa.Agent.AgentID] = sa
 			tn.mu.Unlock()
+		},
+		LearnUnbound: func(sa *record.SignedAgent) error {
+			st, err := sa.StampUnbound(time.Now(), time.Hour)
+			if err != nil {
+				return err
+			}
+			if err := ver.VerifyAgent(st, trust.VerifyOptions{AllowUnbound: true}); err != nil {
+				return err
+			}
+			tn.mu.Lock()
+			tn.learned[sa.Agent.AgentID] = st
+			tn.unboundLearns++
+			tn.mu.Unlock()
+			return nil
 		},
 		Forget: func(id string) {
 			tn.mu.Lock()

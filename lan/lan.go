@@ -55,6 +55,12 @@ type Deps struct {
 	// the agent's heartbeats keep arriving (a record seen again proves
 	// the agent alive).
 	Learn func(sa *record.SignedAgent)
+	// LearnUnbound admits a record without peer binding (source lan):
+	// the seed-000 Announce an implementation of seed 000 alone publishes
+	// in an mDNS TXT, signed by its agent key only. The node stamps,
+	// verifies and learns it (node.Node.LearnUnbound). Nil ignores such
+	// announcements.
+	LearnUnbound func(sa *record.SignedAgent) error
 	// Forget reports an agent that left the LAN: a verified
 	// SKILL_UNREGISTER or an mDNS goodbye.
 	Forget func(agentID string)

@@ -100,6 +100,12 @@ type instance struct {
 
 	sum      *Summary // parsed txt
 	sumErr   error
+	// announce is a seed-000 Announce carried in the TXT itself (the
+	// strings concatenated), as an implementation of seed 000 alone
+	// publishes its agent (§3.1: "Payload: JSON string"); unboundID is
+	// the agent id of the record it held, once learnt.
+	announce  []byte
+	unboundID string
 	handled  [32]byte // hash of the last summary acted on
 	fetching bool
 	retryAt  time.Time
@@ -640,8 +646,11 @@ func (p *mdnsProto) browse(m *dns.Msg, src netip.Addr, now time.Time) {
 			in.refresh(now, ttl)
 			if !slices.Equal(in.txt, r.Txt) {
 				in.txt = slices.Clone(r.Txt)
+				in.announce = nil
 				s, err := ParseTXT(in.txt)
-				if err != nil {
+				if err != nil && isJSONPayload(in.txt) {
+					in.sum, in.sumErr, in.announce = nil, nil, txtPayload(in.txt)
+				} else if err != nil {
 					in.sum, in.sumErr = nil, err
 					p.l.count(mechMDNS, "txt_invalid")
 					p.l.reject(mechMDNS, trust.ReasonMalformed)
@@ -676,15 +685,102 @@ func (p *mdnsProto) browse(m *dns.Msg, src netip.Addr, now time.Time) {
 			p.l.count(mechMDNS, "goodbye")
 		}
 	}
+	var payloads []*instance
 	for in := range touched {
-		if in.sum != nil && in.port != 0 {
+		switch {
+		case in.sum != nil && in.port != 0:
 			found = append(found, in)
+		case in.announce != nil:
+			payloads = append(payloads, in)
 		}
 	}
 	p.mu.Unlock()
 	for _, in := range found {
 		p.found(in, now)
 	}
+	for _, in := range payloads {
+		p.foundAnnounce(in)
+	}
+}
+
+// txtPayload joins the strings of a TXT record into the bytes they carry:
+// miekg/dns holds them in presentation form, with '"' and '\\' escaped by
+// a backslash and other bytes outside printable ASCII as \DDD (decimal).
+func txtPayload(txt []string) []byte {
+	var out []byte
+	for _, t := range txt {
+		for i := 0; i < len(t); i++ {
+			c := t[i]
+			if c != '\\' || i+1 >= len(t) {
+				out = append(out, c)
+				continue
+			}
+			if i+3 < len(t) && isDigit(t[i+1]) && isDigit(t[i+2]) && isDigit(t[i+3]) {
+				if v := int(t[i+1]-'0')*100 + int(t[i+2]-'0')*10 + int(t[i+3]-'0'); v <= 255 {
+					out = append(out, byte(v))
+					i += 3
+					continue
+				}
+			}
+			out = append(out, t[i+1])
+			i++
+		}
+	}
+	return out
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// isJSONPayload reports whether a TXT record is a JSON object split over
+// its strings rather than key=value pairs.
+func isJSONPayload(txt []string) bool {
+	if len(txt) == 0 {
+		return false
+	}
+	n := 0
+	for _, t := range txt {
+		n += len(t)
+	}
+	return n <= maxTXTParse && strings.HasPrefix(strings.TrimLeft(txt[0], " \t\r\n"), "{")
+}
+
+// foundAnnounce acts on an instance whose TXT carries a seed-000
+// Announce: an agent of an implementation of seed 000 alone, signed by
+// its agent key without agentd's peer binding. The record is verified and
+// learnt as unbound (Deps.LearnUnbound); each response that carries it
+// again proves life as a re-announcement to a registry does. A record
+// with a peer_id is not taken from a TXT: agentd peers publish a summary
+// and serve the record over an authenticated fetch.
+func (p *mdnsProto) foundAnnounce(in *instance) {
+	l := p.l
+	p.mu.Lock()
+	raw := in.announce
+	p.mu.Unlock()
+	if l.d.LearnUnbound == nil {
+		return
+	}
+	sa, _, err := record.ParseAnnounceUnbound(raw)
+	if err == nil && !sa.Unbound() {
+		err = fmt.Errorf("a record with peer_id %s in a TXT: agentd peers publish a summary", sa.Agent.PeerID)
+	}
+	if err != nil {
+		l.count(mechMDNS, "txt_invalid")
+		l.reject(mechMDNS, trust.ReasonOf(err))
+		return
+	}
+	if l.hosted.has(sa.Agent.AgentID) {
+		return
+	}
+	if err := l.d.LearnUnbound(sa); err != nil {
+		l.count(mechMDNS, "unbound_refused")
+		l.reject(mechMDNS, trust.ReasonOf(err))
+		l.log.Debug("unbound mDNS announce refused", "agent_id", sa.Agent.AgentID, "err", err)
+		return
+	}
+	p.mu.Lock()
+	in.unboundID = sa.Agent.AgentID
+	p.mu.Unlock()
+	l.count(mechMDNS, "unbound_accepted")
 }
 
 func (in *instance) refresh(now time.Time, ttl time.Duration) {
@@ -950,6 +1046,8 @@ func (p *mdnsProto) tick(now time.Time) {
 			delete(p.inst, name)
 			if in.sum != nil {
 				gone = append(gone, in.sum.AgentID)
+			} else if in.unboundID != "" {
+				gone = append(gone, in.unboundID)
 			}
 		case now.After(in.expires) && in.goodbyeAt.IsZero():
 			delete(p.inst, name)

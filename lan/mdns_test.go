@@ -1,13 +1,18 @@
 package lan
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/trust"
+	"github.com/google/uuid"
 	"github.com/miekg/dns"
 )
 
@@ -430,5 +435,80 @@ func TestSpoofedMDNSRefreshDoesNotProveLife(t *testing.T) {
 		b.mu.Unlock()
 		mdnsPeer(t, n, "10.0.0.2").sendMsg(t, pub)
 		eventually(t, 2*time.Second, "refreshed from its own address", func() bool { return a.learnedRec(id) != nil })
+	})
+}
+
+// seed000TXT is the mDNS TXT of an agent written from seed 000 alone
+// (§3.1: the payload is the Announce's JSON): the Announce split into
+// strings of at most 255 bytes, signed by the agent key, without peer_id,
+// peer_signature, seq, issued_at or ttl_seconds.
+func seed000TXT(t *testing.T, agentID, capability string, key *trust.Identity) []string {
+	t.Helper()
+	agent := map[string]any{
+		"agent_id":     agentID,
+		"capabilities": map[string]any{capability: "1.0"},
+		"public_key":   key.PublicKeyPEM(),
+		"transport":    map[string]any{"type": "tcp", "endpoint": "10.0.0.7:9000"},
+	}
+	raw, _ := json.Marshal(agent)
+	canon, err := record.CanonicalizeJSON(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig, err := record.SignBytes(key.AgentKey, canon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := json.Marshal(map[string]any{"protocol_version": "v1.0", "agent": json.RawMessage(canon), "signature": base64.StdEncoding.EncodeToString(sig)})
+	// miekg/dns holds TXT strings in presentation form: \ and " escaped.
+	esc := strings.NewReplacer(`\`, `\\`, `"`, `\"`)
+	var txt []string
+	for len(msg) > 0 {
+		n := min(len(msg), 255)
+		txt = append(txt, esc.Replace(string(msg[:n])))
+		msg = msg[n:]
+	}
+	if len(txt) < 2 {
+		t.Fatalf("the test wants a payload over several strings, got %d", len(txt))
+	}
+	return txt
+}
+
+// An agent of another implementation of seed 000 publishes its signed
+// Announce as the TXT of its _agentsc._tcp instance: learnt as a record
+// without peer binding, verified by its agent signature; re-announcements
+// refresh it, a tampered payload is refused, a goodbye forgets it.
+func TestMDNSSeed000Payload(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		n := newMemNet()
+		a := newNode(t, n, "10.0.0.1", mdnsOnly)
+		a.start()
+		synctestWait()
+		key, err := trust.Generate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := uuid.NewString()
+		txt := seed000TXT(t, id, "metrics", key)
+		other := mdnsPeer(t, n, "10.0.0.7")
+		other.sendMsg(t, publication("py-agent", "py.local.", "10.0.0.7", 9000, txt, 120))
+		eventually(t, time.Second, "learnt", func() bool { return a.learnedRec(id) != nil })
+		sa := a.learnedRec(id)
+		if !sa.Unbound() || sa.Agent.Capabilities["metrics"] != "1.0" || a.counter(mechMDNS, "unbound_accepted") != 1 {
+			t.Fatalf("%+v", sa.Agent)
+		}
+		other.sendMsg(t, publication("py-agent", "py.local.", "10.0.0.7", 9000, txt, 120))
+		eventually(t, time.Second, "refreshed", func() bool { return a.counter(mechMDNS, "unbound_accepted") == 2 })
+
+		// A payload whose object was changed after signing.
+		forged := slices.Clone(txt)
+		forged[0] = strings.Replace(forged[0], "metrics", "metricz", 1)
+		other.sendMsg(t, publication("forged", "py.local.", "10.0.0.7", 9000, forged, 120))
+		eventually(t, time.Second, "refused", func() bool { return a.counter(mechMDNS, "unbound_refused") == 1 })
+
+		gb := publication("py-agent", "py.local.", "10.0.0.7", 9000, txt, 0)
+		gb.Answer = gb.Answer[:1]
+		other.sendMsg(t, gb)
+		eventually(t, 2*time.Second, "forgotten", func() bool { return a.forgotten(id) == 1 })
 	})
 }

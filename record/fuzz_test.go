@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
@@ -45,6 +46,55 @@ func FuzzParseAnnounce(f *testing.F) {
 	})
 }
 
+// FuzzParseAnnounceUnbound: what the unbound parser accepts is either a
+// bound record that ParseAnnounce accepts identically, or an unbound one
+// (no peer_id, no peer_signature) that round-trips, conforms to the
+// Announce schema, and stamps into a record with seq, issued_at and
+// ttl_seconds whose canonical bytes and signature validity are unchanged.
+func FuzzParseAnnounceUnbound(f *testing.F) {
+	f.Add(unboundAnnounce(f, true))
+	f.Add(unboundAnnounce(f, false))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		sa, _, err := ParseAnnounceUnbound(data)
+		if err != nil {
+			return
+		}
+		if !sa.Unbound() {
+			strict, _, err := ParseAnnounce(data)
+			if err != nil || !bytes.Equal(strict.Canonical, sa.Canonical) || !bytes.Equal(strict.PeerSignature, sa.PeerSignature) {
+				t.Fatalf("a bound record the strict parser refuses (%v)", err)
+			}
+			return
+		}
+		if len(sa.PeerSignature) > 0 {
+			t.Fatal("unbound record with a peer signature")
+		}
+		msg := sa.MarshalAnnounce()
+		again, _, err := ParseAnnounceUnbound(msg)
+		if err != nil || !bytes.Equal(again.Canonical, sa.Canonical) || !bytes.Equal(again.Signature, sa.Signature) {
+			t.Fatalf("re-encoded unbound announce: %v\n%s", err, msg)
+		}
+		if err := ValidateSchema(SchemaAnnounce, msg); err != nil {
+			t.Fatalf("accepted announce does not conform to the schema: %v\n%s", err, msg)
+		}
+		pub, err := ParsePublicKeyPEM(sa.Agent.PublicKey)
+		if err != nil {
+			t.Fatalf("accepted public key does not parse: %v", err)
+		}
+		before := verifyBytesAnyS(pub, sa.Canonical, sa.Signature)
+		st, err := sa.StampUnbound(time.Unix(1_700_000_000, 0), time.Hour)
+		if err != nil {
+			return // a signature that is not DER, say: VerifySignatures refuses it too
+		}
+		if !bytes.Equal(st.Canonical, sa.Canonical) || st.Agent.Seq == 0 || st.Agent.IssuedAt == "" || st.Agent.TTLSeconds <= 0 {
+			t.Fatalf("stamped: %+v", st.Agent)
+		}
+		if after := st.VerifySignatures() == nil; after != before {
+			t.Fatalf("the stamped record verifies %v, the signature (either S) %v", after, before)
+		}
+	})
+}
+
 // FuzzParseStoredAnnounce: whatever ParseAnnounce accepts, written as the
 // store writes it (MarshalAnnounce), the stored-record fast path reads back
 // identically; and on any input the fast path never panics nor accepts an
@@ -52,7 +102,7 @@ func FuzzParseAnnounce(f *testing.F) {
 func FuzzParseStoredAnnounce(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if sa, err := ParseStoredAnnounce(data); err == nil {
-			if err := sa.Agent.Validate(); err != nil {
+			if err := sa.validate(sa.Unbound()); err != nil {
 				t.Fatalf("fast path accepted an invalid agent: %v", err)
 			}
 		}

@@ -180,7 +180,9 @@ func NewResponse(sa *SignedAgent, matched bool) Response {
 	return Response{ProtocolVersion: ProtocolVersion, Agent: a.Agent, Matched: matched, Signature: a.Signature, PeerSignature: a.PeerSignature}
 }
 
-// ParseResponse parses a Response message into its signed agent.
+// ParseResponse parses a Response message into its signed agent. An
+// answer may carry a registry's record without peer binding, so an
+// unbound agent object is accepted (see ParseAnnounceUnbound).
 func ParseResponse(b []byte) (*SignedAgent, bool, error) {
 	if len(b) > MaxMessageBytes {
 		return nil, false, fmt.Errorf("%w: response is %d bytes, limit %d", ErrTooLarge, len(b), MaxMessageBytes)
@@ -199,7 +201,7 @@ func ParseResponse(b []byte) (*SignedAgent, bool, error) {
 	if _, err := CheckVersion(r.ProtocolVersion); err != nil {
 		return nil, false, err
 	}
-	sa, err := fromAnnounce(Announce{ProtocolVersion: r.ProtocolVersion, Agent: r.Agent, Signature: r.Signature, PeerSignature: r.PeerSignature}, true)
+	sa, err := fromAnnounce(Announce{ProtocolVersion: r.ProtocolVersion, Agent: r.Agent, Signature: r.Signature, PeerSignature: r.PeerSignature}, true, true)
 	if err != nil {
 		return nil, false, err
 	}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -113,6 +114,19 @@ func (sa *SignedAgent) VerifySignatures() error {
 	if len(sa.Signature) == 0 {
 		return fmt.Errorf("%w: signature is missing", ErrUnsigned)
 	}
+	if sa.Unbound() {
+		if len(sa.PeerSignature) > 0 {
+			return fieldErr("peer_signature", "must be absent in a record without peer_id")
+		}
+		pub, err := ParsePublicKeyPEM(sa.Agent.PublicKey)
+		if err != nil {
+			return fieldErr("public_key", "%v", err)
+		}
+		if !VerifyBytes(pub, sa.Canonical, sa.Signature) {
+			return ErrBadSignature
+		}
+		return nil
+	}
 	if len(sa.PeerSignature) == 0 {
 		return fmt.Errorf("%w: peer_signature is missing", ErrUnsigned)
 	}
@@ -132,6 +146,65 @@ func (sa *SignedAgent) VerifySignatures() error {
 		return ErrBadPeerSignature
 	}
 	return nil
+}
+
+// Unbound reports whether the record has no peer binding: a seed-000
+// agent object without peer_id, signed by its agent key alone. agentd's own
+// records are always bound (peer_id and peer_signature); an unbound one
+// comes from an implementation of seed 000 that knows nothing of agentd's
+// extension, through a registry's POST /agents, its WebSocket binding or
+// the LAN (ParseAnnounceUnbound). No peer vouches that it hosts the agent,
+// so such a record is never forwarded to other peers, and it lives only
+// while the agent re-announces it (docs/trust.md).
+func (sa *SignedAgent) Unbound() bool { return sa.Agent.PeerID == "" }
+
+// validate checks the agent object: as an unbound record when unbound,
+// else as a complete one.
+func (sa *SignedAgent) validate(unbound bool) error {
+	if unbound {
+		return sa.Agent.ValidateUnbound()
+	}
+	return sa.Agent.Validate()
+}
+
+// StampUnbound returns a copy of an unbound record whose decoded Agent
+// carries what seed 000 leaves out, for the node's own bookkeeping: seq,
+// when absent, the receive time in Unix milliseconds (so a later
+// announcement orders after an earlier one); issued_at, when absent, now;
+// ttl_seconds, when absent, ttl. The canonical bytes — what the signature
+// covers and what answers carry — are unchanged. A signature with a high S
+// (a seed-000 signer that does not normalise it, as Java's and Python's
+// do not) is rewritten to its low-S twin, which verifies the same: stored
+// and answered records have one signature encoding (encoding.go). Records
+// that are not unbound are returned as they are.
+func (sa *SignedAgent) StampUnbound(now time.Time, ttl time.Duration) (*SignedAgent, error) {
+	if !sa.Unbound() {
+		return sa, nil
+	}
+	c := *sa
+	if c.Agent.Seq == 0 {
+		c.Agent.Seq = min(uint64(max(now.UnixMilli(), 1)), MaxSeq)
+	}
+	if c.Agent.IssuedAt == "" {
+		c.Agent.IssuedAt = now.UTC().Format(IssuedAtLayout)
+	}
+	if c.Agent.TTLSeconds == 0 {
+		c.Agent.TTLSeconds = min(max(int64(ttl/time.Second), 1), MaxTTLSeconds)
+	}
+	if len(c.Signature) > 0 {
+		pub, err := ParsePublicKeyPEM(c.Agent.PublicKey)
+		if err != nil {
+			return nil, fieldErr("public_key", "%v", err)
+		}
+		if _, _, ok := parseDER(pub.Curve, c.Signature, true); ok {
+			low, err := lowS(pub, c.Signature)
+			if err != nil {
+				return nil, err
+			}
+			c.Signature = low
+		}
+	}
+	return &c, nil
 }
 
 // AgentPublicKey returns the parsed agent key of the record.
@@ -174,7 +247,19 @@ func (sa *SignedAgent) MarshalAnnounce() []byte {
 // It does not verify the signatures: call VerifySignatures or a
 // trust.Verifier. A minor version newer than ours is accepted; the returned
 // bool is true in that case so the caller can log a warning (seed 000 §8.1).
-func ParseAnnounce(b []byte) (*SignedAgent, bool, error) {
+func ParseAnnounce(b []byte) (*SignedAgent, bool, error) { return parseAnnounce(b, false) }
+
+// ParseAnnounceUnbound is ParseAnnounce that also accepts the Announce of
+// an agent that does not use agentd's peer binding: an agent object without
+// peer_id, signed by the agent key alone (no peer_signature), with or
+// without seq, issued_at and ttl_seconds (seed 000 defines none of the
+// four). Such a record is Unbound. Only the places seed 000 lets such an
+// agent register call it: a registry's POST /agents, its WebSocket
+// binding, the LAN. A record with a peer_id is checked exactly as
+// ParseAnnounce checks it.
+func ParseAnnounceUnbound(b []byte) (*SignedAgent, bool, error) { return parseAnnounce(b, true) }
+
+func parseAnnounce(b []byte, unbound bool) (*SignedAgent, bool, error) {
 	if len(b) > MaxMessageBytes {
 		return nil, false, fmt.Errorf("%w: announce is %d bytes, limit %d", ErrTooLarge, len(b), MaxMessageBytes)
 	}
@@ -196,7 +281,7 @@ func ParseAnnounce(b []byte) (*SignedAgent, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	sa, err := fromAnnounce(a, true)
+	sa, err := fromAnnounce(a, true, unbound)
 	if err != nil {
 		return nil, false, err
 	}
@@ -239,7 +324,8 @@ func FromStored(protocolVersion string, agent []byte, signature, peerSignature s
 	if err := json.Unmarshal(sa.Canonical, &sa.Agent); err != nil {
 		return nil, jsonFieldErr("agent", err)
 	}
-	if err := sa.Agent.Validate(); err != nil {
+	// A registry or the LAN may have cached a record without peer binding.
+	if err := sa.validate(sa.Agent.PeerID == "" && peerSignature == ""); err != nil {
 		return nil, err
 	}
 	var err error
@@ -258,11 +344,16 @@ func FromStored(protocolVersion string, agent []byte, signature, peerSignature s
 
 // FromAnnounce builds a SignedAgent from an already decoded Announce whose
 // version was checked.
-func FromAnnounce(a Announce) (*SignedAgent, error) { return fromAnnounce(a, false) }
+func FromAnnounce(a Announce) (*SignedAgent, error) { return fromAnnounce(a, false, false) }
+
+// FromAnnounceUnbound is FromAnnounce that also accepts a record without
+// peer binding (see ParseAnnounceUnbound).
+func FromAnnounceUnbound(a Announce) (*SignedAgent, error) { return fromAnnounce(a, false, true) }
 
 // fromAnnounce is FromAnnounce; canonical says a.Agent is already in RFC
-// 8785 form (it was cut from a canonical document).
-func fromAnnounce(a Announce, canonical bool) (*SignedAgent, error) {
+// 8785 form (it was cut from a canonical document); unbound allows a
+// record without peer_id and peer_signature.
+func fromAnnounce(a Announce, canonical, unbound bool) (*SignedAgent, error) {
 	if len(a.Agent) == 0 || string(a.Agent) == "null" {
 		return nil, fieldErr("agent", "is required")
 	}
@@ -283,7 +374,7 @@ func fromAnnounce(a Announce, canonical bool) (*SignedAgent, error) {
 	if err := requireEndpoint(canon); err != nil {
 		return nil, err
 	}
-	if err := sa.Agent.Validate(); err != nil {
+	if err := sa.validate(unbound && sa.Agent.PeerID == "" && a.PeerSignature == ""); err != nil {
 		return nil, err
 	}
 	var err error

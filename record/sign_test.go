@@ -2,10 +2,17 @@ package record
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
+	"math/big"
+	"strings"
 	"testing"
 	"time"
 )
@@ -204,5 +211,103 @@ func TestExpiry(t *testing.T) {
 	a.IssuedAt = "garbage"
 	if !a.Issued().IsZero() {
 		t.Fatal("unparseable issued_at gives a time")
+	}
+}
+
+// unboundAnnounce is a seed-000 Announce as an implementation of seed 000
+// alone writes it: no peer_id, peer_signature, seq, issued_at or
+// ttl_seconds, signed by the agent key; highS picks the high-S twin of
+// the signature.
+func unboundAnnounce(t testing.TB, highS bool) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := map[string]any{
+		"agent_id":     "3cde1b52-1fc2-4f7b-8d8c-5e3e6f5c9c1d",
+		"capabilities": map[string]any{"task-manager": "1.4", "metrics": "2.0"},
+		"public_key":   string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})),
+		"transport":    map[string]any{"type": "tcp", "endpoint": "10.0.0.12:9000"},
+		"metadata":     map[string]any{"__os": "linux", "__arch": "amd64"},
+	}
+	raw, _ := json.Marshal(agent)
+	canon, err := CanonicalizeJSON(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.Sum256(canon)
+	r, s, err := ecdsa.Sign(rand.Reader, key, h[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if (s.Cmp(halfOrder(key.Curve)) > 0) != highS {
+		s = new(big.Int).Sub(key.Curve.Params().N, s)
+	}
+	sig, err := marshalDERSignature(r, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := json.Marshal(map[string]any{"protocol_version": "v1.0", "agent": json.RawMessage(canon), "signature": base64.StdEncoding.EncodeToString(sig)})
+	return out
+}
+
+func TestParseAnnounceUnbound(t *testing.T) {
+	for _, highS := range []bool{false, true} {
+		msg := unboundAnnounce(t, highS)
+		if _, _, err := ParseAnnounce(msg); err == nil || !strings.Contains(err.Error(), "peer_id") {
+			t.Fatalf("the strict parser accepted a record without peer_id: %v", err)
+		}
+		sa, _, err := ParseAnnounceUnbound(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sa.Unbound() || sa.Agent.Seq != 0 || sa.Agent.IssuedAt != "" {
+			t.Fatalf("%+v", sa.Agent)
+		}
+		// A high S is refused until stamping rewrites it to its twin.
+		if err := sa.VerifySignatures(); (err == nil) == highS {
+			t.Fatalf("highS %v: %v", highS, err)
+		}
+		now := time.Date(2026, 11, 26, 5, 0, 0, 0, time.UTC)
+		st, err := sa.StampUnbound(now, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.VerifySignatures(); err != nil {
+			t.Fatalf("stamped record: %v", err)
+		}
+		if st.Agent.Seq != uint64(now.UnixMilli()) || st.Agent.TTLSeconds != 3600 || st.Agent.Issued() != now || !bytes.Equal(st.Canonical, sa.Canonical) {
+			t.Fatalf("%+v", st.Agent)
+		}
+		if sa.Agent.Seq != 0 {
+			t.Fatal("StampUnbound changed its receiver")
+		}
+		// Tampering with the object breaks the signature.
+		bad := *st
+		bad.Canonical = bytes.Replace(bad.Canonical, []byte("metrics"), []byte("metricz"), 1)
+		if err := bad.VerifySignatures(); err == nil {
+			t.Fatal("tampered object verifies")
+		}
+	}
+	// A peer_signature without a peer_id, or a peer_id without its
+	// peer_signature's record fields, is not an unbound record.
+	var m map[string]any
+	_ = json.Unmarshal(unboundAnnounce(t, false), &m)
+	m["peer_signature"] = m["signature"]
+	b, _ := json.Marshal(m)
+	if _, _, err := ParseAnnounceUnbound(b); err == nil {
+		t.Fatal("peer_signature without peer_id accepted")
+	}
+	_ = json.Unmarshal(unboundAnnounce(t, false), &m)
+	delete(m, "peer_signature")
+	m["agent"].(map[string]any)["peer_id"] = "12D3KooWBqD3FpaTVwqLxU3FkP2UQrjdCVrpj5oxZ2w7qeLPDhDV"
+	b, _ = json.Marshal(m)
+	if _, _, err := ParseAnnounceUnbound(b); err == nil || !strings.Contains(err.Error(), "seq") {
+		t.Fatalf("a bound record without seq: %v", err)
 	}
 }

@@ -68,6 +68,27 @@ func (a *Agent) Validate() error { return a.validate(true) }
 // issued_at and ttl_seconds. When one of them is set it must be valid.
 func (a *Agent) ValidateContent() error { return a.validate(false) }
 
+// ValidateUnbound checks a record without agentd's peer binding: a seed-000
+// agent object signed by its agent key alone (see SignedAgent.Unbound).
+// peer_id must be absent; seq, issued_at and ttl_seconds, which seed 000
+// does not define, may be absent and are checked when present; every other
+// field is checked as Validate does.
+func (a *Agent) ValidateUnbound() error {
+	if a.PeerID != "" {
+		return fieldErr("peer_id", "must be absent in a record without peer binding")
+	}
+	if err := a.validate(false); err != nil {
+		return err
+	}
+	if a.AgentID == "" {
+		return fieldErr("agent_id", "is required")
+	}
+	if a.PublicKey == "" {
+		return fieldErr("public_key", "is required")
+	}
+	return nil
+}
+
 func (a *Agent) validate(complete bool) error {
 	if a.AgentID == "" {
 		if complete {

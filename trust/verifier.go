@@ -72,6 +72,10 @@ const (
 	// usable (no CRL number, issuer without cRLSign, …), so revocation
 	// cannot be decided; agentd fails closed.
 	ReasonRevocationUnknown Reason = "revocation_unknown"
+	// ReasonUnbound: a record without peer binding (seed 000's agent
+	// object signed by the agent key alone) where only bound records are
+	// accepted: from another peer over gossip, sync, the DHT or a fetch.
+	ReasonUnbound Reason = "unbound"
 )
 
 // RejectError is returned by every Verifier method that refuses its input.
@@ -335,6 +339,12 @@ type VerifyOptions struct {
 	From peer.ID
 	// AllowExpired accepts a record past issued_at+ttl (for stale answers).
 	AllowExpired bool
+	// AllowUnbound accepts a record without peer binding
+	// (record.SignedAgent.Unbound), verified by its agent signature alone;
+	// it must have been stamped (StampUnbound). Only where seed 000 lets
+	// such an agent register: a registry's POST /agents and WebSocket, the
+	// LAN. From must be empty then: no peer vouches for the record.
+	AllowUnbound bool
 }
 
 // Allowed reports whether the policy admits agentID at all: under the
@@ -351,6 +361,9 @@ func (v *Verifier) Allowed(agentID string) bool {
 // chain) and the key pinned for its agent_id. On success under the open
 // policy the key is pinned if it was not yet.
 func (v *Verifier) VerifyAgent(sa *record.SignedAgent, opts VerifyOptions) error {
+	if sa.Unbound() && (!opts.AllowUnbound || opts.From != "") {
+		return reject(ReasonUnbound, "the record has no peer_id: a record without peer binding is accepted only by a registry (POST /agents, its WebSocket) or on the LAN, never from another peer").field("peer_id")
+	}
 	if err := v.verifySignatures(sa); err != nil {
 		return &RejectError{Reason: ReasonOf(err), Detail: err.Error()}
 	}

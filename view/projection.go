@@ -153,7 +153,8 @@ func (p *projection) lookup(c string) []Provider {
 	return out
 }
 
-// rank orders providers: by health, then round-robin across peers (the
+// rank orders providers: by health, bound records before unbound ones
+// (no peer_id), then round-robin across peers (the
 // record's peer_id; peers in the order of their best provider), each
 // peer's providers by confidence_hint. confidence_hint is a claim the
 // agent makes about itself: it orders a peer's own providers and decides
@@ -162,7 +163,9 @@ func (p *projection) lookup(c string) []Provider {
 func rank(ps []Provider) {
 	byConfidence(ps)
 	copy(ps, roundRobin(ps,
-		func(a, b Provider) bool { return a.Status.Rank() == b.Status.Rank() },
+		func(a, b Provider) bool {
+			return a.Status.Rank() == b.Status.Rank() && (a.PeerID == "") == (b.PeerID == "")
+		},
 		func(p Provider) string { return p.PeerID }))
 }
 
@@ -170,6 +173,13 @@ func byConfidence(ps []Provider) {
 	slices.SortFunc(ps, func(a, b Provider) int {
 		if r := a.Status.Rank() - b.Status.Rank(); r != 0 {
 			return r
+		}
+		if (a.PeerID == "") != (b.PeerID == "") {
+			// Without peer binding (an unbound record): after the bound.
+			if b.PeerID == "" {
+				return -1
+			}
+			return 1
 		}
 		if a.Confidence != b.Confidence {
 			if a.Confidence > b.Confidence {

@@ -20,6 +20,7 @@
 package view
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -85,6 +86,11 @@ type Config struct {
 	// 1024) bounds the remote agents of all peers of one prefix.
 	PrefixOf           func(peerID string) string
 	MaxAgentsPerPrefix int
+	// MaxUnbound bounds the agents without peer binding
+	// (record.SignedAgent.Unbound: seed-000 agents that registered with a
+	// registry or announced on the LAN) in the live view together
+	// (default 4096); they count under no peer.
+	MaxUnbound int
 }
 
 func (c *Config) defaults() {
@@ -115,6 +121,9 @@ func (c *Config) defaults() {
 	if c.MaxAgentsPerPrefix <= 0 {
 		c.MaxAgentsPerPrefix = DefaultMaxAgentsPerPrefix
 	}
+	if c.MaxUnbound <= 0 {
+		c.MaxUnbound = DefaultMaxUnbound
+	}
 	if c.MaxInterval == nil {
 		hb := c.HeartbeatInterval
 		c.MaxInterval = func() time.Duration { return 12 * hb }
@@ -126,6 +135,7 @@ const (
 	DefaultMaxAgentsPerPeer   = 256
 	DefaultMaxAgentsPerPrefix = 1024
 	DefaultMaxPending         = 1024
+	DefaultMaxUnbound         = 4096
 )
 
 // clampInterval bounds a sender's claimed heartbeat interval (see
@@ -318,6 +328,13 @@ func (v *View) CheckAnnounce(sa *record.SignedAgent) error {
 
 // quotaLocked refuses a new remote agent of a peer at its quota.
 func (v *View) quotaLocked(peerID string) error {
+	if peerID == "" {
+		if n := v.perPeer[""]; n >= v.cfg.MaxUnbound {
+			return &trust.RejectError{Reason: trust.ReasonPeerQuota,
+				Detail: fmt.Sprintf("the live view already has %d agents without peer binding, the most it may have", n)}
+		}
+		return nil
+	}
 	if n := v.perPeer[peerID]; n >= v.cfg.MaxAgentsPerPeer {
 		return &trust.RejectError{Reason: trust.ReasonPeerQuota,
 			Detail: fmt.Sprintf("peer %s already has %d agents in the live view, the most one peer may have", record.Truncate(peerID, 64), n)}
@@ -471,7 +488,7 @@ func (v *View) vetted(peerID string) bool {
 }
 
 func (v *View) prefixOf(peerID string) string {
-	if v.cfg.PrefixOf == nil {
+	if v.cfg.PrefixOf == nil || peerID == "" {
 		return ""
 	}
 	return v.cfg.PrefixOf(peerID)
@@ -550,7 +567,9 @@ func (v *View) LiveRecords(limit int, keep func(*record.Agent) bool) []LiveRecor
 			if len(out) >= limit {
 				return out
 			}
-			if s.local != local || (keep != nil && !keep(&s.rec.Agent)) {
+			// A record without peer binding is never forwarded: the peer
+			// it reached would refuse it (trust.ReasonUnbound).
+			if s.local != local || s.rec.Unbound() || (keep != nil && !keep(&s.rec.Agent)) {
 				continue
 			}
 			lr := LiveRecord{Record: s.rec, Interval: s.interval}
@@ -570,6 +589,26 @@ func (v *View) LiveRecords(limit int, keep func(*record.Agent) bool) []LiveRecor
 // record is not news (stale seq, tombstoned, hosted here).
 func (v *View) Learn(sa *record.SignedAgent, src store.Source, live bool) error {
 	return v.learn(sa, src, live)
+}
+
+// LearnUnbound applies a verified record without peer binding
+// (record.SignedAgent.Unbound, stamped by StampUnbound) that its agent
+// announced to this node: through a registry's POST /agents or WebSocket,
+// or on the LAN. It lives while the agent re-announces it (each
+// announcement proves life as a heartbeat does) and is never forwarded.
+// An announcement whose agent object is byte for byte the one held only
+// refreshes it, so a re-announcing agent causes no update events and no
+// cache writes. A bound record of the same agent is not replaced.
+func (v *View) LearnUnbound(sa *record.SignedAgent, src store.Source) error {
+	if !sa.Unbound() {
+		return fmt.Errorf("view: LearnUnbound of a record bound to peer %s", sa.Agent.PeerID)
+	}
+	v.mu.Lock()
+	if s := v.agents[sa.Agent.AgentID]; s != nil && !s.local && s.rec.Unbound() && bytes.Equal(s.rec.Canonical, sa.Canonical) {
+		sa = s.rec
+	}
+	v.mu.Unlock()
+	return v.learnHeard(sa, src, true, 0, 0)
 }
 
 func (v *View) learn(sa *record.SignedAgent, src store.Source, live bool) error {
@@ -639,11 +678,18 @@ func (v *View) learnHeard(sa *record.SignedAgent, src store.Source, live bool, a
 	case s != nil && s.local:
 		v.mu.Unlock()
 		return replay("agent %s is hosted by this node", a.AgentID)
-	case s != nil && a.Seq < s.rec.Agent.Seq:
+	case s != nil && sa.Unbound() && !s.rec.Unbound():
+		held := s.rec.Agent.PeerID
+		v.mu.Unlock()
+		return &trust.RejectError{Reason: trust.ReasonUnbound,
+			Detail: fmt.Sprintf("agent %s is live with a record bound to peer %s; a record without peer binding does not replace it", a.AgentID, held)}
+	case s != nil && a.Seq < s.rec.Agent.Seq && !(s.rec.Unbound() && !sa.Unbound()):
+		// (A bound record replaces an unbound one whatever their seqs:
+		// the unbound one's was stamped by the receiving node.)
 		held := s.rec.Agent.Seq
 		v.mu.Unlock()
 		return replay("record seq %d of %s is older than %d", a.Seq, a.AgentID, held)
-	case s != nil && a.Seq == s.rec.Agent.Seq:
+	case s != nil && a.Seq == s.rec.Agent.Seq && sa.Unbound() == s.rec.Unbound():
 		// Same record again (another path, a refetch): it proves life.
 		if heard.After(s.lastHeard) {
 			s.lastHeard = heard
@@ -1110,8 +1156,9 @@ const idRelevance = 1e6
 
 // rankAgents orders query answers so that no peer's claims can crowd the others
 // out of a limited answer (docs/protocol.md, "Ranking"): local agents
-// first, then by status (HEALTHY, DEGRADED, MAINTENANCE, UNHEALTHY), and
-// within a status round-robin across origin peers (the records' peer_id):
+// first, then by status (HEALTHY, DEGRADED, MAINTENANCE, UNHEALTHY), records
+// with peer binding before those without (record.SignedAgent.Unbound: no
+// peer vouches that it hosts them), and within that round-robin across origin peers (the records' peer_id):
 // each round takes one agent of every peer, peers with the longest history
 // in this view first, each peer's agents oldest first. An agent's claims
 // about itself (confidence_hint, its count of agents) play no part.
@@ -1126,6 +1173,12 @@ func rankAgents(as []Agent) []Agent {
 		if r := a.Status.Rank() - b.Status.Rank(); r != 0 {
 			return r
 		}
+		if a.Record.Unbound() != b.Record.Unbound() {
+			if b.Record.Unbound() {
+				return -1
+			}
+			return 1
+		}
 		if c := cmp.Compare(b.Relevance, a.Relevance); c != 0 {
 			return c
 		}
@@ -1136,7 +1189,7 @@ func rankAgents(as []Agent) []Agent {
 	})
 	return roundRobin(as,
 		func(a, b Agent) bool {
-			return a.Local == b.Local && a.Status.Rank() == b.Status.Rank() && a.Relevance == b.Relevance
+			return a.Local == b.Local && a.Status.Rank() == b.Status.Rank() && a.Record.Unbound() == b.Record.Unbound() && a.Relevance == b.Relevance
 		},
 		func(a Agent) string { return a.Record.Agent.PeerID })
 }

@@ -465,6 +465,10 @@ func newLAN(cfg config.Config, id *trust.Identity, n *node.Node, m *metrics.Metr
 				log.Debug("LAN record not applied", "agent", sa.Agent.AgentID, "err", err)
 			}
 		},
+		LearnUnbound: func(sa *record.SignedAgent) error {
+			_, err := n.LearnUnbound(sa, store.SourceLAN)
+			return err
+		},
 		Forget: func(agentID string) { v.Forget(agentID, "LAN_GOODBYE") },
 		Status: v.SetStatus,
 		Resolve: func(ctx context.Context, agentID string) (*record.SignedAgent, error) {
