@@ -58,11 +58,11 @@ func (l *LAN) Discover(ctx context.Context, f store.Filter) (signed []*record.Si
 	if l.udp != nil && l.sock(mechUDP) != nil && !c.full() {
 		l.discoverUDP(ctx, f, c)
 	}
-	if len(l.udpKey()) > 0 {
-		for _, a := range l.foreign.agents(time.Now(), l.cfg.UDP.Timeout.D()) {
-			if m.Matches(a) {
-				foreign = append(foreign, a)
-			}
+	// Skills of other implementations: HMAC-authenticated, or proven by a
+	// certificate challenge (challenge.go).
+	for _, a := range l.foreign.agents(time.Now(), l.cfg.UDP.Timeout.D()) {
+		if m.Matches(a) {
+			foreign = append(foreign, a)
 		}
 	}
 	return c.list(), foreign, nil

@@ -60,6 +60,11 @@ func FuzzUDPDatagram(f *testing.F) {
 		"SKILL_REGISTER_ACK:agent-001;SUCCESS;registered; ok;1707868800000",
 		"SKILL_UNREGISTER:agent-001;skill-org-feishu;SHUTDOWN;1707868800000;",
 		"SKILL_STATUS:3cde1b52-1fc2-4f7b-8d8c-5e3e6f5c9c1d;s;DEGRADED;1707868800000;MEUCIQDxxx",
+		"SKILL_REGISTER:agent-001;skill-x;1.0.0;tool-skill;10.0.0.2:8080;translate;;1707868800000;bm90IHJlYWxseSBERVI=;MEUCIQDxxx",
+		"CHALLENGE_RESPONSE:agent-001;skill-x;0123456789abcdef0123456789abcdef;1707868800002;MEUCIQD",
+		"JOIN_SCENE:agent-001;skill-x;auth;1707868800004;MEUCIQD",
+		"SKILL_UNREGISTER_ACK:agent-001;skill-x;SUCCESS;unregistered;1707868800003",
+		"JOIN_SCENE_RESPONSE:agent-001;auth;group-auth;SUCCESS;agent-001|skill-x|10.0.0.2:8080;1707868800005",
 		"garbage",
 	} {
 		f.Add([]byte(s))

@@ -61,6 +61,9 @@ type Deps struct {
 	// verifies and learns it (node.Node.LearnUnbound). Nil ignores such
 	// announcements.
 	LearnUnbound func(sa *record.SignedAgent) error
+	// SceneMembers lists the skills of a scene in the node's live view
+	// (agentId, skillId, endpoint), for JOIN_SCENE_RESPONSE. May be nil.
+	SceneMembers func(scene string) []record.SceneMember
 	// Forget reports an agent that left the LAN: a verified
 	// SKILL_UNREGISTER or an mDNS goodbye.
 	Forget func(agentID string)

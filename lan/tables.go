@@ -1,6 +1,7 @@
 package lan
 
 import (
+	"crypto/ecdsa"
 	"net/netip"
 	"slices"
 	"sync"
@@ -271,10 +272,13 @@ type foreignTable struct {
 	mu  sync.Mutex
 	max int
 	m   map[foreignKey]*foreignSkill
+	// keys are the ECDSA keys certificate challenges proved, by agentId
+	// (challenge.go).
+	keys map[string]*ecdsa.PublicKey
 }
 
 func newForeignTable(max int) *foreignTable {
-	return &foreignTable{max: max, m: map[foreignKey]*foreignSkill{}}
+	return &foreignTable{max: max, m: map[foreignKey]*foreignSkill{}, keys: map[string]*ecdsa.PublicKey{}}
 }
 
 // apply records an HMAC-verified message and reports whether it was news

@@ -46,11 +46,15 @@ type udpProto struct {
 	lastTS  int64
 	waiters map[*waiter]struct{}
 	acks    map[ackKey]time.Time
+	// challenges are the certificate registrations waiting for their
+	// CHALLENGE_RESPONSE (seed 001 §10.3), by agent and skill.
+	challenges map[foreignKey]*challenge
 }
 
 type ackKey struct {
 	agent string
 	st    record.AckStatus
+	typ   record.SkillMsgType // the acknowledgement's type ("" for SKILL_REGISTER_ACK)
 }
 
 // waiter is one Discover call collecting responses.
@@ -71,6 +75,8 @@ func newUDPProto(l *LAN) *udpProto {
 		logs:    newLimiter(0.1, 3),
 		waiters: map[*waiter]struct{}{},
 		acks:    map[ackKey]time.Time{},
+
+		challenges: map[foreignKey]*challenge{},
 	}
 	if l.cfg.UDP.HMACKey != "" {
 		u.hmacKey = []byte(l.cfg.UDP.HMACKey)
@@ -122,11 +128,19 @@ func (u *udpProto) handle(b []byte, src netip.AddrPort, now time.Time) {
 		if id, ok := registerAgentID(b); ok && !l.hosted.has(id) {
 			u.ack(id, record.AckInvalid, err.Error(), now)
 		}
+		if id, skill, ok := unregisterIDs(b); ok && !l.hosted.has(id) {
+			u.unregisterAck(id, skill, record.AckInvalid, err.Error(), now)
+		}
 		return
 	}
 	switch msg.Type {
-	case record.MsgSkillRegister, record.MsgSkillHeartbeat, record.MsgSkillStatus, record.MsgSkillUnregister:
+	case record.MsgSkillRegister, record.MsgSkillHeartbeat, record.MsgSkillStatus, record.MsgSkillUnregister, record.MsgJoinScene:
 		u.handleSigned(msg, src, now)
+	case record.MsgChallengeResponse:
+		u.handleChallengeResponse(msg, src, now)
+	case record.MsgChallenge, record.MsgSkillUnregisterAck, record.MsgJoinSceneResponse:
+		// Answers to skills; agentd's own agents do not use them.
+		l.count(mechUDP, "response")
 	case record.MsgSkillDiscover:
 		u.handleDiscover(msg, src, now)
 	case record.MsgSkillDiscoverResponse:
@@ -162,16 +176,22 @@ func (u *udpProto) handleSigned(msg *record.SkillMessage, src netip.AddrPort, no
 		}
 		return
 	}
+	if isReg && len(msg.Certificate) > 0 {
+		u.handleCertRegister(msg, src, now)
+		return
+	}
 	switch msg.SignatureKind() {
 	case record.SigNone:
 		l.count(mechUDP, "unsigned")
 		l.reject(mechUDP, trust.ReasonUnsigned)
-		if isReg {
-			u.ack(msg.AgentID, record.AckUnauthorized, msg.SkillID+": unsigned", now)
-		}
+		u.refuse(msg, record.AckUnauthorized, "unsigned", now)
 	case record.SigHMAC:
 		u.handleHMAC(msg, src, now)
 	default:
+		if key := l.foreign.key(msg.AgentID); key != nil {
+			u.handleForeignECDSA(msg, key, src, now)
+			return
+		}
 		u.handleECDSA(msg, src, now)
 	}
 }
@@ -180,47 +200,75 @@ func (u *udpProto) handleSigned(msg *record.SkillMessage, src netip.AddrPort, no
 // with the shared key into the foreign table.
 func (u *udpProto) handleHMAC(msg *record.SkillMessage, src netip.AddrPort, now time.Time) {
 	l := u.l
-	isReg := msg.Type == record.MsgSkillRegister
 	if len(u.hmacKey) == 0 {
 		l.count(mechUDP, "bad_signature")
 		l.reject(mechUDP, trust.ReasonBadSignature)
-		if isReg {
-			u.ack(msg.AgentID, record.AckUnauthorized, msg.SkillID+": HMAC signature but no shared key is configured", now)
-		}
+		u.refuse(msg, record.AckUnauthorized, "HMAC signature but no shared key is configured", now)
 		return
 	}
 	if err := msg.Verify(nil, u.hmacKey); err != nil {
 		l.count(mechUDP, "bad_signature")
 		l.reject(mechUDP, trust.ReasonBadSignature)
 		u.logRefused(src, "bad HMAC", err)
-		if isReg {
-			u.ack(msg.AgentID, record.AckUnauthorized, msg.SkillID+": HMAC signature does not verify", now)
-		}
+		u.refuse(msg, record.AckUnauthorized, "HMAC signature does not verify", now)
 		return
 	}
+	u.applyForeign(msg, src, now)
+}
+
+// applyForeign acts on a verified seed-001 message of another
+// implementation (HMAC, or ECDSA with the key its certificate challenge
+// proved): the foreign table, the acknowledgements, scene joins.
+func (u *udpProto) applyForeign(msg *record.SkillMessage, src netip.AddrPort, now time.Time) {
+	l := u.l
+	isReg := msg.Type == record.MsgSkillRegister
 	if !l.d.Verifier.Allowed(record.ExternalAgentID(ForeignNamespace, msg.AgentID)) {
 		l.count(mechUDP, "not_allowlisted")
 		l.reject(mechUDP, trust.ReasonNotAllowlisted)
-		if isReg {
-			u.ack(msg.AgentID, record.AckUnauthorized, msg.SkillID+": not in the allow-list", now)
-		}
+		u.refuse(msg, record.AckUnauthorized, "not in the allow-list", now)
+		return
+	}
+	if msg.Type == record.MsgJoinScene {
+		u.joinScene(msg, l.foreign.joinScene(msg.AgentID, msg.SkillID, msg.SceneID, now), now)
 		return
 	}
 	l.foreign.mu.Lock()
-	_, known := l.foreign.m[foreignKey{msg.AgentID, msg.SkillID}]
-	wasGone := known && l.foreign.m[foreignKey{msg.AgentID, msg.SkillID}].gone
+	f, known := l.foreign.m[foreignKey{msg.AgentID, msg.SkillID}]
+	wasGone := known && f.gone
 	l.foreign.mu.Unlock()
 	if !l.foreign.apply(msg, src.Addr(), now) {
 		l.count(mechUDP, "replay")
-		if isReg {
+		switch {
+		case isReg:
 			u.ack(msg.AgentID, record.AckDuplicate, msg.SkillID+": already registered", now)
+		case msg.Type == record.MsgSkillUnregister && (!known || now.UnixMilli() < msg.Timestamp):
+			u.unregisterAck(msg.AgentID, msg.SkillID, record.AckNotFound, "not registered", now)
+		case msg.Type == record.MsgSkillUnregister && wasGone:
+			u.unregisterAck(msg.AgentID, msg.SkillID, record.AckSuccess, "unregistered", now)
 		}
 		return
 	}
 	l.count(mechUDP, "foreign")
-	if isReg && (!known || wasGone) {
+	switch {
+	case isReg && (!known || wasGone):
 		u.ack(msg.AgentID, record.AckSuccess, msg.SkillID+": registered", now)
 		l.reannounce()
+	case msg.Type == record.MsgSkillUnregister:
+		u.unregisterAck(msg.AgentID, msg.SkillID, record.AckSuccess, "unregistered", now)
+	}
+}
+
+// refuse answers a refused signed message: SKILL_REGISTER_ACK,
+// SKILL_UNREGISTER_ACK or JOIN_SCENE_RESPONSE with st; heartbeats and
+// statuses get no answer.
+func (u *udpProto) refuse(msg *record.SkillMessage, st record.AckStatus, why string, now time.Time) {
+	switch msg.Type {
+	case record.MsgSkillRegister:
+		u.ack(msg.AgentID, st, msg.SkillID+": "+why, now)
+	case record.MsgSkillUnregister:
+		u.unregisterAck(msg.AgentID, msg.SkillID, st, why, now)
+	case record.MsgJoinScene:
+		u.sendJoin(msg, st, nil, now)
 	}
 }
 
@@ -228,17 +276,19 @@ func (u *udpProto) handleHMAC(msg *record.SkillMessage, src netip.AddrPort, now 
 // agent, or holds it while the agent's record is obtained.
 func (u *udpProto) handleECDSA(msg *record.SkillMessage, src netip.AddrPort, now time.Time) {
 	l := u.l
-	isReg := msg.Type == record.MsgSkillRegister
 	if !l.d.Verifier.Allowed(msg.AgentID) {
 		l.count(mechUDP, "not_allowlisted")
 		l.reject(mechUDP, trust.ReasonNotAllowlisted)
-		if isReg {
-			u.ack(msg.AgentID, record.AckUnauthorized, msg.SkillID+": not in the allow-list", now)
-		}
+		u.refuse(msg, record.AckUnauthorized, "not in the allow-list", now)
 		return
 	}
 	keys := l.d.Verifier.AcceptedKeys(msg.AgentID)
 	if len(keys) == 0 {
+		if msg.Type == record.MsgJoinScene {
+			// An agentd agent joins by its record's scenes; nothing to hold.
+			u.sendJoin(msg, record.AckNotFound, nil, now)
+			return
+		}
 		u.holdUnknown(msg, src, now)
 		return
 	}
@@ -246,9 +296,15 @@ func (u *udpProto) handleECDSA(msg *record.SkillMessage, src netip.AddrPort, now
 		l.count(mechUDP, "bad_signature")
 		l.reject(mechUDP, trust.ReasonBadSignature)
 		u.logRefused(src, "bad signature", err)
-		if isReg {
-			u.ack(msg.AgentID, record.AckUnauthorized, msg.SkillID+": signature does not verify with the agent's key", now)
+		u.refuse(msg, record.AckUnauthorized, "signature does not verify with the agent's key", now)
+		return
+	}
+	if msg.Type == record.MsgJoinScene {
+		st := record.AckNotFound
+		if l.agents.offers(msg.AgentID, msg.SkillID) {
+			st = record.AckSuccess
 		}
+		u.joinScene(msg, st, now)
 		return
 	}
 	u.apply(msg, src, now)
@@ -264,8 +320,11 @@ func (u *udpProto) apply(msg *record.SkillMessage, src netip.AddrPort, now time.
 	if !e.fresh(msg.SkillID, msg.Type, msg.Timestamp) {
 		t.mu.Unlock()
 		l.count(mechUDP, "replay")
-		if msg.Type == record.MsgSkillRegister {
+		switch msg.Type {
+		case record.MsgSkillRegister:
 			u.ack(msg.AgentID, record.AckDuplicate, msg.SkillID+": already registered", now)
+		case record.MsgSkillUnregister:
+			u.unregisterAck(msg.AgentID, msg.SkillID, record.AckSuccess, "unregistered", now)
 		}
 		return
 	}
@@ -278,6 +337,7 @@ func (u *udpProto) apply(msg *record.SkillMessage, src netip.AddrPort, now time.
 		clear(e.acked)
 		t.mu.Unlock()
 		l.count(mechUDP, "unregister")
+		u.unregisterAck(msg.AgentID, msg.SkillID, record.AckSuccess, "unregistered", now)
 		if !wasGone {
 			l.log.Debug("agent unregistered on the LAN", "agent", msg.AgentID, "reason", msg.Reason, "src", src)
 			l.forget(msg.AgentID)
@@ -361,9 +421,7 @@ func (u *udpProto) holdUnknown(msg *record.SkillMessage, src netip.AddrPort, now
 		// Not an agentd agent id: nothing can resolve its key.
 		l.count(mechUDP, "unknown_key")
 		l.reject(mechUDP, trust.ReasonUnknownKey)
-		if msg.Type == record.MsgSkillRegister {
-			u.ack(msg.AgentID, record.AckUnauthorized, msg.SkillID+": ECDSA signature from an unknown agent", now)
-		}
+		u.refuse(msg, record.AckUnauthorized, "ECDSA signature from an unknown agent: register with a certificate first (SKILL_REGISTER with {certificate}, then answer the CHALLENGE)", now)
 		return
 	}
 	t := l.agents
@@ -737,11 +795,23 @@ func (u *udpProto) ack(agentID string, st record.AckStatus, text string, now tim
 	if !record.ValidIdent(agentID) {
 		return
 	}
-	k := ackKey{agentID, st}
+	if !u.ackDue(ackKey{agent: agentID, st: st}, now) {
+		return
+	}
+	m := record.SkillMessage{Type: record.MsgSkillRegisterAck, AgentID: agentID, Ack: st,
+		Message: ackText(text), Timestamp: u.nextTS()}
+	if u.send(&m) {
+		u.l.count(mechUDP, "ack_sent_"+strings.ToLower(string(st)))
+	}
+}
+
+// ackDue reports whether the answer k may be sent now (at most one per
+// second per agent, type and status) and records it.
+func (u *udpProto) ackDue(k ackKey, now time.Time) bool {
 	u.mu.Lock()
 	if t, ok := u.acks[k]; ok && now.Sub(t) < time.Second {
 		u.mu.Unlock()
-		return
+		return false
 	}
 	if len(u.acks) >= maxSources {
 		for kk, t := range u.acks {
@@ -751,16 +821,12 @@ func (u *udpProto) ack(agentID string, st record.AckStatus, text string, now tim
 		}
 		if len(u.acks) >= maxSources {
 			u.mu.Unlock()
-			return
+			return false
 		}
 	}
 	u.acks[k] = now
 	u.mu.Unlock()
-	m := record.SkillMessage{Type: record.MsgSkillRegisterAck, AgentID: agentID, Ack: st,
-		Message: ackText(text), Timestamp: u.nextTS()}
-	if u.send(&m) {
-		u.l.count(mechUDP, "ack_sent_"+strings.ToLower(string(st)))
-	}
+	return true
 }
 
 // ackText makes a free-text acknowledgement message safe for the text

@@ -26,6 +26,24 @@ import (
 //	SKILL_HEARTBEAT:{agentId};{skillId};{status};{timestamp};{signature}
 //	SKILL_STATUS:{agentId};{skillId};{status};{timestamp};{signature}
 //
+// and, for what seed 001 names without a layout (§2.2, §9.2, §10.3),
+// agentd's layouts in the same style:
+//
+//	SKILL_REGISTER:{agentId};{skillId};{version};{skillType};{endpoint};{capabilities};{scenes};{timestamp};{certificate};{signature}
+//	CHALLENGE:{agentId};{skillId};{nonce};{timestamp}
+//	CHALLENGE_RESPONSE:{agentId};{skillId};{nonce};{timestamp};{signature}
+//	SKILL_UNREGISTER_ACK:{agentId};{skillId};{status};{message};{timestamp}
+//	JOIN_SCENE:{agentId};{skillId};{sceneId};{timestamp};{signature}
+//	JOIN_SCENE_RESPONSE:{agentId};{sceneId};{groupId};{status};{members};{timestamp}
+//
+// The ten-field SKILL_REGISTER is the registration "with certificate" of
+// §10.3: {certificate} is the X.509 chain, leaf first, each certificate
+// the standard base64 of its DER, joined by ','. The receiver answers a
+// CHALLENGE with a fresh {nonce} (32 lowercase hex digits); the skill
+// answers with a CHALLENGE_RESPONSE signed by the certificate's key. In a
+// JOIN_SCENE_RESPONSE each member is agentId|skillId|endpoint and the
+// members are joined by ','.
+//
 // SKILL_STATUS is named by seed 001 §5.2 without a layout; agentd gives it
 // the heartbeat's. In a discovery response each skill is
 // skillId|version|endpoint|capabilities|scenes and the skills are joined by
@@ -52,11 +70,23 @@ const (
 	MsgSkillStatus           SkillMsgType = "SKILL_STATUS"
 )
 
+// The messages seed 001 names in its flows without a layout: the
+// certificate challenge (§10.3), the unregistration acknowledgement
+// (§9.2) and joining a scene (§2.2).
+const (
+	MsgChallenge          SkillMsgType = "CHALLENGE"
+	MsgChallengeResponse  SkillMsgType = "CHALLENGE_RESPONSE"
+	MsgSkillUnregisterAck SkillMsgType = "SKILL_UNREGISTER_ACK"
+	MsgJoinScene          SkillMsgType = "JOIN_SCENE"
+	MsgJoinSceneResponse  SkillMsgType = "JOIN_SCENE_RESPONSE"
+)
+
 // Valid reports whether t is one of the seed-001 message types.
 func (t SkillMsgType) Valid() bool {
 	switch t {
 	case MsgSkillRegister, MsgSkillRegisterAck, MsgSkillUnregister, MsgSkillDiscover,
-		MsgSkillDiscoverResponse, MsgSkillHeartbeat, MsgSkillStatus:
+		MsgSkillDiscoverResponse, MsgSkillHeartbeat, MsgSkillStatus,
+		MsgChallenge, MsgChallengeResponse, MsgSkillUnregisterAck, MsgJoinScene, MsgJoinSceneResponse:
 		return true
 	}
 	return false
@@ -68,7 +98,7 @@ func (t SkillMsgType) Valid() bool {
 // signed registration or record it points to.
 func (t SkillMsgType) Signed() bool {
 	switch t {
-	case MsgSkillRegister, MsgSkillUnregister, MsgSkillHeartbeat, MsgSkillStatus:
+	case MsgSkillRegister, MsgSkillUnregister, MsgSkillHeartbeat, MsgSkillStatus, MsgChallengeResponse, MsgJoinScene:
 		return true
 	}
 	return false
@@ -83,16 +113,35 @@ const (
 	AckDuplicate    AckStatus = "DUPLICATE"
 	AckInvalid      AckStatus = "INVALID"
 	AckUnauthorized AckStatus = "UNAUTHORIZED"
+	// AckNotFound answers an unregistration or a scene join of a skill
+	// the receiver does not hold (SKILL_UNREGISTER_ACK,
+	// JOIN_SCENE_RESPONSE; not SKILL_REGISTER_ACK).
+	AckNotFound AckStatus = "NOT_FOUND"
 )
 
-// Valid reports whether s is one of the seed-001 acknowledgement statuses.
+// Valid reports whether s is one of the acknowledgement statuses.
 func (s AckStatus) Valid() bool {
 	switch s {
-	case AckSuccess, AckDuplicate, AckInvalid, AckUnauthorized:
+	case AckSuccess, AckDuplicate, AckInvalid, AckUnauthorized, AckNotFound:
 		return true
 	}
 	return false
 }
+
+// SceneMember is one member of a JOIN_SCENE_RESPONSE.
+type SceneMember struct {
+	AgentID  string
+	SkillID  string
+	Endpoint string
+}
+
+// Limits of the certificate form of SKILL_REGISTER.
+const (
+	// MaxSkillCertificates bounds the chain a SKILL_REGISTER carries.
+	MaxSkillCertificates = 4
+	// MaxSceneMembers bounds the members of one JOIN_SCENE_RESPONSE.
+	MaxSceneMembers = 64
+)
 
 // Limits of the text messages.
 const (
@@ -147,6 +196,16 @@ type SkillMessage struct {
 	Reason UnregisterReason
 	// Skills are the SKILL_DISCOVER_RESPONSE entries.
 	Skills []SkillEntry
+	// Certificate is the X.509 chain of a SKILL_REGISTER with
+	// certificate (§10.3): the base64 DER of each, leaf first.
+	Certificate []string
+	// Nonce is the CHALLENGE and CHALLENGE_RESPONSE nonce.
+	Nonce string
+	// SceneID is the JOIN_SCENE and JOIN_SCENE_RESPONSE scene; GroupID,
+	// Members and Ack the response's group, members and status.
+	SceneID string
+	GroupID string
+	Members []SceneMember
 	// Timestamp is epoch milliseconds.
 	Timestamp int64
 	// Signature is the opaque signature field of the signed types: base64
@@ -159,6 +218,7 @@ var (
 	timestampRe    = regexp.MustCompile(`^(0|[1-9][0-9]{0,18})$`)
 	skillSigRe     = regexp.MustCompile(`^[A-Za-z0-9+/=._-]*$`)
 	hmacSigRe      = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	nonceRe        = regexp.MustCompile(`^[0-9a-f]{32}$`)
 	skillFieldSeps = ";|,"
 )
 
@@ -197,11 +257,65 @@ func ParseSkillMessage(line string) (*SkillMessage, error) {
 		MsgSkillHeartbeat:  5,
 		MsgSkillStatus:     5,
 	}
+	want[MsgChallenge], want[MsgChallengeResponse], want[MsgJoinScene], want[MsgJoinSceneResponse] = 4, 5, 5, 6
+	if m.Type == MsgSkillRegister && len(f) == 10 {
+		// The certificate form (§10.3).
+		var err error
+		if m.Certificate, err = parseList(f[8], "certificate"); err != nil {
+			return nil, err
+		}
+		if len(m.Certificate) == 0 {
+			return nil, fieldErr("certificate", "is empty")
+		}
+		f = append(f[:8], f[9])
+	}
 	if n, fixed := want[m.Type]; fixed && len(f) != n {
 		return nil, fieldErr("payload", "%s has %d ';'-separated fields, want %d", m.Type, len(f), n)
 	}
 	var err error
 	switch m.Type {
+	case MsgChallenge, MsgChallengeResponse:
+		m.AgentID, m.SkillID, m.Nonce = f[0], f[1], f[2]
+		if m.Timestamp, err = parseTimestamp(f[3]); err != nil {
+			return nil, err
+		}
+		if m.Type == MsgChallengeResponse {
+			m.Signature = f[4]
+		}
+	case MsgJoinScene:
+		m.AgentID, m.SkillID, m.SceneID = f[0], f[1], f[2]
+		if m.Timestamp, err = parseTimestamp(f[3]); err != nil {
+			return nil, err
+		}
+		m.Signature = f[4]
+	case MsgJoinSceneResponse:
+		m.AgentID, m.SceneID, m.GroupID, m.Ack = f[0], f[1], f[2], AckStatus(f[3])
+		members, err := parseList(f[4], "members")
+		if err != nil {
+			return nil, err
+		}
+		if len(members) > MaxSceneMembers {
+			return nil, fieldErr("members", "has %d members, more than %d", len(members), MaxSceneMembers)
+		}
+		for i, mem := range members {
+			p := strings.Split(mem, "|")
+			if len(p) != 3 {
+				return nil, fieldErr(fmt.Sprintf("members[%d]", i), "has %d '|'-separated fields, want 3 (agentId|skillId|endpoint)", len(p))
+			}
+			m.Members = append(m.Members, SceneMember{AgentID: p[0], SkillID: p[1], Endpoint: p[2]})
+		}
+		if m.Timestamp, err = parseTimestamp(f[5]); err != nil {
+			return nil, err
+		}
+	case MsgSkillUnregisterAck:
+		if len(f) < 5 {
+			return nil, fieldErr("payload", "%s has %d ';'-separated fields, want at least 5", m.Type, len(f))
+		}
+		m.AgentID, m.SkillID, m.Ack = f[0], f[1], AckStatus(f[2])
+		m.Message = strings.Join(f[3:len(f)-1], ";")
+		if m.Timestamp, err = parseTimestamp(f[len(f)-1]); err != nil {
+			return nil, err
+		}
 	case MsgSkillRegister:
 		m.AgentID, m.SkillID, m.Version, m.SkillType, m.Endpoint = f[0], f[1], f[2], SkillType(f[3]), f[4]
 		if m.Capabilities, err = parseList(f[5], "capabilities"); err != nil {
@@ -351,7 +465,8 @@ func (m *SkillMessage) Validate() error {
 		return err
 	}
 	switch m.Type {
-	case MsgSkillRegister, MsgSkillUnregister, MsgSkillHeartbeat, MsgSkillStatus:
+	case MsgSkillRegister, MsgSkillUnregister, MsgSkillHeartbeat, MsgSkillStatus,
+		MsgChallenge, MsgChallengeResponse, MsgSkillUnregisterAck, MsgJoinScene:
 		if !ValidIdent(m.SkillID) {
 			return fieldErr("skillId", "%q must match %s and be 1-%d bytes", trunc(m.SkillID), identRe, MaxIDLen)
 		}
@@ -376,8 +491,56 @@ func (m *SkillMessage) Validate() error {
 		if err := checkIdentList("scenes", m.Scenes, MaxScenesPerSkill); err != nil {
 			return err
 		}
+		if len(m.Certificate) > MaxSkillCertificates {
+			return fieldErr("certificate", "has %d certificates, more than %d", len(m.Certificate), MaxSkillCertificates)
+		}
+		for i, c := range m.Certificate {
+			if len(c) > 4*MaxCertificateBytes/3 {
+				return fieldErr(fmt.Sprintf("certificate[%d]", i), "is longer than %d bytes", 4*MaxCertificateBytes/3)
+			}
+			if _, err := DecodeBase64(c); err != nil {
+				return fieldErr(fmt.Sprintf("certificate[%d]", i), "is %v", err)
+			}
+		}
+	case MsgChallenge, MsgChallengeResponse:
+		if !nonceRe.MatchString(m.Nonce) {
+			return fieldErr("nonce", "must be 32 lowercase hex digits")
+		}
+	case MsgJoinScene:
+		if !ValidIdent(m.SceneID) {
+			return fieldErr("sceneId", "%q must match %s and be 1-%d bytes", trunc(m.SceneID), identRe, MaxIDLen)
+		}
+	case MsgJoinSceneResponse:
+		if !ValidIdent(m.SceneID) {
+			return fieldErr("sceneId", "%q must match %s and be 1-%d bytes", trunc(m.SceneID), identRe, MaxIDLen)
+		}
+		if m.GroupID != "" && !ValidIdent(m.GroupID) {
+			return fieldErr("groupId", "%q must match %s and be at most %d bytes", trunc(m.GroupID), identRe, MaxIDLen)
+		}
+		if m.Ack != AckSuccess && m.Ack != AckNotFound && m.Ack != AckUnauthorized && m.Ack != AckInvalid {
+			return fieldErr("status", "%q is not one of SUCCESS, NOT_FOUND, UNAUTHORIZED, INVALID", trunc(string(m.Ack)))
+		}
+		if len(m.Members) > MaxSceneMembers {
+			return fieldErr("members", "has %d members, more than %d", len(m.Members), MaxSceneMembers)
+		}
+		for i, mem := range m.Members {
+			path := fmt.Sprintf("members[%d]", i)
+			if !ValidIdent(mem.AgentID) || !ValidIdent(mem.SkillID) {
+				return fieldErr(path, "agentId and skillId must match %s and be 1-%d bytes", identRe, MaxIDLen)
+			}
+			if err := checkTextEndpoint(path+".endpoint", mem.Endpoint); err != nil {
+				return err
+			}
+		}
+	case MsgSkillUnregisterAck:
+		if m.Ack != AckSuccess && m.Ack != AckNotFound && m.Ack != AckUnauthorized && m.Ack != AckInvalid {
+			return fieldErr("status", "%q is not one of SUCCESS, NOT_FOUND, UNAUTHORIZED, INVALID", trunc(string(m.Ack)))
+		}
+		if len(m.Message) > MaxTextLen || !Printable(m.Message) {
+			return fieldErr("message", "must be printable UTF-8 of at most %d bytes", MaxTextLen)
+		}
 	case MsgSkillRegisterAck:
-		if !m.Ack.Valid() {
+		if !m.Ack.Valid() || m.Ack == AckNotFound {
 			return fieldErr("status", "%q is not one of SUCCESS, DUPLICATE, INVALID, UNAUTHORIZED", trunc(string(m.Ack)))
 		}
 		if len(m.Message) > MaxTextLen || !Printable(m.Message) {
@@ -423,13 +586,18 @@ func (m *SkillMessage) Validate() error {
 // check refuses a message that sets a field its type cannot carry, so that
 // nothing set by the caller is silently dropped by Format.
 var skillFieldUse = map[SkillMsgType]map[string]bool{
-	MsgSkillRegister:         {"skillId": true, "version": true, "skillType": true, "endpoint": true, "capabilities": true, "scenes": true},
+	MsgSkillRegister:         {"skillId": true, "version": true, "skillType": true, "endpoint": true, "capabilities": true, "scenes": true, "certificate": true},
 	MsgSkillRegisterAck:      {"status": true, "message": true},
 	MsgSkillUnregister:       {"skillId": true, "reason": true},
 	MsgSkillDiscover:         {"capabilityFilter": true, "sceneFilter": true, "typeFilter": true},
 	MsgSkillDiscoverResponse: {"skills": true},
 	MsgSkillHeartbeat:        {"skillId": true, "status": true},
 	MsgSkillStatus:           {"skillId": true, "status": true},
+	MsgChallenge:             {"skillId": true, "nonce": true},
+	MsgChallengeResponse:     {"skillId": true, "nonce": true},
+	MsgSkillUnregisterAck:    {"skillId": true, "status": true, "message": true},
+	MsgJoinScene:             {"skillId": true, "sceneId": true},
+	MsgJoinSceneResponse:     {"sceneId": true, "groupId": true, "status": true, "members": true},
 }
 
 func (m *SkillMessage) checkUnused(uses func(string) bool) error {
@@ -450,16 +618,22 @@ func (m *SkillMessage) checkUnused(uses func(string) bool) error {
 		{"message", m.Message != ""},
 		{"reason", m.Reason != ""},
 		{"skills", len(m.Skills) > 0},
+		{"certificate", len(m.Certificate) > 0},
+		{"nonce", m.Nonce != ""},
+		{"sceneId", m.SceneID != ""},
+		{"groupId", m.GroupID != ""},
+		{"members", len(m.Members) > 0},
 	}
 	for _, s := range set {
 		if s.set && !uses(s.name) {
 			return fieldErr(s.name, "%s has no %s field", m.Type, s.name)
 		}
 	}
-	if m.Ack != "" && m.Type != MsgSkillRegisterAck {
+	acks := m.Type == MsgSkillRegisterAck || m.Type == MsgSkillUnregisterAck || m.Type == MsgJoinSceneResponse
+	if m.Ack != "" && !acks {
 		return fieldErr("status", "%s carries a health status, not an acknowledgement status", m.Type)
 	}
-	if m.Status != "" && m.Type == MsgSkillRegisterAck {
+	if m.Status != "" && acks {
 		return fieldErr("status", "%s carries an acknowledgement status (Ack), not a health status", m.Type)
 	}
 	return nil
@@ -552,6 +726,21 @@ func (m *SkillMessage) body() (string, error) {
 	case MsgSkillRegister:
 		f = []string{m.AgentID, m.SkillID, m.Version, string(m.SkillType), m.Endpoint,
 			strings.Join(m.Capabilities, ","), strings.Join(m.Scenes, ","), ts}
+		if len(m.Certificate) > 0 {
+			f = append(f, strings.Join(m.Certificate, ","))
+		}
+	case MsgChallenge, MsgChallengeResponse:
+		f = []string{m.AgentID, m.SkillID, m.Nonce, ts}
+	case MsgJoinScene:
+		f = []string{m.AgentID, m.SkillID, m.SceneID, ts}
+	case MsgJoinSceneResponse:
+		members := make([]string, len(m.Members))
+		for i, mem := range m.Members {
+			members[i] = mem.AgentID + "|" + mem.SkillID + "|" + mem.Endpoint
+		}
+		f = []string{m.AgentID, m.SceneID, m.GroupID, string(m.Ack), strings.Join(members, ","), ts}
+	case MsgSkillUnregisterAck:
+		f = []string{m.AgentID, m.SkillID, string(m.Ack), m.Message, ts}
 	case MsgSkillRegisterAck:
 		f = []string{m.AgentID, string(m.Ack), m.Message, ts}
 	case MsgSkillUnregister:

@@ -2,6 +2,7 @@ package record
 
 import (
 	"crypto/ecdsa"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
@@ -110,7 +111,7 @@ func TestSkillMessageRejects(t *testing.T) {
 		{"unknown type", "SKILL_JOIN:a;b", "type"},
 		{"lower-case type", strings.Replace(reg, "SKILL_REGISTER", "skill_register", 1), "type"},
 		{"too few fields", "SKILL_HEARTBEAT:a;s;HEALTHY;5", "payload"},
-		{"too many fields", reg + ";extra", "payload"},
+		{"too many fields", reg + ";extra;more", "payload"},
 		{"discover with signature", "SKILL_DISCOVER:agent-002;a;b;tool-skill;5;sig", "payload"},
 		{"bad skill type", strings.Replace(reg, "enterprise-skill", "plugin-skill", 1), "skillType"},
 		{"bad semver", strings.Replace(reg, "0.7.0", "0.7", 1), "version"},
@@ -353,5 +354,77 @@ func TestPackDiscoverResponse(t *testing.T) {
 	}
 	if _, err := PackDiscoverResponse("r", []SkillEntry{huge}, 1); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("oversize entry: %v", err)
+	}
+}
+
+// The layouts agentd gives the messages seed 001 names without one (§2.2,
+// §9.2, §10.3) parse back to what Format wrote, and their fields are
+// checked.
+func TestSkillMessageChallengeSceneAndUnregisterAck(t *testing.T) {
+	cert := base64.StdEncoding.EncodeToString([]byte("not really DER, only base64"))
+	good := []string{
+		"SKILL_REGISTER:agent-001;skill-org-feishu;0.7.0;enterprise-skill;192.168.1.100:8080;org-data-read,user-auth;auth;1707868800000;" + cert + "," + cert + ";MEUCIQD",
+		"CHALLENGE:agent-001;skill-org-feishu;0123456789abcdef0123456789abcdef;1707868800001",
+		"CHALLENGE_RESPONSE:agent-001;skill-org-feishu;0123456789abcdef0123456789abcdef;1707868800002;MEUCIQD",
+		"SKILL_UNREGISTER_ACK:agent-001;skill-org-feishu;SUCCESS;unregistered; bye;1707868800003",
+		"SKILL_UNREGISTER_ACK:agent-001;skill-org-feishu;NOT_FOUND;;1707868800003",
+		"JOIN_SCENE:agent-001;skill-org-feishu;auth;1707868800004;MEUCIQD",
+		"JOIN_SCENE_RESPONSE:agent-001;auth;group-auth;SUCCESS;agent-001|skill-org-feishu|192.168.1.100:8080,agent-002|skill-org-dingding|;1707868800005",
+		"JOIN_SCENE_RESPONSE:agent-001;auth;group-auth;NOT_FOUND;;1707868800005",
+	}
+	for _, line := range good {
+		m, err := ParseSkillMessage(line)
+		if err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		out, err := m.Format()
+		if err != nil || out != line {
+			t.Fatalf("Format(Parse(x)) = %q, %v; want %q", out, err, line)
+		}
+	}
+	m, _ := ParseSkillMessage(good[0])
+	if len(m.Certificate) != 2 || m.Signature != "MEUCIQD" {
+		t.Fatalf("%+v", m)
+	}
+	if text, _ := m.SignedText(); !strings.HasSuffix(text, ";"+cert+","+cert) {
+		t.Fatalf("the signature must cover the certificate: %q", text)
+	}
+	m, _ = ParseSkillMessage(good[6])
+	if len(m.Members) != 2 || m.Members[1] != (SceneMember{AgentID: "agent-002", SkillID: "skill-org-dingding"}) {
+		t.Fatalf("%+v", m.Members)
+	}
+	bad := map[string]string{
+		"CHALLENGE:agent-001;skill-org-feishu;0123;1":                                                       "nonce",
+		"CHALLENGE:agent-001;skill-org-feishu;0123456789ABCDEF0123456789ABCDEF;1":                           "nonce",
+		"JOIN_SCENE_RESPONSE:agent-001;auth;group-auth;SUCCESS;agent-001|skill;1":                           "members[0]",
+		"JOIN_SCENE_RESPONSE:agent-001;auth;group-auth;DUPLICATE;;1":                                        "status",
+		"SKILL_REGISTER_ACK:agent-001;NOT_FOUND;x;1":                                                        "status",
+		"SKILL_UNREGISTER_ACK:agent-001;skill-x;DUPLICATE;x;1":                                              "status",
+		"SKILL_REGISTER:agent-001;s;0.7.0;tool-skill;h:1;c;;1;!!!;MEUC":                                     "certificate[0]",
+		"JOIN_SCENE:agent-001;skill-org-feishu;no scene;1;MEUC":                                             "sceneId",
+		"SKILL_REGISTER:agent-001;s;0.7.0;tool-skill;h:1;c;;1;" + strings.Repeat(cert+",", 5) + cert + ";M": "certificate",
+	}
+	for line, field := range bad {
+		_, err := ParseSkillMessage(line)
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != field {
+			t.Errorf("%s: %v, want a %s error", line, err, field)
+		}
+	}
+}
+
+// The HMAC example of docs/lan.md ("HMAC-signed messages"), so that
+// another implementation can check its own against it.
+func TestHMACDocumentedVector(t *testing.T) {
+	const line = "SKILL_REGISTER:agent-001;skill-org-feishu;0.7.0;enterprise-skill;192.168.1.100:8080;org-data-read,user-auth;auth;1707868800000"
+	m, err := ParseSkillMessage(line + ";6c40a8ad0485de46324fd40f11aedc965684bf4e8f50dec11e8990fc9cbdbea2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text, _ := m.SignedText(); text != line {
+		t.Fatalf("signed text %q", text)
+	}
+	if err := m.Verify(nil, []byte("s3cret")); err != nil {
+		t.Fatalf("the documented HMAC does not verify: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package trust
 
 import (
 	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/binary"
@@ -645,4 +646,55 @@ func fingerprintPEM(s string) string {
 func sameKey(pemKey string, k *ecdsa.PublicKey) bool {
 	p, err := record.ParsePublicKeyPEM(pemKey)
 	return err == nil && p.Equal(k)
+}
+
+// HasChain reports whether a certificate trust store is configured.
+func (v *Verifier) HasChain() bool { return v.cfg.Chain != nil }
+
+// VerifySkillCertificate decides the certificate a seed-001 skill of
+// another implementation presents with a SKILL_REGISTER (seed 001 §10.2,
+// §10.3): chain is the leaf first, then intermediates. With a certificate
+// trust store configured, the chain must lead to one of its roots,
+// unrevoked, and the leaf must name the agent (urn:agentd:agent:<agentID>,
+// an "Agent Certificate") or the skill (urn:agentd:skill:<skillID>, a
+// "Skill Certificate"). Without one, the certificate cannot be checked:
+// under the open and allowlist policies its key is taken as the agent's own
+// (as a record's self-signature is; the caller pins it, first key seen),
+// and the ca policy refuses it. The caller checks the allow-list. It
+// returns the leaf's ECDSA key, which the caller then challenges.
+func (v *Verifier) VerifySkillCertificate(chain []*x509.Certificate, agentID, skillID string) (*ecdsa.PublicKey, error) {
+	if len(chain) == 0 {
+		return nil, reject(ReasonNoCertificate, "no certificate presented")
+	}
+	key, ok := chain[0].PublicKey.(*ecdsa.PublicKey)
+	if !ok || key.Curve != elliptic.P256() {
+		return nil, reject(ReasonBadCertificate, "the leaf certificate's key is not ECDSA P-256")
+	}
+	now := v.cfg.Now()
+	switch {
+	case v.cfg.Chain == nil && v.cfg.Policy == PolicyCA:
+		return nil, reject(ReasonNoCertificate, "policy ca needs a certificate trust store to check skill certificates against")
+	case v.cfg.Chain == nil:
+		if now.Before(chain[0].NotBefore) || now.After(chain[0].NotAfter) {
+			return nil, reject(ReasonExpired, "certificate is valid from %s to %s", chain[0].NotBefore.UTC().Format(time.RFC3339), chain[0].NotAfter.UTC().Format(time.RFC3339))
+		}
+		return key, nil
+	}
+	if s, ok := v.cfg.Chain.(*Store); ok {
+		_, err := s.Check(chain, CertCheck{Now: now, Key: key, AgentID: agentID})
+		if ReasonOf(err) == ReasonNameMismatch {
+			_, err = s.Check(chain, CertCheck{Now: now, Key: key, SkillID: skillID})
+		}
+		if err != nil {
+			return nil, err
+		}
+		return key, nil
+	}
+	if err := v.cfg.Chain.VerifyChain(chain, key, agentID, now); err != nil {
+		if ReasonOf(err) == "" || ReasonOf(err) == ReasonMalformed {
+			return nil, reject(ReasonUnknownIssuer, "%v", err)
+		}
+		return nil, err
+	}
+	return key, nil
 }

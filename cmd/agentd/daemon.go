@@ -469,6 +469,18 @@ func newLAN(cfg config.Config, id *trust.Identity, n *node.Node, m *metrics.Metr
 			_, err := n.LearnUnbound(sa, store.SourceLAN)
 			return err
 		},
+		SceneMembers: func(scene string) []record.SceneMember {
+			var out []record.SceneMember
+			for _, a := range v.SceneMembers(scene) {
+				ag := &a.Record.Agent
+				for i := range ag.Skills {
+					if slices.Contains(ag.Skills[i].Scenes, scene) {
+						out = append(out, record.SceneMember{AgentID: ag.AgentID, SkillID: ag.Skills[i].SkillID, Endpoint: record.SkillEntriesFromAgent(ag)[i].Endpoint})
+					}
+				}
+			}
+			return out
+		},
 		Forget: func(agentID string) { v.Forget(agentID, "LAN_GOODBYE") },
 		Status: v.SetStatus,
 		Resolve: func(ctx context.Context, agentID string) (*record.SignedAgent, error) {
