@@ -32,7 +32,11 @@ var (
 // content again is coalesced (the existing record is returned).
 func (n *Node) Register(ctx context.Context, a *record.Agent) (*record.SignedAgent, error) {
 	if a.AgentID == "" {
-		a.AgentID = n.id.AgentID
+		id, err := n.defaultAgentID(a.AgentName)
+		if err != nil {
+			return nil, err
+		}
+		a.AgentID = id
 	}
 	unlock := n.lockAgent(a.AgentID)
 	defer unlock()
@@ -56,6 +60,34 @@ func (n *Node) Register(ctx context.Context, a *record.Agent) (*record.SignedAge
 	}
 	n.ver.NoteSigned(sa)
 	return n.host_(ctx, sa)
+}
+
+// defaultAgentID chooses the agent_id of an unsigned registration that
+// names none. The first agent a node hosts gets the node's own agent_id;
+// a registration with the same agent_name is that agent again (an update).
+// Another agent_name gets its own stable id, derived from the node's
+// agent_id and the name (record.ExternalAgentID("agentd-node:"+node
+// agent_id, name)), so that two specs registered on one node are two
+// agents and registering either again updates it: a second spec never
+// silently replaces the first. A second agent without a name is refused:
+// nothing tells it apart from the next one.
+func (n *Node) defaultAgentID(name string) (string, error) {
+	own := n.id.AgentID
+	derived := record.ExternalAgentID("agentd-node:"+own, name)
+	if name != "" {
+		if _, ok := n.hostedRecord(derived); ok {
+			return derived, nil
+		}
+	}
+	cur, ok := n.hostedRecord(own)
+	if !ok || cur.Agent.AgentName == name {
+		return own, nil
+	}
+	if name == "" {
+		return "", &trust.RejectError{Reason: trust.ReasonKeyMismatch, Detail: fmt.Sprintf(
+			"this node already hosts agent %s (%q) under its default agent_id; give this agent an agent_name (it then gets an agent_id of its own) or an agent_id", own, cur.Agent.AgentName)}
+	}
+	return derived, nil
 }
 
 // RegisterSigned hosts a record its agent signed with its own key: the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -500,6 +501,65 @@ func TestCrashedPeerLeavesAtOnce(t *testing.T) {
 		synctest.Wait()
 		if _, ok := live(tn.nodes[0].Node, sa.Agent.AgentID); ok {
 			t.Fatal("a neighbour's sync brought the crashed agent back")
+		}
+	})
+}
+
+// Two specs registered on one node without agent_id are two agents: the
+// first takes the node's agent_id, another agent_name gets a stable id of
+// its own, and registering either again updates it. A second agent
+// without a name is refused with a message saying what to do.
+func TestSecondSpecGetsItsOwnAgentID(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn := newNet(t, 1, Config{})
+		n := tn.nodes[0].Node
+		ctx := context.Background()
+		a := spec("skill-a", "cap-a")
+		a.AgentName = "alpha"
+		sa, err := n.Register(ctx, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sa.Agent.AgentID != n.id.AgentID {
+			t.Fatalf("first agent %s, want the node's %s", sa.Agent.AgentID, n.id.AgentID)
+		}
+		if err := n.SetStatus(ctx, sa.Agent.AgentID, record.StatusDegraded); err != nil {
+			t.Fatal(err)
+		}
+		b := spec("skill-b", "cap-b")
+		b.AgentName = "beta"
+		sb, err := n.Register(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.Agent.AgentID == sa.Agent.AgentID {
+			t.Fatal("the second spec replaced the first")
+		}
+		if got, ok := n.View().Get(sb.Agent.AgentID); !ok || got.Status == record.StatusDegraded {
+			t.Fatalf("second agent %+v: must not inherit the first one's status", got)
+		}
+		if _, ok := n.View().Get(sa.Agent.AgentID); !ok {
+			t.Fatal("the first agent is gone")
+		}
+		// Registering either again updates it.
+		b2 := spec("skill-b", "cap-b", "cap-b2")
+		b2.AgentName = "beta"
+		sb2, err := n.Register(ctx, b2)
+		if err != nil || sb2.Agent.AgentID != sb.Agent.AgentID || sb2.Agent.Seq <= sb.Agent.Seq {
+			t.Fatalf("%v %+v", err, sb2)
+		}
+		a2 := spec("skill-a", "cap-a", "cap-a2")
+		a2.AgentName = "alpha"
+		if sa2, err := n.Register(ctx, a2); err != nil || sa2.Agent.AgentID != n.id.AgentID {
+			t.Fatalf("%v %+v", err, sa2)
+		}
+		// Without a name there is nothing to tell a second agent apart.
+		_, err = n.Register(ctx, spec("skill-c", "cap-c"))
+		if err == nil || !strings.Contains(err.Error(), "agent_name") {
+			t.Fatalf("nameless second agent: %v", err)
+		}
+		if len(n.View().Locals()) != 2 {
+			t.Fatalf("%d hosted agents, want 2", len(n.View().Locals()))
 		}
 	})
 }

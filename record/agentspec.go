@@ -202,6 +202,27 @@ func nodeErr(n *yaml.Node, field, format string, args ...any) error {
 	return &SourceError{Line: n.Line, Err: fieldErr(field, format, args...)}
 }
 
+var (
+	specCapabilityType = reflect.TypeOf(SpecCapability{})
+	capabilityType     = reflect.TypeOf(Capability{})
+)
+
+// yamlKind names a node's kind for error messages.
+func yamlKind(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if isNull(n) {
+			return "null"
+		}
+		return fmt.Sprintf("the text %q", trunc(n.Value))
+	case yaml.MappingNode:
+		return "a mapping"
+	}
+	return "empty"
+}
+
 func isNull(n *yaml.Node) bool {
 	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
 }
@@ -244,8 +265,22 @@ func (d *specDecoder) decode(n *yaml.Node, v reflect.Value, path string) error {
 		v.Set(p)
 		return nil
 	case reflect.Struct:
+		if n.Kind == yaml.ScalarNode && !isNull(n) && (t == specCapabilityType || t == capabilityType) {
+			// The short form seed 001 writes: a capability by its id alone
+			// (capabilities: [org-data-read, user-auth]).
+			f := "Name"
+			if t == capabilityType {
+				f = "ID"
+			}
+			v.Set(reflect.Zero(t))
+			v.FieldByName(f).SetString(n.Value)
+			return nil
+		}
 		if n.Kind != yaml.MappingNode {
-			return nodeErr(n, path, "must be a mapping")
+			if path == "" {
+				return nodeErr(n, path, "this is not an agent description: an AgentSpec is a YAML mapping of members (agent_type: …, version: …, capabilities: …), and this document is %s", yamlKind(n))
+			}
+			return nodeErr(n, path, "must be a mapping, not %s", yamlKind(n))
 		}
 		fields := JSONFields(t)
 		seen := map[string]int{}

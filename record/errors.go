@@ -56,7 +56,12 @@ type FieldError struct {
 	Reason string // human-readable reason
 }
 
-func (e *FieldError) Error() string { return fmt.Sprintf("%s: %s", e.Field, e.Reason) }
+func (e *FieldError) Error() string {
+	if e.Field == "" {
+		return e.Reason
+	}
+	return fmt.Sprintf("%s: %s", e.Field, e.Reason)
+}
 
 // Unwrap makes FieldError match ErrMalformed.
 func (e *FieldError) Unwrap() error { return ErrMalformed }

@@ -2,6 +2,7 @@ package record
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -93,5 +94,53 @@ func TestLoadAgentFileErrors(t *testing.T) {
 				wantField(t, err, c.field)
 			}
 		})
+	}
+}
+
+// A file that is not a mapping says so in words, with the path as given
+// and no empty field name ("hostname:1: : must be a mapping" before).
+func TestLoadAgentFileNotAMapping(t *testing.T) {
+	for data, kind := range map[string]string{"vm\n": `the text "vm"`, "- a\n- b\n": "a list"} {
+		_, err := LoadAgentFile("/etc/hostname", []byte(data))
+		msg := fmt.Sprint(err)
+		if !strings.HasPrefix(msg, "/etc/hostname:1: this is not an agent description") || !strings.Contains(msg, kind) || strings.Contains(msg, ": :") {
+			t.Errorf("%q: %s", data, msg)
+		}
+	}
+}
+
+// Capabilities written as a list of ids, the way seed 001 writes them, are
+// the short form of the capability mapping: in an AgentSpec's
+// capabilities and in a skill's.
+func TestAgentSpecShortFormCapabilities(t *testing.T) {
+	a, err := LoadAgentFile("a.yaml", []byte(`agent_type: hr
+version: 1.0.0
+endpoint: 10.0.0.9:8080
+capabilities: [org-data-read, user-auth]
+skills:
+  - skill_id: skill-org-feishu
+    version: 0.7.0
+    skill_type: enterprise-skill
+    capabilities: [org-data-read, {id: user-auth, version: "2.0"}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, s := range a.Skills {
+		ids = append(ids, s.SkillID+":"+strings.Join(s.CapabilityIDs(), ","))
+	}
+	_, hasRead := a.Capabilities["org-data-read"]
+	_, hasAuth := a.Capabilities["user-auth"]
+	if len(a.Skills) != 2 || !hasRead || !hasAuth {
+		t.Fatalf("skills %v capabilities %v", ids, a.Capabilities)
+	}
+	if sk, _ := a.Skill("skill-org-feishu"); len(sk.Capabilities) != 2 || sk.Capabilities[1].Version != "2.0" {
+		t.Fatalf("%+v", sk)
+	}
+	for _, bad := range []string{"capabilities: [[a]]", "capabilities: [~]"} {
+		if _, err := LoadAgentFile("a.yaml", []byte("agent_type: hr\nversion: 1.0.0\nendpoint: h:1\n"+bad+"\n")); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
 	}
 }

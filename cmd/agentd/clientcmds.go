@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -68,7 +67,8 @@ func clientCommands() []*cli.Command {
 				"network. " + fileFormats + "\n" +
 				"A signed Announce (with signature, as `agentd record sign` prints it, or signed by the\n" +
 				"agent's own key for this daemon's peer id) is sent as is; anything else is signed by\n" +
-				"the daemon (agent_id defaults to the daemon's own). Registering the same content\n" +
+				"the daemon: without agent_id the daemon's first agent gets the daemon's own, another\n" +
+				"agent_name an agent_id of its own (docs/protocol.md). Registering the same content\n" +
 				"again changes nothing. " + clientAPIHelp,
 			Flags: daemonClientFlags(
 				&cli.StringFlag{Name: cfFile, Aliases: []string{"f"}, Usage: "agent `FILE` (- reads standard input)"},
@@ -260,7 +260,7 @@ func clientRegister(c *cli.Context) error {
 			return err
 		}
 	} else {
-		a, err := record.LoadAgentFile(filepath.Base(name), data)
+		a, err := record.LoadAgentFile(displayName(name), data)
 		if err != nil {
 			return err
 		}
