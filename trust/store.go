@@ -269,6 +269,13 @@ type CertCheck struct {
 	// SkillID, when set, must be named by the leaf (urn:agentd:skill:<id>,
 	// or the CN).
 	SkillID string
+	// Usage is the extended key usage the leaf must state explicitly (one
+	// of them); nil means clientAuth, an agent or skill certificate's. An
+	// empty, non-nil list requires none.
+	Usage []x509.ExtKeyUsage
+	// DNSName, when set, must be a name the leaf is valid for (checked as
+	// crypto/x509 checks a server's name).
+	DNSName string
 }
 
 // Check verifies chain[0] for agentd use, with chain[1:] as extra
@@ -313,7 +320,12 @@ func (s *Store) check(chain []*x509.Certificate, c CertCheck) ([]*x509.Certifica
 		return nil, nil, reject(ReasonNameMismatch, "certificate %s does not name skill %s (it names %s)", certLabel(leaf), c.SkillID, describeNames(leaf))
 	}
 	sn := s.snap.Load()
-	path, err := s.verifyPath(sn, leaf, chain[1:], agentPolicy(now, sn.maxInter))
+	p := agentPolicy(now, sn.maxInter)
+	if c.Usage != nil {
+		p.ekus = c.Usage
+	}
+	p.dnsName = c.DNSName
+	path, err := s.verifyPath(sn, leaf, chain[1:], p)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -329,7 +341,7 @@ type pathPolicy struct {
 	ekus []x509.ExtKeyUsage
 	// leafKU: when the leaf has a keyUsage extension it must have these bits.
 	leafKU           x509.KeyUsage
-	dnsName          string // checked by crypto/x509 when set (tests only)
+	dnsName          string // checked by crypto/x509 when set (CertCheck.DNSName)
 	maxIntermediates int    // < 0: unlimited
 	checkRevocation  bool
 }
@@ -442,7 +454,7 @@ func checkEKU(ch []*x509.Certificate, want []x509.ExtKeyUsage) error {
 		}
 	}
 	if !found {
-		return reject(ReasonBadCertificate, "certificate %s does not carry the extended key usage %s (an agent certificate must state it explicitly)", certLabel(leaf), ekuNames(want))
+		return reject(ReasonBadCertificate, "certificate %s does not carry the extended key usage %s (it must state it explicitly; an agent certificate's is clientAuth, and `agentd trust verify --usage` checks another)", certLabel(leaf), ekuNames(want))
 	}
 	for _, c := range ch[1:] {
 		if len(c.ExtKeyUsage) == 0 && len(c.UnknownExtKeyUsage) == 0 {
@@ -652,6 +664,10 @@ func classify(err error, sn *snapshot, leaf *x509.Certificate, extra []*x509.Cer
 			return re
 		}
 		return reject(ReasonUnknownIssuer, "certificate %s does not chain to a configured root (issuer %q)", certLabel(leaf), leaf.Issuer.String())
+	}
+	var hn x509.HostnameError
+	if errors.As(err, &hn) {
+		return reject(ReasonNameMismatch, "%v", err)
 	}
 	var uce x509.UnhandledCriticalExtension
 	if errors.As(err, &uce) {

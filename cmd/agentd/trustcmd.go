@@ -20,6 +20,7 @@ const (
 	flagRevokedSerial = "revoked-serial"
 	flagKey           = "key"
 	flagAt            = "at"
+	flagUsage         = "usage"
 )
 
 // trustCommand is `agentd trust`: the certificate trust decision, offline.
@@ -37,11 +38,15 @@ func trustCommand() *cli.Command {
 					"CA certificates (the form of a record's certificate field; - reads standard\n" +
 					"input). It is checked as the daemon checks a record's certificate: a path to a\n" +
 					"root (expiry, key usage, path length, name constraints), not a CA, extended key\n" +
-					"usage clientAuth, not revoked by a CRL or the revoked-serial list, and, when\n" +
-					"given, that it certifies --key and names --agent-id (or --skill).\n\n" +
+					"usage clientAuth (--usage names another: a server certificate is serverAuth),\n" +
+					"not revoked by a CRL or the revoked-serial list, and, when given, that it\n" +
+					"certifies --key, names --agent-id (or --skill) and is valid for the DNS name\n" +
+					"--name. Flags go before CERT.\n\n" +
 					"The trust store comes from the flags, else from the configuration's trust\n" +
 					"section (trust.roots, trust.intermediates, trust.crls, trust.revokedSerials).\n" +
-					"Prints OK, or REJECTED: <reason>: <detail> and exits 1. Reasons: expired,\n" +
+					"Prints OK, or REJECTED: <reason>: <detail> and exits 1; with --json every outcome,\n" +
+					"an error before the verdict included ({\"verdict\":\"ERROR\",\"detail\":…}), is one\n" +
+					"JSON object. Reasons: expired,\n" +
 					"not_yet_valid, unknown_issuer, revoked, revocation_unknown, key_mismatch,\n" +
 					"name_mismatch, bad_certificate, no_certificate.",
 				Flags: withGlobal(
@@ -53,6 +58,8 @@ func trustCommand() *cli.Command {
 					&cli.StringFlag{Name: flagAgentID, Usage: "the agent `ID` the certificate must name"},
 					&cli.StringFlag{Name: flagSkill, Usage: "the skill `ID` the certificate must name"},
 					&cli.StringFlag{Name: flagAt, Usage: "verify at `TIME` (RFC 3339) instead of now"},
+					&cli.StringFlag{Name: flagUsage, Value: "clientAuth", Usage: "the extended key `USAGE` the certificate must state: clientAuth (agent and skill certificates), serverAuth, codeSigning, emailProtection, or any (none required)"},
+					&cli.StringFlag{Name: flagName, Usage: "the DNS `NAME` the certificate must be valid for (a server certificate's host name)"},
 					&cli.BoolFlag{Name: flagJSON, Usage: "print JSON"},
 				),
 				Action: trustVerify,
@@ -69,7 +76,38 @@ type trustVerdict struct {
 	Path    []certInfo `json:"path,omitempty"` // leaf first, root last
 }
 
+// ekuByName are the --usage values.
+var ekuByName = map[string][]x509.ExtKeyUsage{
+	"clientauth":      {x509.ExtKeyUsageClientAuth},
+	"serverauth":      {x509.ExtKeyUsageServerAuth},
+	"codesigning":     {x509.ExtKeyUsageCodeSigning},
+	"emailprotection": {x509.ExtKeyUsageEmailProtection},
+	"any":             {},
+}
+
 func trustVerify(c *cli.Context) error {
+	err := trustVerifyRun(c)
+	if err == nil || err == errReported || !c.Bool(flagJSON) {
+		return err
+	}
+	// --json: one JSON object whatever happened.
+	enc, merr := json.Marshal(trustVerdict{Verdict: "ERROR", Detail: err.Error()})
+	if merr != nil {
+		return err
+	}
+	var out strings.Builder
+	out.Write(append(enc, '\n'))
+	if werr := emit(c.App.Writer, &out); werr != nil {
+		return werr
+	}
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return &usageError{} // exit code 2, the message is in the JSON
+	}
+	return errReported
+}
+
+func trustVerifyRun(c *cli.Context) error {
 	path, err := oneArg(c, "CERT")
 	if err != nil {
 		return err
@@ -94,7 +132,11 @@ func trustVerify(c *cli.Context) error {
 	if len(sc.Roots) == 0 {
 		return usagef("trust verify: no root certificates: pass --roots or set trust.roots in the configuration")
 	}
-	check := trust.CertCheck{AgentID: c.String(flagAgentID), SkillID: c.String(flagSkill)}
+	usage, ok := ekuByName[strings.ToLower(c.String(flagUsage))]
+	if !ok {
+		return usagef("trust verify: --usage %q: one of clientAuth, serverAuth, codeSigning, emailProtection, any", c.String(flagUsage))
+	}
+	check := trust.CertCheck{AgentID: c.String(flagAgentID), SkillID: c.String(flagSkill), Usage: usage, DNSName: c.String(flagName)}
 	if check.AgentID != "" {
 		if err := record.ValidateAgentID(check.AgentID); err != nil {
 			return usagef("trust verify: --agent-id: %v", err)

@@ -1,7 +1,14 @@
 package main
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -190,4 +197,72 @@ func mustReadFile(t *testing.T, p string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// `trust verify --usage` and `--name` check a certificate for another
+// purpose than an agent's (a server's), and --json prints JSON whatever
+// happens, errors before the verdict included.
+func TestTrustVerifyUsageNameAndJSON(t *testing.T) {
+	dir := t.TempDir()
+	rootKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	rootTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "Test Root"}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign}
+	rootDER, err := x509.CreateCertificate(rand.Reader, rootTmpl, rootTmpl, &rootKey.PublicKey, rootKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, _ := x509.ParseCertificate(rootDER)
+	leafKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	leafDER, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "svc.example"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(12 * time.Hour), DNSNames: []string{"svc.example"},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, root, &leafKey.PublicKey, rootKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots, server := filepath.Join(dir, "root.pem"), filepath.Join(dir, "server.pem")
+	if err := os.WriteFile(roots, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: rootDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(server, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leafDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The default usage is an agent certificate's: a server certificate fails.
+	if r := runCLI(t, "", "trust", "verify", "--roots", roots, server); r.code != exitFailed || !strings.Contains(r.stdout, "REJECTED: bad_certificate") || !strings.Contains(r.stdout, "--usage") {
+		t.Fatalf("%+v", r)
+	}
+	mustRun(t, "trust", "verify", "--roots", roots, "--usage", "serverAuth", "--name", "svc.example", server)
+	if r := runCLI(t, "", "trust", "verify", "--roots", roots, "--usage", "serverAuth", "--name", "other.example", server); r.code != exitFailed || !strings.Contains(r.stdout, "REJECTED: name_mismatch") {
+		t.Fatalf("%+v", r)
+	}
+	mustRun(t, "trust", "verify", "--roots", roots, "--usage", "any", server)
+	// Flags after CERT are refused with the rule.
+	if r := runCLI(t, "", "trust", "verify", server, "--roots", roots); r.code != exitUsage || !strings.Contains(r.stderr, "flags go before CERT") {
+		t.Fatalf("%+v", r)
+	}
+	// --json: always one JSON object.
+	for _, tc := range []struct {
+		args    []string
+		code    int
+		verdict string
+	}{
+		{[]string{"--roots", roots, "--usage", "serverAuth", server}, exitOK, "OK"},
+		{[]string{"--roots", roots, server}, exitFailed, "REJECTED"},
+		{[]string{"--roots", filepath.Join(dir, "missing.pem"), server}, exitFailed, "ERROR"},
+		{[]string{"--roots", roots, filepath.Join(dir, "missing.pem")}, exitFailed, "ERROR"},
+		{[]string{"--roots", roots, "--usage", "telepathy", server}, exitUsage, "ERROR"},
+		{[]string{server}, exitUsage, "ERROR"},
+	} {
+		r := runCLI(t, "", append([]string{"trust", "verify", "--json"}, tc.args...)...)
+		var v trustVerdict
+		if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || r.code != tc.code || v.Verdict != tc.verdict {
+			t.Errorf("trust verify --json %v: exit %d, stdout %q (%v); want %d and %s", tc.args, r.code, r.stdout, err, tc.code, tc.verdict)
+		}
+		if tc.verdict == "ERROR" && v.Detail == "" {
+			t.Errorf("%v: ERROR without detail", tc.args)
+		}
+	}
 }
