@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/dht"
+	"github.com/agentd/agentd/internal/testutil"
 	"github.com/agentd/agentd/p2p"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/trust"
@@ -37,10 +38,10 @@ func TestManyAgentsOnOneIP(t *testing.T) {
 		return
 	}
 	if os.Geteuid() != 0 {
-		t.Skip("SKIPPED: the many-agents-on-one-IP test needs root to create a network namespace (ip netns add); run the tests as root to prove the resource-manager configuration")
+		testutil.SkipEnv(t, "SKIPPED: the many-agents-on-one-IP test needs root to create a network namespace (ip netns add); run the tests as root to prove the resource-manager configuration")
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("SKIPPED: the many-agents-on-one-IP test needs the `ip` command (iproute2) to create a network namespace")
+		testutil.SkipEnv(t, "SKIPPED: the many-agents-on-one-IP test needs the `ip` command (iproute2) to create a network namespace")
 	}
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
@@ -53,7 +54,7 @@ func TestManyAgentsOnOneIP(t *testing.T) {
 		return nil
 	}
 	if err := ipCmd("netns", "add", ns); err != nil {
-		t.Skipf("SKIPPED: cannot create a network namespace here (%v); the many-agents-on-one-IP test did not run", err)
+		testutil.SkipEnv(t, "SKIPPED: cannot create a network namespace here (%v); the many-agents-on-one-IP test did not run", err)
 	}
 	t.Cleanup(func() { _ = ipCmd("netns", "del", ns) })
 	for _, args := range [][]string{

@@ -102,7 +102,7 @@ func startAvahi(t *testing.T, ns *netns, iface string) *avahi {
 	t.Helper()
 	for _, bin := range []string{"dbus-daemon", "avahi-daemon", "avahi-browse", "avahi-publish", "unshare"} {
 		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("SKIP (environment): %s is not installed (Debian: apt-get install avahi-daemon avahi-utils dbus); the Avahi interoperability test did not run", bin)
+			testutil.SkipEnv(t, "SKIP (environment): %s is not installed (Debian: apt-get install avahi-daemon avahi-utils dbus); the Avahi interoperability test did not run", bin)
 		}
 	}
 	dir := t.TempDir()
@@ -141,13 +141,13 @@ publish-workstation=no
 	av := &avahi{t: t, ns: ns, env: append(os.Environ(), "DBUS_SYSTEM_BUS_ADDRESS=unix:path="+bus)}
 	dbusLog := av.daemon("dbus-daemon", "dbus-daemon", "--config-file="+filepath.Join(dir, "dbus.conf"), "--nofork", "--nopidfile")
 	if !testutil.Within(10*time.Second, func() bool { _, err := os.Stat(bus); return err == nil }) {
-		t.Skipf("SKIP (environment): dbus-daemon did not create its socket within 10 s; the Avahi interoperability test did not run. Its output:\n%s", dbusLog())
+		testutil.SkipEnv(t, "SKIP (environment): dbus-daemon did not create its socket within 10 s; the Avahi interoperability test did not run. Its output:\n%s", dbusLog())
 	}
 	script := "mkdir -p /run/avahi-daemon && mount -t tmpfs tmpfs /run/avahi-daemon && exec avahi-daemon -f " +
 		filepath.Join(dir, "avahi-daemon.conf") + " --no-drop-root --no-chroot --no-rlimits --debug"
 	avahiLog := av.daemon("avahi-daemon", "unshare", "-m", "sh", "-c", script)
 	if !testutil.Within(15*time.Second, func() bool { return strings.Contains(avahiLog(), "Server startup complete") }) {
-		t.Skipf("SKIP (environment): avahi-daemon did not start within 15 s in namespace %s; the Avahi interoperability test did not run. Its output:\n%s", ns.Name, avahiLog())
+		testutil.SkipEnv(t, "SKIP (environment): avahi-daemon did not start within 15 s in namespace %s; the Avahi interoperability test did not run. Its output:\n%s", ns.Name, avahiLog())
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -169,7 +169,7 @@ func (av *avahi) daemon(name string, args ...string) func() string {
 	w := lockedWriter{mu: &mu, w: &out}
 	cmd.Stdout, cmd.Stderr = w, w
 	if err := cmd.Start(); err != nil {
-		t.Skipf("SKIP (environment): cannot start %s: %v; the Avahi interoperability test did not run", name, err)
+		testutil.SkipEnv(t, "SKIP (environment): cannot start %s: %v; the Avahi interoperability test did not run", name, err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()

@@ -222,6 +222,24 @@ func (l *LAN) Start(ctx context.Context) error {
 			l.p2pmdns = l.startLibp2pMDNS()
 		}
 	}
+	iface := l.cfg.Interface
+	if iface == "" {
+		iface = "every multicast interface"
+	}
+	attrs := []any{"interface", iface}
+	if l.udp != nil {
+		attrs = append(attrs, "udp", fmt.Sprintf("%s:%d", l.cfg.UDP.MulticastGroup, l.cfg.UDP.Port))
+	} else {
+		attrs = append(attrs, "udp", "off")
+	}
+	if l.mdns != nil {
+		attrs = append(attrs, "mdns", fmt.Sprintf("%s on 224.0.0.251:%d", l.cfg.ServiceType, mdnsPort), "libp2p_mdns", l.p2pmdns != nil)
+	} else {
+		attrs = append(attrs, "mdns", "off")
+	}
+	// Sockets open in the background; one that cannot is logged once at
+	// warn level with the reason and retried (Available).
+	l.log.Info("LAN discovery started", attrs...)
 	return nil
 }
 

@@ -98,17 +98,17 @@ type instance struct {
 	goodbyeAt time.Time
 	askedAt   time.Time // last query for its SRV/TXT/A
 
-	sum      *Summary // parsed txt
-	sumErr   error
+	sum    *Summary // parsed txt
+	sumErr error
 	// announce is a seed-000 Announce carried in the TXT itself (the
 	// strings concatenated), as an implementation of seed 000 alone
 	// publishes its agent (§3.1: "Payload: JSON string"); unboundID is
 	// the agent id of the record it held, once learnt.
 	announce  []byte
 	unboundID string
-	handled  [32]byte // hash of the last summary acted on
-	fetching bool
-	retryAt  time.Time
+	handled   [32]byte // hash of the last summary acted on
+	fetching  bool
+	retryAt   time.Time
 }
 
 type hostEntry struct {

@@ -121,6 +121,12 @@ func New(withRuntime bool) *Metrics {
 	for _, o := range []string{"ok", "error"} {
 		m.ShardSyncs.WithLabelValues(o)
 	}
+	// The gossip message types (gossip.Kind*): a counter exists before the
+	// first message of its type.
+	for _, k := range []string{"announce", "heartbeat", "status", "unregister"} {
+		m.GossipDelivered.WithLabelValues(k)
+		m.GossipPublished.WithLabelValues(k)
+	}
 	for _, o := range []string{"confirmed", "refuted", "duplicate", "uninterested", "no_address", "malformed", "unsupported_version", "stale", "rate_limited", "self"} {
 		m.DownClaims.WithLabelValues(o)
 	}

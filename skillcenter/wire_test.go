@@ -163,11 +163,14 @@ func TestSkillAgent(t *testing.T) {
 	}
 	want := `{"agent_id":"` + record.ExternalAgentID("skillcenter", "skill-org-feishu") + `","agent_name":"skill-org-feishu",` +
 		`"capabilities":{"org-data-read":"0.7.0","user-auth":"0.7.0"},"description":"Feishu organisation data",` +
-		`"issued_at":"","metadata":{"display_name":"Feishu Organization Service","downloadUrl":"https://skillcenter.ooder.net/api/skills/skill-org-feishu/download",` +
-		`"external_id":"skill-org-feishu","skillcenter":"https://skillcenter.ooder.net"},"peer_id":"","public_key":"","seq":0,` +
+		`"metadata":{"display_name":"Feishu Organization Service","downloadUrl":"https://skillcenter.ooder.net/api/skills/skill-org-feishu/download",` +
+		`"external_id":"skill-org-feishu","skillcenter":"https://skillcenter.ooder.net"},` +
 		`"skills":[{"capabilities":[{"id":"org-data-read"},{"id":"user-auth"}],"endpoint":"https://skillcenter.ooder.net/skills/skill-org-feishu",` +
 		`"scenes":["auth"],"skill_id":"skill-org-feishu","skill_type":"enterprise-skill","version":"0.7.0"}],"tags":["feishu","org"],` +
-		`"transport":{"endpoint":"https://skillcenter.ooder.net/skills/skill-org-feishu","type":"http"},"ttl_seconds":0}`
+		`"transport":{"endpoint":"https://skillcenter.ooder.net/skills/skill-org-feishu","type":"http"}}`
+	// No public_key, peer_id, seq, issued_at or ttl_seconds: nobody signed
+	// a catalog entry, and those members are absent rather than zero (the
+	// agent schema refuses seq 0 and issued_at "").
 	if string(got) != want {
 		t.Fatalf("agent\n got %s\nwant %s", got, want)
 	}

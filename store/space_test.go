@@ -186,7 +186,7 @@ func fullFilesystem(t *testing.T, dir string) {
 func loopExt4(t *testing.T, size int64) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("SKIP (environment): mounting a loop device needs root; the full-disk test did not run")
+		testutil.SkipEnv(t, "SKIP (environment): mounting a loop device needs root; the full-disk test did not run")
 	}
 	img := filepath.Join(t.TempDir(), "fs.img")
 	if err := os.WriteFile(img, nil, 0o600); err != nil {
@@ -196,11 +196,11 @@ func loopExt4(t *testing.T, size int64) string {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0", img).CombinedOutput(); err != nil {
-		t.Skipf("SKIP (environment): mkfs.ext4 (%v: %s); the full-disk test did not run", err, strings.TrimSpace(string(out)))
+		testutil.SkipEnv(t, "SKIP (environment): mkfs.ext4 (%v: %s); the full-disk test did not run", err, strings.TrimSpace(string(out)))
 	}
 	dir := t.TempDir()
 	if out, err := exec.Command("mount", "-o", "loop", img, dir).CombinedOutput(); err != nil {
-		t.Skipf("SKIP (environment): cannot mount a loop device (%v: %s); the full-disk test did not run", err, strings.TrimSpace(string(out)))
+		testutil.SkipEnv(t, "SKIP (environment): cannot mount a loop device (%v: %s); the full-disk test did not run", err, strings.TrimSpace(string(out)))
 	}
 	t.Cleanup(func() {
 		if out, err := exec.Command("umount", "-d", dir).CombinedOutput(); err != nil {

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentd/agentd/internal/fsutil"
 	"github.com/agentd/agentd/record"
 )
 
@@ -168,14 +169,14 @@ func InitCA(dir string, o CAOptions) (*CA, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := writeFileAtomic(filepath.Join(dir, f.name), b, secretMode); err != nil {
+		if err := fsutil.WriteFileAtomic(filepath.Join(dir, f.name), b, secretMode); err != nil {
 			return nil, err
 		}
 	}
-	if err := writeFileAtomic(filepath.Join(dir, CARootCert), encodeCertPEM(root), publicMode); err != nil {
+	if err := fsutil.WriteFileAtomic(filepath.Join(dir, CARootCert), encodeCertPEM(root), publicMode); err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, CASubCert), encodeCertPEM(sub), publicMode); err != nil {
+	if err := fsutil.WriteFileAtomic(filepath.Join(dir, CASubCert), encodeCertPEM(sub), publicMode); err != nil {
 		return nil, err
 	}
 	if err := ca.WriteCRLs(now, o.CRLDays); err != nil {
@@ -303,7 +304,7 @@ func (ca *CA) Issue(csr *x509.CertificateRequest, o IssueOptions) (*x509.Certifi
 		return nil, nil, err
 	}
 	serial := FormatSerial(leaf.SerialNumber)
-	if err := writeFileAtomic(filepath.Join(ca.Dir, CAIssued, serial+".pem"), encodeCertPEM(leaf), publicMode); err != nil {
+	if err := fsutil.WriteFileAtomic(filepath.Join(ca.Dir, CAIssued, serial+".pem"), encodeCertPEM(leaf), publicMode); err != nil {
 		return nil, nil, err
 	}
 	ca.st.Issued = append(ca.st.Issued, caIssued{Serial: serial, Kind: kind, Name: name, NotAfter: leaf.NotAfter})
@@ -394,7 +395,7 @@ func (ca *CA) WriteCRLs(now time.Time, crlDays int) error {
 			return fmt.Errorf("sign %s: %w", c.file, err)
 		}
 		ca.st.NextCRLNumber++
-		if err := writeFileAtomic(filepath.Join(ca.Dir, c.file), pem.EncodeToMemory(&pem.Block{Type: "X509 CRL", Bytes: der}), publicMode); err != nil {
+		if err := fsutil.WriteFileAtomic(filepath.Join(ca.Dir, c.file), pem.EncodeToMemory(&pem.Block{Type: "X509 CRL", Bytes: der}), publicMode); err != nil {
 			return err
 		}
 	}
@@ -406,7 +407,7 @@ func (ca *CA) saveState() error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(ca.Dir, CAState), append(b, '\n'), publicMode)
+	return fsutil.WriteFileAtomic(filepath.Join(ca.Dir, CAState), append(b, '\n'), publicMode)
 }
 
 // StoreConfig returns the trust store configuration that trusts this CA:

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/agentd/agentd/internal/fsutil"
 	"github.com/agentd/agentd/record"
 	"github.com/google/uuid"
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -200,7 +201,7 @@ func loadOrCreateAgentKey(dir string) (*ecdsa.PrivateKey, error) {
 		// Keep public_key.pem in step with the private key.
 		want := PublicKeyPEM(&k.PublicKey)
 		if have, rerr := os.ReadFile(pub); rerr != nil || string(have) != want {
-			if werr := writeFileAtomic(pub, []byte(want), publicMode); werr != nil {
+			if werr := fsutil.WriteFileAtomic(pub, []byte(want), publicMode); werr != nil {
 				return nil, werr
 			}
 		}
@@ -217,10 +218,10 @@ func loadOrCreateAgentKey(dir string) (*ecdsa.PrivateKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(priv, b, secretMode); err != nil {
+	if err := fsutil.WriteFileAtomic(priv, b, secretMode); err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(pub, []byte(PublicKeyPEM(&k.PublicKey)), publicMode); err != nil {
+	if err := fsutil.WriteFileAtomic(pub, []byte(PublicKeyPEM(&k.PublicKey)), publicMode); err != nil {
 		return nil, err
 	}
 	return k, nil
@@ -258,7 +259,7 @@ func loadOrCreatePeerKey(path string) (crypto.PrivKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(path, b, secretMode); err != nil {
+	if err := fsutil.WriteFileAtomic(path, b, secretMode); err != nil {
 		return nil, err
 	}
 	return k, nil
@@ -277,7 +278,7 @@ func loadOrCreateAgentID(path string) (string, error) {
 		return "", fmt.Errorf("read agent id: %w", err)
 	}
 	id := uuid.NewString()
-	if err := writeFileAtomic(path, []byte(id+"\n"), publicMode); err != nil {
+	if err := fsutil.WriteFileAtomic(path, []byte(id+"\n"), publicMode); err != nil {
 		return "", err
 	}
 	return id, nil
@@ -290,41 +291,6 @@ func checkSecretMode(path string) error {
 	}
 	if st.Mode().Perm()&0o077 != 0 {
 		return fmt.Errorf("%s: permissions %04o are too open; the key must be readable by its owner only (chmod 600)", path, st.Mode().Perm())
-	}
-	return nil
-}
-
-// writeFileAtomic writes data to a temporary file, syncs it, and renames it
-// into place, so a crash never leaves a half-written key.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer func() { _ = os.Remove(tmp) }() // gone after the rename; cleans up on failure
-	if err := f.Chmod(mode); err != nil {
-		_ = f.Close() // the write already failed
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		_ = f.Close() // the write already failed
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close() // the write already failed
-		return fmt.Errorf("sync %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()  // best effort: not every file system syncs directories
-		_ = d.Close() // read-only
 	}
 	return nil
 }

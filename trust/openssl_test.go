@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/internal/testutil"
 	"github.com/agentd/agentd/record"
 )
 
@@ -25,7 +26,7 @@ type ossl struct {
 func newOSSL(t *testing.T) *ossl {
 	t.Helper()
 	if _, err := exec.LookPath("openssl"); err != nil {
-		t.Skip("SKIPPED: the openssl binary is not installed (apt-get install openssl); the openssl chain tests did not run")
+		testutil.SkipEnv(t, "SKIPPED: the openssl binary is not installed (apt-get install openssl); the openssl chain tests did not run")
 	}
 	o := &ossl{t: t, dir: t.TempDir()}
 	o.write("ext.cnf", `

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentd/agentd/internal/fsutil"
 	"github.com/agentd/agentd/record"
 )
 
@@ -60,10 +61,10 @@ func Rotate(id *Identity, dir string, now time.Time) (*Identity, error) {
 		return nil, fmt.Errorf("create %s: %w", retired, err)
 	}
 	fp := Fingerprint(&id.AgentKey.PublicKey)
-	if err := writeFileAtomic(filepath.Join(retired, "private_key."+fp+".pem"), oldPEM, secretMode); err != nil {
+	if err := fsutil.WriteFileAtomic(filepath.Join(retired, "private_key."+fp+".pem"), oldPEM, secretMode); err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(filepath.Join(retired, "public_key."+fp+".pem"), []byte(id.PublicKeyPEM()), publicMode); err != nil {
+	if err := fsutil.WriteFileAtomic(filepath.Join(retired, "public_key."+fp+".pem"), []byte(id.PublicKeyPEM()), publicMode); err != nil {
 		return nil, err
 	}
 	certPath := filepath.Join(dir, CertFile)
@@ -74,13 +75,13 @@ func Rotate(id *Identity, dir string, now time.Time) (*Identity, error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, RotationFile), append(stmt, '\n'), publicMode); err != nil {
+	if err := fsutil.WriteFileAtomic(filepath.Join(dir, RotationFile), append(stmt, '\n'), publicMode); err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, AgentKeyFile), newPEM, secretMode); err != nil {
+	if err := fsutil.WriteFileAtomic(filepath.Join(dir, AgentKeyFile), newPEM, secretMode); err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, AgentPubFile), []byte(PublicKeyPEM(&nk.PublicKey)), publicMode); err != nil {
+	if err := fsutil.WriteFileAtomic(filepath.Join(dir, AgentPubFile), []byte(PublicKeyPEM(&nk.PublicKey)), publicMode); err != nil {
 		return nil, err
 	}
 	return &Identity{AgentID: id.AgentID, AgentKey: nk, PeerKey: id.PeerKey, PeerID: id.PeerID, Rotation: r}, nil
@@ -119,7 +120,7 @@ func InstallCertificate(id *Identity, dir string, bundle []byte) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, CertFile), []byte(norm), publicMode); err != nil {
+	if err := fsutil.WriteFileAtomic(filepath.Join(dir, CertFile), []byte(norm), publicMode); err != nil {
 		return err
 	}
 	id.Certificate = norm

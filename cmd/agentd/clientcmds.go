@@ -102,7 +102,7 @@ func clientCommands() []*cli.Command {
 				&cli.StringFlag{Name: cfTenant, Usage: "`TENANT` scope"},
 				&cli.StringFlag{Name: cfVersionC, Usage: "semver `CONSTRAINT`, e.g. '>=1.2.0 <2.0.0'"},
 				&cli.StringFlag{Name: cfText, Aliases: []string{"q"}, Usage: "free `TEXT` over names, descriptions and ids"},
-				&cli.IntFlag{Name: cfLimit, Aliases: []string{"n"}, Usage: "at most `N` agents (1-1000; default 100)"},
+				&cli.IntFlag{Name: cfLimit, Aliases: []string{"n"}, Value: 100, Usage: "at most `N` agents (1-1000)"},
 				&cli.BoolFlag{Name: cfLocal, Usage: "answer from the daemon's view and cache only, without asking the network"},
 				&cli.BoolFlag{Name: cfIncludeStale, Usage: "include expired cache entries (marked stale)"},
 			),
@@ -145,7 +145,7 @@ func clientCommands() []*cli.Command {
 				Name:      "set",
 				Usage:     "set a hosted agent's status: HEALTHY, DEGRADED, UNHEALTHY or MAINTENANCE",
 				ArgsUsage: "STATUS",
-				Description: "Publishes the status to the network (seed 001 §8.1). Without --agent, the daemon's\n" +
+				Description: "Publishes the status to the network (docs/protocol.md). Without --agent, the daemon's\n" +
 					"own agent. " + clientAPIHelp,
 				Flags: daemonClientFlags(
 					&cli.StringFlag{Name: cfAgent, Usage: "agent `ID` (default the daemon's own)"},
@@ -284,7 +284,7 @@ func clientRegister(c *cli.Context) error {
 	if a.AgentName != "" {
 		fmt.Fprintf(&b, " (%s)", a.AgentName)
 	}
-	fmt.Fprintf(&b, " seq %d, %d skill(s)", a.Seq, len(a.Skills))
+	fmt.Fprintf(&b, " seq %d, %s", a.Seq, plural(len(a.Skills), "skill"))
 	if caps := a.AllCapabilities(); len(caps) > 0 {
 		fmt.Fprintf(&b, ", capabilities: %s", strings.Join(caps, ", "))
 	}

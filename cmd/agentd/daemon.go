@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/agentd/agentd/bootstrap"
 	"github.com/agentd/agentd/config"
 	"github.com/agentd/agentd/dht"
+	"github.com/agentd/agentd/internal/fsutil"
 	"github.com/agentd/agentd/lan"
 	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/node"
@@ -237,11 +239,16 @@ func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger, opts da
 		}
 	}()
 
+	_, statErr := os.Stat(filepath.Join(cfg.DataDir, trust.AgentIDFile))
 	id, err := trust.LoadOrCreate(cfg.DataDir)
 	if err != nil {
 		return fmt.Errorf("identity in %s: %w", cfg.DataDir, err)
 	}
-	log.Info("identity loaded", "agent_id", id.AgentID, "peer_id", id.PeerID.String(), "data_dir", cfg.DataDir)
+	idMsg := "identity loaded"
+	if errors.Is(statErr, fs.ErrNotExist) {
+		idMsg = "identity created (first start: new agent key, peer key and agent_id)"
+	}
+	log.Info(idMsg, "agent_id", id.AgentID, "peer_id", id.PeerID.String(), "data_dir", cfg.DataDir)
 
 	dbDir := filepath.Join(cfg.DataDir, DBDir)
 	st, err := store.Open(store.Options{
@@ -424,27 +431,10 @@ func p2pAddrs(addrs []ma.Multiaddr, id peer.ID) []string {
 	return out
 }
 
-// writeFileAtomic writes data to a temporary file in the same directory and
-// renames it into place, so a reader never sees a partial file.
+// writeFileAtomic is fsutil.WriteFileAtomic: synced, so a crash never
+// leaves a half-written record, manifest or address file.
 func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() { _ = os.Remove(tmp) }()
-	if err := f.Chmod(mode); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return fsutil.WriteFileAtomic(path, data, mode)
 }
 
 // newLAN builds LAN discovery over the node, or returns nil when both
@@ -453,7 +443,7 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 func newLAN(cfg config.Config, id *trust.Identity, n *node.Node, m *metrics.Metrics, log *slog.Logger) (*lan.LAN, error) {
 	d := cfg.Discovery
 	if !d.UDP.Enabled && !d.MDNS.Enabled {
-		log.Info("LAN discovery is off")
+		log.Info("LAN discovery is off (--no-lan, or discovery.udp.enabled and discovery.mdns.enabled are false)")
 		return nil, nil
 	}
 	v := n.View()

@@ -38,7 +38,7 @@ const (
 // --data-dir D); the one after the command wins.
 func globalFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: flagConfig, Aliases: []string{"c"}, EnvVars: []string{config.EnvConfig}, Usage: "YAML configuration `FILE` (the seed-001 §13.2 reference is a valid file); none by default"},
+		&cli.StringFlag{Name: flagConfig, Aliases: []string{"c"}, EnvVars: []string{config.EnvConfig}, Usage: "YAML configuration `FILE` (docs/operations.md lists every key); none by default"},
 		&cli.StringFlag{Name: flagDataDir, EnvVars: []string{config.EnvDataDir}, Usage: "data `DIR` holding the keys, the agent_id and the database (default ~/.agentd)"},
 		&cli.StringFlag{Name: flagLogLevel, EnvVars: []string{config.EnvLogLevel}, Usage: "log `LEVEL`: debug, info, warn or error (default info)"},
 		&cli.StringFlag{Name: flagLogFormat, EnvVars: []string{config.EnvLogFormat}, Usage: "log `FORMAT`: text or json (default text)"},

@@ -28,8 +28,8 @@ const (
 	maxClockSkew = 5 * time.Minute
 )
 
-const fileFormats = "FILE is AgentSpec YAML (seed 004), an agent JSON object (seed 000 §2), a\n" +
-	"seed-002 agent_card, or an Announce JSON message; - reads standard input."
+const fileFormats = "FILE is AgentSpec YAML, an agent JSON object, an agent_card or an Announce JSON\n" +
+	"message (docs/protocol.md describes each); - reads standard input."
 
 func recordCommand() *cli.Command {
 	return &cli.Command{
@@ -146,7 +146,7 @@ func recordValidate(c *cli.Context) error {
 		if len(sa.Signature) > 0 && len(sa.PeerSignature) > 0 {
 			signed = "signed (not verified: use agentd record verify)"
 		}
-		fmt.Fprintf(w, "OK: %s: Announce of agent %s, %d skills, %d capabilities, %s\n", shown, sa.Agent.AgentID, len(sa.Agent.Skills), len(sa.Agent.AllCapabilities()), signed)
+		fmt.Fprintf(w, "OK: %s: Announce of agent %s, %s, %s, %s\n", shown, sa.Agent.AgentID, plural(len(sa.Agent.Skills), "skill"), plural(len(sa.Agent.AllCapabilities()), "capability"), signed)
 		if newer {
 			fmt.Fprintf(w, "note: protocol_version %s is newer than this node's %s\n", sa.ProtocolVersion, record.ProtocolVersion)
 		}
@@ -160,7 +160,7 @@ func recordValidate(c *cli.Context) error {
 	if id == "" {
 		id = "(agent_id filled when signed)"
 	}
-	fmt.Fprintf(w, "OK: %s: agent %s %s, %d skills, %d capabilities, unsigned\n", shown, a.AgentName, id, len(a.Skills), len(a.AllCapabilities()))
+	fmt.Fprintf(w, "OK: %s: agent %s %s, %s, %s, unsigned\n", shown, a.AgentName, id, plural(len(a.Skills), "skill"), plural(len(a.AllCapabilities()), "capability"))
 	return emit(c.App.Writer, &out)
 }
 
@@ -257,4 +257,16 @@ func recordVerify(c *cli.Context) error {
 	fmt.Fprintf(w, "seq:         %d\n", sa.Agent.Seq)
 	fmt.Fprintf(w, "expires_at:  %s (in %s)\n", expires.UTC().Format(time.RFC3339), expires.Sub(now).Round(time.Second))
 	return emit(c.App.Writer, &out)
+}
+
+// plural writes a count with its noun in the right number: "1 skill",
+// "2 skills", "1 capability", "3 capabilities".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return fmt.Sprintf("1 %s", noun)
+	}
+	if strings.HasSuffix(noun, "y") {
+		return fmt.Sprintf("%d %sies", n, strings.TrimSuffix(noun, "y"))
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

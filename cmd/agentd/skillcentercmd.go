@@ -52,7 +52,7 @@ const (
 func skillcenterCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "skillcenter",
-		Usage:  "serve a SkillCenter catalog (seed 001 §7) from a directory, check and sign its manifests",
+		Usage:  "serve a SkillCenter catalog (docs/skillcenter.md) from a directory, check and sign its manifests",
 		Action: groupAction,
 		Subcommands: []*cli.Command{
 			{

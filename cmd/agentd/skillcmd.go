@@ -71,7 +71,7 @@ func skillCommand() *cli.Command {
 					&cli.StringSliceFlag{Name: cfType, Usage: "skill `TYPE` (repeatable): enterprise-skill, tool-skill, integration-skill"},
 					&cli.StringSliceFlag{Name: skFlagKeyword, Usage: "`WORD` (repeatable, all must occur)"},
 					&cli.StringFlag{Name: cfVersionC, Usage: "semver `RANGE`, e.g. '>=0.7.0'"},
-					&cli.BoolFlag{Name: flagJSON, Usage: "print the §7.3 answer as JSON"},
+					&cli.BoolFlag{Name: flagJSON, Usage: "print the catalog's search answer as JSON"},
 				),
 				Action: skillSearch,
 			},

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/agentd/agentd/internal/testutil"
 )
 
 // maxExposure bounds `systemd-analyze security`'s exposure score of the
@@ -21,7 +23,7 @@ const maxExposure = 2.0
 // sandboxing keeps the exposure score low.
 func TestSystemdUnit(t *testing.T) {
 	if _, err := exec.LookPath("systemd-analyze"); err != nil {
-		t.Skip("SKIP (environment): systemd-analyze (Debian package systemd) is not installed; the unit was not checked")
+		testutil.SkipEnv(t, "SKIP (environment): systemd-analyze (Debian package systemd) is not installed; the unit was not checked")
 	}
 	unit, err := os.ReadFile(repoFile(t, "deploy/systemd/agentd-bootstrap.service"))
 	if err != nil {

@@ -75,11 +75,11 @@ type natNet struct {
 func newNATNet(t *testing.T, homes []*natHome) *natNet {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("SKIP (environment): the NAT test builds network namespaces and needs root; it did not run")
+		testutil.SkipEnv(t, "SKIP (environment): the NAT test builds network namespaces and needs root; it did not run")
 	}
 	for _, tool := range []string{"ip", "nft"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("SKIP (environment): the NAT test needs %s (iproute2, nftables); it did not run", tool)
+			testutil.SkipEnv(t, "SKIP (environment): the NAT test needs %s (iproute2, nftables); it did not run", tool)
 		}
 	}
 	if os.Getenv("AGENTD_NAT_DEBUG") != "" {

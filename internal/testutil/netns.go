@@ -37,16 +37,16 @@ type Netns struct {
 func NewNetns(t *testing.T, name, what string, short bool) *Netns {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skipf("SKIP (environment): network namespaces need root; %s did not run", what)
+		SkipEnv(t, "SKIP (environment): network namespaces need root; %s did not run", what)
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skipf("SKIP (environment): ip(8) from iproute2 is not installed; %s did not run", what)
+		SkipEnv(t, "SKIP (environment): ip(8) from iproute2 is not installed; %s did not run", what)
 	}
 	if !short {
 		name = fmt.Sprintf("%s-%d-%d", name, os.Getpid(), netnsSeq.Add(1))
 	}
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Skipf("SKIP (environment): cannot create a network namespace (%v: %s); %s did not run", err, strings.TrimSpace(string(out)), what)
+		SkipEnv(t, "SKIP (environment): cannot create a network namespace (%v: %s); %s did not run", err, strings.TrimSpace(string(out)), what)
 	}
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
 	fd, err := unix.Open("/var/run/netns/"+name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
