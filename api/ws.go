@@ -384,7 +384,7 @@ func (ss *session) release() {
 	until := time.Now().Add(s.cfg.WSHeartbeat)
 	for _, id := range ids {
 		if err := s.n.Lease(id, until); err != nil && !errors.Is(err, node.ErrNotHosted) {
-			ss.log.Warn("lease after WebSocket close failed", "agent", id, "err", err)
+			ss.log.Warn("lease after WebSocket close failed", "agent_id", id, "err", err)
 		}
 	}
 }

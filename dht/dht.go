@@ -251,7 +251,7 @@ func (d *DHT) Start(ctx context.Context) error {
 	boot := slices.Clone(d.cfg.BootstrapPeers)
 	d.mu.Unlock()
 
-	d.log.Info("dht started", "mode", d.modeName(), "protocol", KadProtocol, "peer", d.h.ID())
+	d.log.Info("dht started", "mode", d.modeName(), "protocol", KadProtocol, "peer_id", d.h.ID())
 	if len(boot) > 0 {
 		if err := d.Bootstrap(ctx, boot); err != nil {
 			d.log.Warn("dht bootstrap failed", "peers", len(boot), "err", err)
@@ -354,7 +354,7 @@ func (d *DHT) Bootstrap(ctx context.Context, peers []peer.AddrInfo) error {
 				if firstErr == nil {
 					firstErr = err
 				}
-				d.log.Debug("bootstrap dial failed", "peer", p.ID, "err", err)
+				d.log.Debug("bootstrap dial failed", "peer_id", p.ID, "err", err)
 				return
 			}
 			ok++

@@ -70,7 +70,7 @@ func (d *DHT) Fetch(ctx context.Context, p peer.AddrInfo, q FetchQuery) ([]*reco
 		sa, reason, err := d.checkRecord(&resp.Records[i], nonce, p.ID, q)
 		if err != nil {
 			d.m.Reject("dht", reason)
-			d.log.Debug("fetched record rejected", "peer", p.ID, "reason", reason, "err", err)
+			d.log.Debug("fetched record rejected", "peer_id", p.ID, "reason", reason, "err", err)
 			lastErr = err
 			continue
 		}
@@ -285,7 +285,7 @@ loop:
 					recs, err := d.Fetch(ctx, p, q)
 					var fs []Found
 					if err != nil {
-						d.log.Debug("dht provider dropped", "peer", p.ID, "key", key.String(), "err", err)
+						d.log.Debug("dht provider dropped", "peer_id", p.ID, "key", key.String(), "err", err)
 					} else {
 						fs = foundFrom(recs, p.ID, true, time.Since(start))
 					}

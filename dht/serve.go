@@ -129,7 +129,7 @@ func (d *DHT) handleStream(s network.Stream) {
 	}
 	if err != nil {
 		d.countServe("bad_request")
-		d.log.Debug("record fetch request unreadable", "peer", remote, "err", err)
+		d.log.Debug("record fetch request unreadable", "peer_id", remote, "err", err)
 		if errors.Is(err, ErrFrameTooLarge) {
 			d.replyError(s, record.CodeRequestTooLarge, err.Error())
 			return
@@ -183,7 +183,7 @@ func (d *DHT) answer(req *FetchRequest, nonce []byte, requester peer.ID) FetchRe
 		signer := SignerAgent
 		sig, ok, err := d.hosted.SignChallenge(sa.Agent.AgentID, msg)
 		if err != nil {
-			d.log.Warn("challenge signing failed", "agent", sa.Agent.AgentID, "err", err)
+			d.log.Warn("challenge signing failed", "agent_id", sa.Agent.AgentID, "err", err)
 			continue
 		}
 		if !ok {

@@ -844,7 +844,7 @@ func (g *Gossip) onScores(scores map[peer.ID]float64) {
 	for p, s := range scores {
 		below := s < limit
 		if below && !g.graylisted[p] {
-			g.log.Warn("peer graylisted", "peer", p, "score", s)
+			g.log.Warn("peer graylisted", "peer_id", p, "score", s)
 		}
 		if below {
 			g.graylisted[p] = true

@@ -309,7 +309,7 @@ func (g *Gossip) setLegacy(p peer.ID, legacy bool) {
 			g.log.Warn("bridging the announce topic failed", "err", err)
 			return
 		}
-		g.log.Info("bridging the announce topic for a peer of the previous version", "peer", p)
+		g.log.Info("bridging the announce topic for a peer of the previous version", "peer_id", p)
 	case len(g.legacy) == 0 && ts.sub != nil:
 		sub, cancel, done := ts.sub, ts.cancel, ts.done
 		ts.sub = nil
@@ -377,7 +377,7 @@ func (g *Gossip) shardSyncWorker() {
 			}
 			g.mu.Unlock()
 			if err != nil {
-				g.log.Debug("shard sync failed", "shard", req.ts.shard, "peer", req.p, "err", err)
+				g.log.Debug("shard sync failed", "shard", req.ts.shard, "peer_id", req.p, "err", err)
 			}
 		}
 	}

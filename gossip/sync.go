@@ -281,7 +281,7 @@ func (g *Gossip) handleSync(s network.Stream) {
 
 	answer := func(b []byte) {
 		if err := writeFrame(s, b); err != nil {
-			g.log.Debug("sync answer failed", "peer", remote, "err", err)
+			g.log.Debug("sync answer failed", "peer_id", remote, "err", err)
 			_ = s.Reset()
 			return
 		}
@@ -345,7 +345,7 @@ func (g *Gossip) handleSync(s network.Stream) {
 		return
 	}
 	answer(b)
-	g.log.Debug("sync served", "peer", remote, "records", len(resp.Records))
+	g.log.Debug("sync served", "peer_id", remote, "records", len(resp.Records))
 }
 
 // allowSync applies the per-peer rate limit.
@@ -409,7 +409,7 @@ func (g *Gossip) Sync(ctx context.Context) (int, error) {
 	var answers [][]LiveRecord
 	for i, recs := range results {
 		if errs[i] != nil {
-			g.log.Debug("sync with peer failed", "peer", peers[i], "err", errs[i])
+			g.log.Debug("sync with peer failed", "peer_id", peers[i], "err", errs[i])
 			continue
 		}
 		answers = append(answers, recs)
@@ -558,7 +558,7 @@ func (g *Gossip) fetchLive(ctx context.Context, p peer.ID, shards []string) ([]L
 		if g.m != nil {
 			g.m.Rejects.WithLabelValues("sync", string(trust.ReasonMalformed)).Add(float64(bad))
 		}
-		g.log.Debug("sync answer carried undecodable records", "peer", p, "count", bad)
+		g.log.Debug("sync answer carried undecodable records", "peer_id", p, "count", bad)
 	}
 	if keep := inShards(shards); keep != nil {
 		recs = slices.DeleteFunc(recs, func(lr LiveRecord) bool { return !keep(&lr.Record.Agent) })

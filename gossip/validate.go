@@ -123,7 +123,7 @@ func (g *Gossip) check(topic, scene, shard string, data []byte, author peer.ID) 
 		return nil, res, reason, err
 	}
 	if m.NewerMinor && !local && g.warned.add(author) {
-		g.log.Warn("peer speaks a newer minor protocol version", "peer", author, "version", m.Version, "ours", record.ProtocolVersion)
+		g.log.Warn("peer speaks a newer minor protocol version", "peer_id", author, "version", m.Version, "ours", record.ProtocolVersion)
 	}
 	if err := topicMatch(m, scene, shard); err != nil {
 		return nil, pubsub.ValidationReject, verifyReason(err), err

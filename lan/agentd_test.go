@@ -256,7 +256,7 @@ func TestAgentdZeroConfig(t *testing.T) {
 	for _, d := range ds[:2] {
 		d.discovers("lan.cap3", gone, false, 3*time.Second)
 		eventually(t, 3*time.Second, fmt.Sprintf("agentd in %s to log the unregister of %s", d.ns.Name, gone), func() bool {
-			return strings.Contains(d.logs(), `msg="agent unregistered on the LAN"`) && strings.Contains(d.logs(), "agent="+gone)
+			return strings.Contains(d.logs(), `msg="agent unregistered on the LAN"`) && strings.Contains(d.logs(), "agent_id="+gone)
 		})
 	}
 }

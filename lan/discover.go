@@ -151,7 +151,7 @@ func (l *LAN) fetchListed(ctx context.Context, p peer.AddrInfo, ip netip.Addr, s
 	recs, err := l.d.Fetch(ctx, p, "")
 	if err != nil {
 		l.count(mechUDP, "discover_fetch_error")
-		l.log.Debug("fetch after a discovery response failed", "peer", p.ID, "err", err)
+		l.log.Debug("fetch after a discovery response failed", "peer_id", p.ID, "err", err)
 		return
 	}
 	for _, sa := range recs {

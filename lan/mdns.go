@@ -433,7 +433,7 @@ func (p *mdnsProto) publish(hs []*hostedAgent) []string {
 		}
 		txt, err := SummaryOf(h.rec).TXT()
 		if err != nil {
-			p.l.log.Warn("cannot build the mDNS TXT summary", "agent", h.id(), "err", err)
+			p.l.log.Warn("cannot build the mDNS TXT summary", "agent_id", h.id(), "err", err)
 			continue
 		}
 		inst := instanceLabel(&h.rec.Agent) + "." + p.service
@@ -944,7 +944,7 @@ func (p *mdnsProto) found(in *instance, now time.Time) {
 		p.mu.Unlock()
 		if err != nil {
 			l.count(mechMDNS, "fetch_failed")
-			l.log.Debug("no verified record for an mDNS instance", "instance", name, "agent", sum.AgentID, "err", err)
+			l.log.Debug("no verified record for an mDNS instance", "instance", name, "agent_id", sum.AgentID, "err", err)
 			return
 		}
 		at := addrs[0]
@@ -1086,7 +1086,7 @@ func (p *mdnsProto) tick(now time.Time) {
 		}
 		l.agents.mu.Unlock()
 		if !wasGone {
-			l.log.Debug("agent left the LAN (mDNS goodbye)", "agent", id)
+			l.log.Debug("agent left the LAN (mDNS goodbye)", "agent_id", id)
 			l.forget(id)
 		}
 	}

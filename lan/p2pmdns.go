@@ -62,7 +62,7 @@ func (n *notifee) HandlePeerFound(ai peer.AddrInfo) {
 		defer cancel()
 		if err := h.Connect(ctx, ai); err != nil {
 			l.count(mechMDNS, "libp2p_connect_failed")
-			l.log.Debug("cannot connect a peer found by libp2p mDNS", "peer", ai.ID, "err", err)
+			l.log.Debug("cannot connect a peer found by libp2p mDNS", "peer_id", ai.ID, "err", err)
 			return
 		}
 		l.count(mechMDNS, "libp2p_connected")

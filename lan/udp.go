@@ -339,7 +339,7 @@ func (u *udpProto) apply(msg *record.SkillMessage, src netip.AddrPort, now time.
 		l.count(mechUDP, "unregister")
 		u.unregisterAck(msg.AgentID, msg.SkillID, record.AckSuccess, "unregistered", now)
 		if !wasGone {
-			l.log.Debug("agent unregistered on the LAN", "agent", msg.AgentID, "reason", msg.Reason, "src", src)
+			l.log.Debug("agent unregistered on the LAN", "agent_id", msg.AgentID, "reason", msg.Reason, "src", src)
 			l.forget(msg.AgentID)
 		}
 		return
@@ -495,7 +495,7 @@ func (u *udpProto) resolved(agentID string, sa *record.SignedAgent, err error) {
 		l.reject(mechUDP, trust.ReasonUnknownKey)
 		// No acknowledgement: the registration is neither accepted nor
 		// refused yet (it is tried again after the back-off).
-		l.log.Debug("no verified record for an agent seen on the LAN", "agent", agentID, "err", err)
+		l.log.Debug("no verified record for an agent seen on the LAN", "agent_id", agentID, "err", err)
 		return
 	}
 	if e.rec == nil || sa.Agent.Seq > e.rec.Agent.Seq {
@@ -664,7 +664,7 @@ func (u *udpProto) handleAck(msg *record.SkillMessage, src netip.AddrPort, now t
 	if msg.Ack == record.AckInvalid || msg.Ack == record.AckUnauthorized {
 		if u.logs.allow(src.Addr(), now) {
 			l.log.Warn("a LAN peer refused a registration of a hosted agent",
-				"agent", msg.AgentID, "status", msg.Ack, "message", msg.Message, "src", src)
+				"agent_id", msg.AgentID, "status", msg.Ack, "message", msg.Message, "src", src)
 		}
 	}
 }
@@ -727,7 +727,7 @@ func (u *udpProto) sendText(typ record.SkillMsgType, text []byte) bool {
 
 func (u *udpProto) sign(m *record.SkillMessage) bool {
 	if err := m.SignECDSA(u.l.d.Identity.AgentKey); err != nil {
-		u.l.log.Warn("cannot sign a LAN message", "type", m.Type, "agent", m.AgentID, "err", err)
+		u.l.log.Warn("cannot sign a LAN message", "type", m.Type, "agent_id", m.AgentID, "err", err)
 		return false
 	}
 	return true

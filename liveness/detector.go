@@ -372,7 +372,7 @@ func (d *Detector) confirm(ctx context.Context, p peer.ID, publish bool) {
 		}
 	}
 	d.mu.Unlock()
-	d.log.Info("peer confirmed unreachable", "peer", p)
+	d.log.Info("peer confirmed unreachable", "peer_id", p)
 	if d.hooks.Down != nil {
 		d.hooks.Down(p)
 	}
@@ -382,7 +382,7 @@ func (d *Detector) confirm(ctx context.Context, p peer.ID, publish bool) {
 			err = d.hooks.Publish(ctx, data)
 		}
 		if err != nil && ctx.Err() == nil {
-			d.log.Debug("peer_down not published", "peer", p, "err", err)
+			d.log.Debug("peer_down not published", "peer_id", p, "err", err)
 		}
 	}
 }
@@ -457,7 +457,7 @@ func (d *Detector) ValidateClaim(ctx context.Context, author peer.ID, data []byt
 	d.mu.Lock()
 	d.down[c.Peer] = downEntry{at: time.Now(), forwarded: true}
 	d.mu.Unlock()
-	d.log.Info("peer confirmed unreachable", "peer", c.Peer, "claimed_by", author)
+	d.log.Info("peer confirmed unreachable", "peer_id", c.Peer, "claimed_by", author)
 	d.m.Inc(downClaims, "confirmed")
 	if d.hooks.Down != nil {
 		d.hooks.Down(c.Peer)

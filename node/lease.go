@@ -51,9 +51,9 @@ func (n *Node) expireLeases() {
 	}
 	n.mu.Unlock()
 	for _, id := range expired {
-		n.log.Info("registration lease expired", "agent", id)
+		n.log.Info("registration lease expired", "agent_id", id)
 		if err := n.Unregister(n.ctx, id, record.ReasonShutdown); err != nil && err != ErrNotHosted {
-			n.log.Warn("unregister after lease expiry failed", "agent", id, "err", err)
+			n.log.Warn("unregister after lease expiry failed", "agent_id", id, "err", err)
 		}
 	}
 }

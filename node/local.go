@@ -145,7 +145,7 @@ func (n *Node) host_(ctx context.Context, sa *record.SignedAgent) (*record.Signe
 func (n *Node) announce(ctx context.Context, sa *record.SignedAgent) {
 	if n.gsp != nil {
 		if err := n.gsp.PublishAnnounce(ctx, sa); err != nil {
-			n.log.Debug("publish announce failed", "agent", sa.Agent.AgentID, "err", err)
+			n.log.Debug("publish announce failed", "agent_id", sa.Agent.AgentID, "err", err)
 		}
 	}
 	if n.dht != nil {
@@ -172,7 +172,7 @@ func (n *Node) Unregister(ctx context.Context, agentID string, reason record.Unr
 		return ErrNotHosted
 	}
 	if err := n.publishUnregister(ctx, agentID, reason); err != nil {
-		n.log.Warn("publish unregister failed", "agent", agentID, "err", err)
+		n.log.Warn("publish unregister failed", "agent_id", agentID, "err", err)
 	}
 	if n.lan != nil {
 		n.lan.Unregister(ctx, agentID, reason)
@@ -188,7 +188,7 @@ func (n *Node) Unregister(ctx context.Context, agentID string, reason record.Unr
 	n.mu.Unlock()
 	if leased {
 		if err := n.st.PutLease(ctx, agentID, time.Time{}); err != nil {
-			n.log.Warn("clear lease failed", "agent", agentID, "err", err)
+			n.log.Warn("clear lease failed", "agent_id", agentID, "err", err)
 		}
 	}
 	n.view.RemoveLocal(agentID, reason)
@@ -208,7 +208,7 @@ func (n *Node) publishUnregister(ctx context.Context, agentID string, reason rec
 		return err
 	}
 	if err := n.st.PutTombstone(ctx, store.Tombstone{AgentID: agentID, Seq: sb.Beat.Seq, Reason: reason, At: time.Now()}); err != nil {
-		n.log.Warn("tombstone write failed", "agent", agentID, "err", err)
+		n.log.Warn("tombstone write failed", "agent_id", agentID, "err", err)
 	}
 	if n.gsp == nil {
 		return nil
@@ -497,19 +497,19 @@ func (n *Node) fetchUnknown(agentID string, from peer.ID) {
 		defer cancel()
 		recs, err := n.dht.Fetch(ctx, peer.AddrInfo{ID: from}, dht.FetchQuery{AgentID: agentID})
 		if err != nil {
-			n.log.Debug("fetch of unknown agent failed", "agent", agentID, "peer", from, "err", err)
+			n.log.Debug("fetch of unknown agent failed", "agent_id", agentID, "peer_id", from, "err", err)
 			return
 		}
 		for _, sa := range recs {
 			if !n.inInterest(&sa.Agent) {
 				// A beat on a shard topic of an agent outside every joined
 				// shard: its host published it where it does not belong.
-				n.log.Debug("fetched record outside the interest dropped", "agent", sa.Agent.AgentID, "peer", from)
+				n.log.Debug("fetched record outside the interest dropped", "agent_id", sa.Agent.AgentID, "peer_id", from)
 				n.m.Reject("gossip", reasonOutsideInterest)
 				continue
 			}
 			if err := n.view.Learn(sa, store.SourceGossip, true); err != nil {
-				n.log.Debug("fetched record not applied", "agent", sa.Agent.AgentID, "err", err)
+				n.log.Debug("fetched record not applied", "agent_id", sa.Agent.AgentID, "err", err)
 			}
 		}
 	}()
@@ -555,7 +555,7 @@ func (n *Node) refreshEntry(e store.Entry) {
 		defer cancel()
 		recs, err := n.dht.Fetch(ctx, peer.AddrInfo{ID: p}, dht.FetchQuery{AgentID: a.AgentID})
 		if err != nil {
-			n.log.Debug("refresh before expiry failed", "agent", a.AgentID, "err", err)
+			n.log.Debug("refresh before expiry failed", "agent_id", a.AgentID, "err", err)
 			return
 		}
 		for _, sa := range recs {

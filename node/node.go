@@ -379,7 +379,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			continue // nobody would hear it
 		}
 		if err := n.publishUnregister(ctx, sa.Agent.AgentID, record.ReasonShutdown); err != nil {
-			n.log.Warn("unregister on shutdown failed", "agent", sa.Agent.AgentID, "err", err)
+			n.log.Warn("unregister on shutdown failed", "agent_id", sa.Agent.AgentID, "err", err)
 			continue
 		}
 		said++

@@ -93,11 +93,11 @@ func (n *Node) beatOne(id string, interval time.Duration) {
 	a, _ := n.view.Get(id)
 	sb, err := n.signBeat(id, a.Status, "")
 	if err != nil {
-		n.log.Warn("sign heartbeat failed", "agent", id, "err", err)
+		n.log.Warn("sign heartbeat failed", "agent_id", id, "err", err)
 		return
 	}
 	if err := n.gsp.PublishBeat(n.ctx, gossip.Kind(kindHeartbeat), sb, shards...); err != nil && n.ctx.Err() == nil {
-		n.log.Debug("publish heartbeat failed", "agent", id, "err", err)
+		n.log.Debug("publish heartbeat failed", "agent_id", id, "err", err)
 	}
 }
 
@@ -142,17 +142,17 @@ func (n *Node) resignHosted(id string) {
 		// A full disk cannot take the new seq: announce the stored record
 		// as it is (peers that hold it keep it; it is signed again at its
 		// next slot with room).
-		n.log.Warn("disk full: announcing the stored record without re-signing it", "agent", id, "err", err)
+		n.log.Warn("disk full: announcing the stored record without re-signing it", "agent_id", id, "err", err)
 		n.announce(n.ctx, sa)
 	} else if err != nil {
 		if n.ctx.Err() == nil {
-			n.log.Warn("re-announce failed", "agent", id, "err", err)
+			n.log.Warn("re-announce failed", "agent_id", id, "err", err)
 		}
 		return
 	}
 	if a, ok := n.view.Get(id); ok && a.Status != "" && a.Status != record.StatusHealthy {
 		if err := n.publishStatus(n.ctx, id, a.Status); err != nil && n.ctx.Err() == nil {
-			n.log.Debug("re-publish status failed", "agent", id, "err", err)
+			n.log.Debug("re-publish status failed", "agent_id", id, "err", err)
 		}
 	}
 }

@@ -253,7 +253,7 @@ func (v *vetter) reach(ctx context.Context, p peer.ID) {
 		}
 		if err := h.Connect(ctx, ai); err != nil {
 			v.m.Reject("view", "vet_failed")
-			v.n.log.Debug("peer of a held record not reached", "peer", p, "err", err)
+			v.n.log.Debug("peer of a held record not reached", "peer_id", p, "err", err)
 			return
 		}
 	}
@@ -268,7 +268,7 @@ func (v *vetter) reach(ctx context.Context, p peer.ID) {
 // its agents return with their first heartbeat.
 func (n *Node) peerDown(p peer.ID) {
 	if k := n.view.DropPeer(p, view.ReasonPeerDown); k > 0 {
-		n.log.Info("agents of an unreachable peer removed", "peer", p, "agents", k)
+		n.log.Info("agents of an unreachable peer removed", "peer_id", p, "agents", k)
 	}
 }
 

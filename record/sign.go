@@ -361,7 +361,7 @@ func fromAnnounce(a Announce, canonical, unbound bool) (*SignedAgent, error) {
 	if !canonical {
 		var err error
 		if canon, err = CanonicalizeJSON(a.Agent); err != nil {
-			return nil, &FieldError{Field: "agent", Reason: err.Error()}
+			return nil, &FieldError{Field: "agent_id", Reason: err.Error()}
 		}
 	}
 	if len(canon) > MaxAgentBytes {

@@ -546,7 +546,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) error {
 		// Its lease already ended (a record expiring now).
 		return newAPIError(http.StatusBadRequest, record.CodeMalformedPayload, "agent.issued_at", "the record expires now")
 	}
-	s.log.Debug("agent registered", "agent", sa.Agent.AgentID, "seq", sa.Agent.Seq, "expires", reg.expires)
+	s.log.Debug("agent registered", "agent_id", sa.Agent.AgentID, "seq", sa.Agent.Seq, "expires", reg.expires)
 	w.Header().Set("Location", "/agents/"+sa.Agent.AgentID)
 	writeJSON(w, http.StatusOK, s.entryOf(reg))
 	return nil

@@ -660,7 +660,7 @@ func (v *View) learnHeard(sa *record.SignedAgent, src store.Source, live bool, a
 		if errors.Is(err, store.ErrTombstoned) {
 			return replay("agent %s was unregistered", a.AgentID)
 		}
-		v.log.Warn("cache write failed", "agent", a.AgentID, "err", err)
+		v.log.Warn("cache write failed", "agent_id", a.AgentID, "err", err)
 	}
 	if silent {
 		// Silent past the timeout as far as anyone knows: cached, and
@@ -1005,7 +1005,7 @@ func (v *View) RemoveLocal(agentID string, reason record.UnregisterReason) {
 func (v *View) unregister(agentID string, seq uint64, reason record.UnregisterReason, now time.Time) {
 	ctx := context.Background()
 	if err := v.st.PutTombstone(ctx, store.Tombstone{AgentID: agentID, Seq: seq, Reason: reason, At: now}); err != nil {
-		v.log.Warn("tombstone write failed", "agent", agentID, "err", err)
+		v.log.Warn("tombstone write failed", "agent_id", agentID, "err", err)
 	}
 	v.remove(agentID, string(reason), now, false)
 }

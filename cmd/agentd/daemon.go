@@ -452,7 +452,7 @@ func newLAN(cfg config.Config, id *trust.Identity, n *node.Node, m *metrics.Metr
 		Locals: n.Locals,
 		Learn: func(sa *record.SignedAgent) {
 			if err := v.Learn(sa, store.SourceLAN, true); err != nil {
-				log.Debug("LAN record not applied", "agent", sa.Agent.AgentID, "err", err)
+				log.Debug("LAN record not applied", "agent_id", sa.Agent.AgentID, "err", err)
 			}
 		},
 		LearnUnbound: func(sa *record.SignedAgent) error {
