@@ -29,6 +29,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentd/agentd/metrics"
@@ -223,8 +224,10 @@ type View struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
-	ctx    context.Context // Start's, for the text index rebuild
+	ctx    context.Context // Start's, for the text index rebuild and store calls
 	textWG sync.WaitGroup  // the text index rebuild (ResumeTextIndex)
+
+	lastStoreWarn atomic.Int64 // unix ns of the last failed-store-write warning
 }
 
 // New creates a view over a store. ver is used to verify nothing here
@@ -269,6 +272,39 @@ func (v *View) Start(ctx context.Context) {
 			}
 		}
 	}()
+}
+
+// storeCtx is the context of the view's store calls: Start's, which Close
+// cancels (the transports that feed the view are closed before it), or
+// Background before Start.
+func (v *View) storeCtx() context.Context {
+	if v.ctx != nil {
+		return v.ctx
+	}
+	return context.Background()
+}
+
+// touch moves a cached record's expiry. A record no longer cached is no
+// error (the cache evicted it); any other failure (a full disk, a closed
+// database) is logged, at warn level at most every 10 s.
+func (v *View) touch(id string, expires time.Time) {
+	err := v.st.Touch(v.storeCtx(), id, expires)
+	if err == nil || errors.Is(err, store.ErrNotFound) || errors.Is(err, context.Canceled) {
+		return
+	}
+	v.storeFailed("cache touch", id, err)
+}
+
+// storeFailed logs a failed cache write: the live view stays right (it is
+// in memory), only what a restart or the resolver's cache step would read
+// is behind.
+func (v *View) storeFailed(op, id string, err error) {
+	now := time.Now().UnixNano()
+	if last := v.lastStoreWarn.Load(); now-last >= int64(10*time.Second) && v.lastStoreWarn.CompareAndSwap(last, now) {
+		v.log.Warn(op+" failed (the live view is current; the cache is behind)", "agent_id", id, "err", err)
+		return
+	}
+	v.log.Debug(op+" failed", "agent_id", id, "err", err)
 }
 
 // Close stops the clock and ends every subscription.
@@ -495,7 +531,7 @@ func (v *View) prefixOf(peerID string) string {
 }
 
 func (v *View) checkStored(id string, seq uint64) error {
-	ctx := context.Background()
+	ctx := v.storeCtx()
 	if t, ok, err := v.st.GetTombstone(ctx, id); err == nil && ok && seq <= t.Seq {
 		return replay("seq %d of %s is covered by its unregistration (seq %d)", seq, id, t.Seq)
 	}
@@ -660,12 +696,12 @@ func (v *View) learnHeard(sa *record.SignedAgent, src store.Source, live bool, a
 		if errors.Is(err, store.ErrTombstoned) {
 			return replay("agent %s was unregistered", a.AgentID)
 		}
-		v.log.Warn("cache write failed", "agent_id", a.AgentID, "err", err)
+		v.storeFailed("cache write", a.AgentID, err)
 	}
 	if silent {
 		// Silent past the timeout as far as anyone knows: cached, and
 		// stale at once, as the record of an agent that left the view.
-		_ = v.st.Touch(context.Background(), a.AgentID, now)
+		v.touch(a.AgentID, now)
 		return nil
 	}
 	if !live {
@@ -758,7 +794,7 @@ func (v *View) Beat(kind Kind, sb *record.SignedBeat, from peer.ID, _ string) {
 		// Known key (the verifier passed) but not in the live view: a
 		// restart, or an agent that timed out and came back. Restore it
 		// from the cache if we can, else fetch it from its host.
-		if e, err := v.st.Get(context.Background(), b.AgentID); err == nil && e.Record.Agent.Seq <= b.Seq &&
+		if e, err := v.st.Get(v.storeCtx(), b.AgentID); err == nil && e.Record.Agent.Seq <= b.Seq &&
 			(!sb.PeerSigned() || e.Record.Agent.PeerID == b.PeerID) {
 			_ = v.learn(e.Record, e.Source, true) // not news: the check below finds it
 			v.mu.Lock()
@@ -804,7 +840,7 @@ func (v *View) Beat(kind Kind, sb *record.SignedBeat, from peer.ID, _ string) {
 	}
 	v.mu.Unlock()
 	if !touch.IsZero() {
-		_ = v.st.Touch(context.Background(), b.AgentID, touch)
+		v.touch(b.AgentID, touch)
 	}
 	v.emit(events)
 }
@@ -883,7 +919,7 @@ func (v *View) Forget(agentID, reason string) {
 	}
 	v.mu.Unlock()
 	if forgot {
-		_ = v.st.Touch(context.Background(), agentID, now)
+		v.touch(agentID, now)
 	}
 	v.emit(events)
 }
@@ -922,7 +958,7 @@ func (v *View) DropPeer(p peer.ID, reason string) int {
 	}
 	v.mu.Unlock()
 	for _, id := range gone {
-		_ = v.st.Touch(context.Background(), id, now)
+		v.touch(id, now)
 	}
 	v.emit(events)
 	return len(gone)
@@ -1003,7 +1039,7 @@ func (v *View) RemoveLocal(agentID string, reason record.UnregisterReason) {
 }
 
 func (v *View) unregister(agentID string, seq uint64, reason record.UnregisterReason, now time.Time) {
-	ctx := context.Background()
+	ctx := v.storeCtx()
 	if err := v.st.PutTombstone(ctx, store.Tombstone{AgentID: agentID, Seq: seq, Reason: reason, At: now}); err != nil {
 		v.log.Warn("tombstone write failed", "agent_id", agentID, "err", err)
 	}
@@ -1073,7 +1109,7 @@ func (v *View) sweep() {
 	}
 	// The cached record of an agent that left becomes stale at once.
 	for _, id := range gone {
-		_ = v.st.Touch(context.Background(), id, now)
+		v.touch(id, now)
 	}
 	v.emit(events)
 }
@@ -1429,7 +1465,7 @@ func (v *View) emit(events []Event) {
 }
 
 func (v *View) putStore(sa *record.SignedAgent, src store.Source, now time.Time) error {
-	return v.st.Put(context.Background(), store.Entry{Record: sa, Source: src, ReceivedAt: now, ExpiresAt: v.freshUntil(sa, now)})
+	return v.st.Put(v.storeCtx(), store.Entry{Record: sa, Source: src, ReceivedAt: now, ExpiresAt: v.freshUntil(sa, now)})
 }
 
 // freshUntil is how long a cached record stays fresh: the cache TTL, never
