@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentd/agentd/internal/backoff"
 	"github.com/agentd/agentd/record"
 	lprecord "github.com/libp2p/go-libp2p-record"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -38,7 +39,7 @@ type loopState struct {
 	values     map[string]value
 	failKeys   map[[32]byte]record.Key
 	failValues map[string]value
-	backoff    time.Duration
+	retry      backoff.Backoff
 }
 
 // run is the reprovide/republish loop. It owns every provide and put.
@@ -48,7 +49,7 @@ func (d *DHT) run(ctx context.Context) {
 		keys: map[[32]byte]record.Key{}, values: map[string]value{},
 		refs: map[[32]byte]int{}, srcKeys: map[string][]record.Key{},
 		failKeys: map[[32]byte]record.Key{}, failValues: map[string]value{},
-		backoff: d.cfg.RetryInterval,
+		retry: backoff.Backoff{Base: d.cfg.RetryInterval, Max: d.cfg.ReprovideInterval},
 	}
 	reprovide := time.NewTicker(d.cfg.ReprovideInterval)
 	defer reprovide.Stop()
@@ -88,11 +89,10 @@ func (d *DHT) run(ctx context.Context) {
 		d.status.PendingRetries = pending
 		d.mu.Unlock()
 		if pending > 0 {
-			retry.Reset(st.backoff)
-			st.backoff = min(2*st.backoff, d.cfg.ReprovideInterval)
+			retry.Reset(st.retry.Next())
 		} else {
 			retry.Stop()
-			st.backoff = d.cfg.RetryInterval
+			st.retry.Reset()
 		}
 	}
 }

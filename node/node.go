@@ -21,6 +21,7 @@ import (
 	"github.com/agentd/agentd/bootstrap"
 	"github.com/agentd/agentd/dht"
 	"github.com/agentd/agentd/gossip"
+	"github.com/agentd/agentd/internal/backoff"
 	"github.com/agentd/agentd/liveness"
 	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/p2p"
@@ -630,7 +631,7 @@ func (n *Node) Health() Health {
 // neighbours for their live view; it retries with backoff while the node
 // has no peer.
 func (n *Node) joinLoop() {
-	backoff := time.Second
+	retry := backoff.Backoff{Base: time.Second, Max: 30 * time.Second}
 	synced := false
 	boot := n.cfg.Bootstrap
 	for attempt := 0; ; attempt++ {
@@ -661,8 +662,7 @@ func (n *Node) joinLoop() {
 		}
 		wait := 30 * time.Second
 		if len(n.host.Network().Peers()) == 0 || !synced {
-			wait = backoff
-			backoff = min(backoff*2, 30*time.Second)
+			wait = retry.Next()
 		}
 		select {
 		case <-n.ctx.Done():

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentd/agentd/internal/backoff"
 	"github.com/agentd/agentd/record"
 )
 
@@ -496,20 +496,7 @@ func (c *Client) withRetries(ctx context.Context, what string, attempt func(cont
 // backoff is the delay before retry i+1: Backoff·2^i ±25 %, at most
 // MaxBackoff.
 func (c *Client) backoff(i int) time.Duration {
-	d := c.o.Backoff
-	for range i {
-		d *= 2
-		if d >= c.o.MaxBackoff {
-			d = c.o.MaxBackoff
-			break
-		}
-	}
-	d = min(d, c.o.MaxBackoff)
-	if d <= 0 {
-		return 0
-	}
-	jitter := time.Duration(rand.Int64N(int64(d)/2+1)) - d/4
-	return max(d+jitter, 0)
+	return backoff.Delay(c.o.Backoff, c.o.MaxBackoff, i, 0.25)
 }
 
 // httpErrorOf reads an error answer: an agentd error body when it is one.

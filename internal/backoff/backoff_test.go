@@ -1,0 +1,48 @@
+package backoff
+
+import (
+	"testing"
+	"time"
+)
+
+func TestDelayDoublesToMax(t *testing.T) {
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 10 * time.Second, 10 * time.Second}
+	for i, w := range want {
+		if got := Delay(time.Second, 10*time.Second, i, 0); got != w {
+			t.Errorf("attempt %d: %s, want %s", i, got, w)
+		}
+	}
+	if got := Delay(time.Second, 10*time.Second, 1<<20, 0); got != 10*time.Second {
+		t.Errorf("a huge attempt count: %s", got)
+	}
+	if Delay(0, time.Second, 3, 0.5) != 0 {
+		t.Error("no base, no wait")
+	}
+}
+
+func TestDelayJitterStaysInBounds(t *testing.T) {
+	for range 1000 {
+		d := Delay(4*time.Second, time.Minute, 0, 0.25)
+		if d < 3*time.Second || d > 5*time.Second {
+			t.Fatalf("%s outside 4 s ±25 %%", d)
+		}
+	}
+}
+
+func TestBackoffNextAndReset(t *testing.T) {
+	b := Backoff{Base: time.Second, Max: 4 * time.Second}
+	var got []time.Duration
+	for range 5 {
+		got = append(got, b.Next())
+	}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second, 4 * time.Second}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("%v, want %v", got, want)
+		}
+	}
+	b.Reset()
+	if d := b.Next(); d != time.Second {
+		t.Fatalf("after Reset: %s", d)
+	}
+}
