@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/agentd/agentd/internal/frame"
 	"github.com/agentd/agentd/record"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/multiformats/go-varint"
 )
 
 // Limits of the record fetch protocol (part of the wire contract).
@@ -111,50 +111,25 @@ func (e *RemoteError) Error() string {
 	return fmt.Sprintf("provider refused: %s: %s", e.Code, e.Message)
 }
 
-// WriteFrame writes one frame: the uvarint length of body, then body.
-func WriteFrame(w io.Writer, body []byte) error {
-	buf := make([]byte, 0, varint.MaxLenUvarint63+len(body))
-	buf = append(buf, varint.ToUvarint(uint64(len(body)))...)
-	buf = append(buf, body...)
-	_, err := w.Write(buf)
-	return err
-}
-
-type byteReader struct {
-	r   io.Reader
-	one [1]byte
-}
-
-func (b *byteReader) ReadByte() (byte, error) {
-	_, err := io.ReadFull(b.r, b.one[:])
-	return b.one[0], err
-}
+// WriteFrame writes one frame: the uvarint length of body, then body
+// (internal/frame, the framing of every agentd stream protocol).
+func WriteFrame(w io.Writer, body []byte) error { return frame.Write(w, body) }
 
 // ReadFrame reads one frame whose body is at most limit bytes. It reads
 // the length prefix a byte at a time and refuses an oversized or
-// non-minimal prefix before reading any of the body.
+// non-minimal prefix before reading any of the body: ErrFrameTooLarge and
+// ErrProtocol (a truncated or malformed frame, a stream that ends).
 func ReadFrame(r io.Reader, limit int) ([]byte, error) {
-	n, err := varint.ReadUvarint(&byteReader{r: r})
-	if err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, fmt.Errorf("%w: reading length prefix: %w", ErrProtocol, err)
-		}
-		if errors.Is(err, varint.ErrNotMinimal) || errors.Is(err, varint.ErrOverflow) {
-			return nil, fmt.Errorf("%w: length prefix: %w", ErrProtocol, err)
-		}
-		return nil, err
+	body, err := frame.Read(r, limit)
+	switch {
+	case err == nil:
+		return body, nil
+	case errors.Is(err, frame.ErrTooLarge):
+		return nil, fmt.Errorf("%w: %w", ErrFrameTooLarge, err)
+	case errors.Is(err, frame.ErrMalformed) || errors.Is(err, io.EOF):
+		return nil, fmt.Errorf("%w: %w", ErrProtocol, err)
 	}
-	if n > uint64(limit) {
-		return nil, fmt.Errorf("%w: %d bytes announced, limit %d", ErrFrameTooLarge, n, limit)
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, fmt.Errorf("%w: frame body truncated: %w", ErrProtocol, err)
-		}
-		return nil, err
-	}
-	return body, nil
+	return nil, err
 }
 
 func strictUnmarshal(b []byte, v any) error {

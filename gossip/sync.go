@@ -3,7 +3,6 @@ package gossip
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentd/agentd/internal/frame"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/trust"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -86,54 +86,11 @@ type syncError struct {
 // records accepts.
 func syncAnswerBound(limit int) int { return limit*syncRecordAllowance + syncFrameOverhead }
 
-// writeFrame writes one unsigned-varint-length-prefixed frame.
-func writeFrame(w io.Writer, b []byte) error {
-	var n [binary.MaxVarintLen64]byte
-	if _, err := w.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))]); err != nil {
-		return err
-	}
-	_, err := w.Write(b)
-	return err
-}
+// writeFrame and readFrame are the stream protocols' one framing
+// (internal/frame): an unsigned-varint length, then the body.
+func writeFrame(w io.Writer, b []byte) error { return frame.Write(w, b) }
 
-// countingReader counts the bytes read through it.
-type countingReader struct {
-	r *bufio.Reader
-	n int
-}
-
-func (c *countingReader) ReadByte() (byte, error) {
-	b, err := c.r.ReadByte()
-	if err == nil {
-		c.n++
-	}
-	return b, err
-}
-
-// readFrame reads one frame of at most max bytes. The length must be a
-// minimally encoded unsigned varint, as in multiformats/unsigned-varint.
-func readFrame(r *bufio.Reader, max int) ([]byte, error) {
-	cr := &countingReader{r: r}
-	n, err := binary.ReadUvarint(cr)
-	if err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, io.ErrUnexpectedEOF
-		}
-		return nil, fmt.Errorf("%w: frame length: %v", record.ErrMalformed, err)
-	}
-	var buf [binary.MaxVarintLen64]byte
-	if binary.PutUvarint(buf[:], n) != cr.n {
-		return nil, fmt.Errorf("%w: frame length is not minimally encoded", record.ErrMalformed)
-	}
-	if n > uint64(max) {
-		return nil, fmt.Errorf("%w: frame of %d bytes, limit %d", record.ErrTooLarge, n, max)
-	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
-		return nil, fmt.Errorf("frame body: %w", err)
-	}
-	return b, nil
-}
+func readFrame(r *bufio.Reader, max int) ([]byte, error) { return frame.Read(r, max) }
 
 // decodeSyncRequest parses and checks a request frame. An unsupported
 // major version yields record.ErrUnsupportedVersion.

@@ -2,7 +2,6 @@ package liveness
 
 import (
 	"bufio"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentd/agentd/internal/frame"
 	"github.com/agentd/agentd/record"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -60,29 +60,11 @@ type Claim struct {
 	At   time.Time
 }
 
-// writeFrame writes an unsigned-varint length and b, in one write (one
-// packet on the wire).
-func writeFrame(w io.Writer, b []byte) error {
-	f := binary.AppendUvarint(make([]byte, 0, binary.MaxVarintLen64+len(b)), uint64(len(b)))
-	_, err := w.Write(append(f, b...))
-	return err
-}
+// writeFrame and readFrame are the stream protocols' one framing
+// (internal/frame): an unsigned-varint length, then the body.
+func writeFrame(w io.Writer, b []byte) error { return frame.Write(w, b) }
 
-// readFrame reads one frame of at most max bytes.
-func readFrame(r *bufio.Reader, max int) ([]byte, error) {
-	n, err := binary.ReadUvarint(r)
-	if err != nil {
-		return nil, fmt.Errorf("%w: frame length: %v", record.ErrMalformed, err)
-	}
-	if n > uint64(max) {
-		return nil, fmt.Errorf("%w: frame is %d bytes, limit %d", record.ErrTooLarge, n, max)
-	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
-		return nil, fmt.Errorf("%w: frame: %v", record.ErrMalformed, err)
-	}
-	return b, nil
-}
+func readFrame(r *bufio.Reader, max int) ([]byte, error) { return frame.Read(r, max) }
 
 // strictObject checks b is one I-JSON object of at most max bytes whose
 // protocol_version this node speaks, and that no member differs from a
