@@ -54,15 +54,6 @@ type SkillSearch = skillcenter.SearchRequest
 // download URL.
 var downloadKeys = []string{"downloadUrl", "download_url"}
 
-func displayName(a *record.Agent, skillID string) string {
-	if s, ok := a.Metadata[record.MetaDisplayName].(string); ok && s != "" {
-		return s
-	}
-	if a.AgentName != "" {
-		return a.AgentName
-	}
-	return skillID
-}
 
 // skillsOf converts results into one entry per skill id.
 func skillsOf(res []node.Result) []Skill {
@@ -75,7 +66,7 @@ func skillsOf(res []node.Result) []Skill {
 		for i := range a.Skills {
 			sk := &a.Skills[i]
 			e := Skill{
-				ID: sk.SkillID, Name: displayName(a, sk.SkillID), Version: sk.Version, Type: string(sk.SkillType),
+				ID: sk.SkillID, Name: skillcenter.SkillName(a, sk.SkillID), Version: sk.Version, Type: string(sk.SkillType),
 				Capabilities: sk.CapabilityIDs(), Scenes: slices.Clone(sk.Scenes), Endpoint: sk.Endpoint,
 				AgentID: a.AgentID, Status: worseStatus(r.Status, sk.Status), Source: string(r.Source),
 			}
@@ -91,7 +82,7 @@ func skillsOf(res []node.Result) []Skill {
 					break
 				}
 			}
-			if cur, ok := best[e.ID]; !ok || betterSkill(e, cur) {
+			if cur, ok := best[e.ID]; !ok || skillcenter.PreferSkill(e.Status, e.Version, e.AgentID, cur.Status, cur.Version, cur.AgentID) {
 				best[e.ID] = e
 			}
 		}
@@ -114,17 +105,6 @@ func worseStatus(agent, skill record.Status) record.Status {
 	return agent
 }
 
-func betterSkill(a, b Skill) bool {
-	if d := a.Status.Rank() - b.Status.Rank(); d != 0 {
-		return d < 0
-	}
-	va, ea := semver.NewVersion(a.Version)
-	vb, eb := semver.NewVersion(b.Version)
-	if ea == nil && eb == nil && !va.Equal(vb) {
-		return va.GreaterThan(vb)
-	}
-	return a.AgentID < b.AgentID
-}
 
 // skillResults asks the resolver; a miss is an empty answer.
 func (s *Server) skillResults(ctx context.Context, q node.Query) ([]node.Result, error) {
@@ -270,7 +250,7 @@ func skillMatches(a *record.Agent, sk *record.Skill, req SkillSearch, c *semver.
 
 func skillHasText(a *record.Agent, sk *record.Skill, k string) bool {
 	has := func(s string) bool { return strings.Contains(strings.ToLower(s), k) }
-	if has(sk.SkillID) || has(displayName(a, sk.SkillID)) || has(a.AgentName) || has(a.Description) {
+	if has(sk.SkillID) || has(skillcenter.SkillName(a, sk.SkillID)) || has(a.AgentName) || has(a.Description) {
 		return true
 	}
 	for _, cp := range sk.Capabilities {

@@ -134,7 +134,7 @@ func registeredSkills(regs []registration) map[string]Skill {
 		for i := range a.Skills {
 			sk := &a.Skills[i]
 			s := Skill{
-				ID: sk.SkillID, Name: regName(a, sk.SkillID), Version: sk.Version, Type: string(sk.SkillType),
+				ID: sk.SkillID, Name: SkillName(a, sk.SkillID), Version: sk.Version, Type: string(sk.SkillType),
 				Capabilities: sk.CapabilityIDs(), Scenes: slices.Clone(sk.Scenes), Endpoint: sk.Endpoint,
 				Description: a.Description, Keywords: slices.Clone(a.Tags), AgentID: a.AgentID,
 				Status: string(record.StatusHealthy), Source: "registry",
@@ -148,7 +148,7 @@ func registeredSkills(regs []registration) map[string]Skill {
 			if s.Endpoint == "" {
 				s.Endpoint = a.Transport.Endpoint
 			}
-			if cur, ok := best[s.ID]; !ok || newerSkill(s, cur) {
+			if cur, ok := best[s.ID]; !ok || PreferSkill(record.Status(s.Status), s.Version, s.AgentID, record.Status(cur.Status), cur.Version, cur.AgentID) {
 				best[s.ID] = s
 			}
 		}
@@ -156,7 +156,11 @@ func registeredSkills(regs []registration) map[string]Skill {
 	return best
 }
 
-func regName(a *record.Agent, skillID string) string {
+// SkillName is the name an answer in the §7.3 shape gives a skill of an
+// agent record: the agent's metadata.display_name, else its agent_name,
+// else the skill id. The registry and the local API's SkillCenter
+// endpoints both use it.
+func SkillName(a *record.Agent, skillID string) string {
 	if s, ok := a.Metadata[record.MetaDisplayName].(string); ok && s != "" {
 		return s
 	}
@@ -166,14 +170,19 @@ func regName(a *record.Agent, skillID string) string {
 	return skillID
 }
 
-func newerSkill(a, b Skill) bool {
-	if ra, rb := record.Status(a.Status).Rank(), record.Status(b.Status).Rank(); ra != rb {
+// PreferSkill reports whether an answer that lists one entry per skill id
+// should show the skill of agent agentA (status, version) rather than that
+// of agentB: the healthier status, then the higher semantic version, then
+// the lower agent id (so the choice does not depend on order). The
+// registry and the local API's SkillCenter endpoints both rank with it.
+func PreferSkill(statusA record.Status, versionA, agentA string, statusB record.Status, versionB, agentB string) bool {
+	if ra, rb := statusA.Rank(), statusB.Rank(); ra != rb {
 		return ra < rb
 	}
-	va, ea := semver.NewVersion(a.Version)
-	vb, eb := semver.NewVersion(b.Version)
+	va, ea := semver.NewVersion(versionA)
+	vb, eb := semver.NewVersion(versionB)
 	if ea == nil && eb == nil && !va.Equal(vb) {
 		return va.GreaterThan(vb)
 	}
-	return a.AgentID < b.AgentID
+	return agentA < agentB
 }
