@@ -1,0 +1,183 @@
+package trust
+
+// Files: reading the trust store's certificates and CRLs from files and
+// directories, bounded.
+
+import (
+	"bytes"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+var (
+	certExts = map[string]bool{".pem": true, ".crt": true, ".cer": true, ".cert": true}
+	crlExts  = map[string]bool{".crl": true, ".der": true}
+)
+
+// expand lists the files named by paths: files as given, directories by
+// their regular non-hidden files with one of exts, sorted.
+func expand(paths []string, exts map[string]bool) ([]string, error) {
+	var out []string
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, err
+		}
+		if !st.IsDir() {
+			out = append(out, p)
+			continue
+		}
+		ents, err := os.ReadDir(p)
+		if err != nil {
+			return nil, err
+		}
+		var names []string
+		for _, e := range ents {
+			n := e.Name()
+			if strings.HasPrefix(n, ".") || !exts[strings.ToLower(filepath.Ext(n))] {
+				continue
+			}
+			full := filepath.Join(p, n)
+			if fi, err := os.Stat(full); err != nil || !fi.Mode().IsRegular() {
+				continue
+			}
+			names = append(names, full)
+		}
+		sort.Strings(names)
+		out = append(out, names...)
+	}
+	return out, nil
+}
+
+func readBounded(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }() // read-only
+	b, err := io.ReadAll(io.LimitReader(f, maxTrustFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(b) > maxTrustFileBytes {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxTrustFileBytes)
+	}
+	return b, nil
+}
+
+func loadCertPaths(paths []string) ([]*x509.Certificate, error) {
+	files, err := expand(paths, certExts)
+	if err != nil {
+		return nil, err
+	}
+	var out []*x509.Certificate
+	for _, f := range files {
+		b, err := readBounded(f)
+		if err != nil {
+			return nil, err
+		}
+		certs, err := ParseCertificateFile(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		out = append(out, certs...)
+	}
+	return out, nil
+}
+
+// ParseCertificateFile parses the PEM certificates of a file, or one DER
+// certificate. Any PEM block that is not a CERTIFICATE is an error (a
+// private key in a trust file is a mistake worth stopping for).
+func ParseCertificateFile(b []byte) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	rest := b
+	for {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			return nil, fmt.Errorf("holds a PEM %q block; only CERTIFICATE blocks belong in a trust file", block.Type)
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("certificate %d: %w", len(out)+1, err)
+		}
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		if len(bytes.TrimSpace(b)) == 0 {
+			return nil, errors.New("is empty")
+		}
+		c, err := x509.ParseCertificate(b)
+		if err != nil {
+			return nil, fmt.Errorf("holds no PEM certificate and is not a DER certificate: %w", err)
+		}
+		out = append(out, c)
+	} else if len(bytes.TrimSpace(rest)) != 0 {
+		return nil, errors.New("has data after the last PEM block")
+	}
+	return out, nil
+}
+
+func loadCRLPaths(paths []string) ([]*crl, error) {
+	files, err := expand(paths, crlExts)
+	if err != nil {
+		return nil, err
+	}
+	var out []*crl
+	for _, f := range files {
+		b, err := readBounded(f)
+		if err != nil {
+			return nil, err
+		}
+		cs, err := parseCRLFile(b, f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, cs...)
+	}
+	return out, nil
+}
+
+// parseCRLFile parses the PEM "X509 CRL" blocks of a file, or one DER CRL.
+func parseCRLFile(b []byte, source string) ([]*crl, error) {
+	var out []*crl
+	rest := b
+	for {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if block.Type != "X509 CRL" {
+			return nil, fmt.Errorf("%s: holds a PEM %q block; only X509 CRL blocks belong in a CRL file", source, block.Type)
+		}
+		c, err := parseCRL(block.Bytes, fmt.Sprintf("%s#%d", source, len(out)+1))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		c, err := parseCRL(b, source)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	} else if len(bytes.TrimSpace(rest)) != 0 {
+		return nil, fmt.Errorf("%s: has data after the last PEM block", source)
+	}
+	if len(out) == 1 && strings.HasSuffix(out[0].source, "#1") {
+		out[0].source = source
+	}
+	return out, nil
+}
