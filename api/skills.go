@@ -54,7 +54,6 @@ type SkillSearch = skillcenter.SearchRequest
 // download URL.
 var downloadKeys = []string{"downloadUrl", "download_url"}
 
-
 // skillsOf converts results into one entry per skill id.
 func skillsOf(res []node.Result) []Skill {
 	best := map[string]Skill{}
@@ -104,7 +103,6 @@ func worseStatus(agent, skill record.Status) record.Status {
 	}
 	return agent
 }
-
 
 // skillResults asks the resolver; a miss is an empty answer.
 func (s *Server) skillResults(ctx context.Context, q node.Query) ([]node.Result, error) {

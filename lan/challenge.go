@@ -241,7 +241,7 @@ func (u *udpProto) sceneMembers(scene string) []record.SceneMember {
 	out = slices.CompactFunc(out, func(a, b record.SceneMember) bool { return a.AgentID == b.AgentID && a.SkillID == b.SkillID })
 	var keep []record.SceneMember
 	for _, m := range out {
-		if record.ValidIdent(m.AgentID) && record.ValidIdent(m.SkillID) && strings.IndexAny(m.Endpoint, ";|,") < 0 {
+		if record.ValidIdent(m.AgentID) && record.ValidIdent(m.SkillID) && !strings.ContainsAny(m.Endpoint, ";|,") {
 			keep = append(keep, m)
 		}
 	}

@@ -68,13 +68,6 @@ func (l *LAN) Discover(ctx context.Context, f store.Filter) (signed []*record.Si
 	return c.list(), foreign, nil
 }
 
-func (l *LAN) udpKey() []byte {
-	if l.udp == nil {
-		return nil
-	}
-	return l.udp.hmacKey
-}
-
 // discoverUDP sends the SKILL_DISCOVER and maps the responses until ctx
 // ends or the collector is full.
 func (l *LAN) discoverUDP(ctx context.Context, f store.Filter, c *collector) {

@@ -277,7 +277,7 @@ func (s *db) Put(ctx context.Context, e Entry) error {
 	old := s.entries[id]
 	if old != nil {
 		switch stored, put := old.rec.Agent.Seq, e.Record.Agent.Seq; {
-		case stored > put && !(old.rec.Unbound() && !e.Record.Unbound()):
+		case stored > put && (!old.rec.Unbound() || e.Record.Unbound()):
 			// (A bound record replaces an unbound one whatever their
 			// seqs: the unbound one's was stamped where it was received.)
 			return fmt.Errorf("%w: agent %s stored seq %d, put seq %d", ErrOlder, id, stored, put)

@@ -719,7 +719,7 @@ func (v *View) learnHeard(sa *record.SignedAgent, src store.Source, live bool, a
 		v.mu.Unlock()
 		return &trust.RejectError{Reason: trust.ReasonUnbound,
 			Detail: fmt.Sprintf("agent %s is live with a record bound to peer %s; a record without peer binding does not replace it", a.AgentID, held)}
-	case s != nil && a.Seq < s.rec.Agent.Seq && !(s.rec.Unbound() && !sa.Unbound()):
+	case s != nil && a.Seq < s.rec.Agent.Seq && (!s.rec.Unbound() || sa.Unbound()):
 		// (A bound record replaces an unbound one whatever their seqs:
 		// the unbound one's was stamped by the receiving node.)
 		held := s.rec.Agent.Seq
