@@ -2,12 +2,14 @@ package lan
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/discovery/mdns"
+	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 )
 
 // connectBackoff is how long a peer found by libp2p's mDNS is not dialled
@@ -57,17 +59,51 @@ func (n *notifee) HandlePeerFound(ai peer.AddrInfo) {
 	}
 	n.tried[ai.ID] = now
 	n.mu.Unlock()
-	l.enqueue(func(ctx context.Context) {
-		ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
-		defer cancel()
-		if err := h.Connect(ctx, ai); err != nil {
-			l.count(mechMDNS, "libp2p_connect_failed")
-			l.log.Debug("cannot connect a peer found by libp2p mDNS", "peer_id", ai.ID, "err", err)
+	l.enqueue(func(ctx context.Context) { n.connect(ctx, ai) })
+}
+
+// connect dials a peer found on the LAN. Two daemons usually find each
+// other in the same mDNS exchange and would dial each other at once; with
+// both TCP sockets bound to the listening port (SO_REUSEPORT), that is a
+// TCP simultaneous open: one connection on which both sides start the
+// security handshake as the client, which fails ("unexpected
+// clientHelloMsg"), and the swarm's dial back-off then kept the two apart
+// for seconds (a flaky test, and a slow first contact in real LANs). So
+// the peer with the greater id lets the other dial first and dials itself
+// only if no connection came within simultaneousOpenGrace; a dial that
+// fails is retried once, after a random pause and with the back-off
+// cleared.
+func (n *notifee) connect(ctx context.Context, ai peer.AddrInfo) {
+	l, h := n.l, n.l.d.Host
+	if h.ID() > ai.ID && !sleepCtx(ctx, simultaneousOpenGrace) {
+		return
+	}
+	for attempt := 0; attempt < 2; attempt++ {
+		if h.Network().Connectedness(ai.ID) == network.Connected {
+			l.count(mechMDNS, "libp2p_connected")
 			return
 		}
-		l.count(mechMDNS, "libp2p_connected")
-	})
+		cctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+		err := h.Connect(cctx, ai)
+		cancel()
+		if err == nil {
+			l.count(mechMDNS, "libp2p_connected")
+			return
+		}
+		l.count(mechMDNS, "libp2p_connect_failed")
+		l.log.Debug("cannot connect a peer found by libp2p mDNS", "peer_id", ai.ID, "attempt", attempt+1, "err", err)
+		if sw, ok := h.Network().(*swarm.Swarm); ok {
+			sw.Backoff().Clear(ai.ID)
+		}
+		if attempt == 0 && !sleepCtx(ctx, time.Duration(100+rand.IntN(400))*time.Millisecond) {
+			return
+		}
+	}
 }
+
+// simultaneousOpenGrace is how long the peer with the greater id waits
+// for the other to dial it before it dials (connect).
+const simultaneousOpenGrace = 300 * time.Millisecond
 
 // startLibp2pMDNS starts go-libp2p's mDNS peer discovery under agentd's
 // own service name and returns it. A failure is logged and nil returned;
