@@ -2,20 +2,12 @@ package api
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/x509"
-	"encoding/asn1"
-	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
-	"math/big"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/internal/testutil"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/trust"
@@ -23,69 +15,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
-
-// seed000Agent is an agent written from seed 000 alone: it knows nothing
-// of agentd's peer_id and peer_signature, nor of seq, issued_at and
-// ttl_seconds. It signs the canonical JSON of its agent object with its
-// ECDSA key and does not normalise S, as Python's cryptography and Java's
-// Signature do not.
-type seed000Agent struct {
-	key   *ecdsa.PrivateKey
-	agent map[string]any
-}
-
-func newSeed000Agent(t testing.TB, capability string) *seed000Agent {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &seed000Agent{key: key, agent: map[string]any{
-		"agent_id":     uuid.NewString(),
-		"agent_name":   "data-processor",
-		"capabilities": map[string]any{capability: "2.0"},
-		"public_key":   string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})),
-		"transport":    map[string]any{"type": "tcp", "endpoint": "10.0.0.12:9000"},
-		"metadata":     map[string]any{"__os": "linux", "__arch": "amd64"},
-	}}
-}
-
-// announce is the seed's §7.1 message; highS picks the high-S twin of the
-// signature (both verify).
-func (s *seed000Agent) announce(t testing.TB, highS bool) []byte {
-	t.Helper()
-	b, err := json.Marshal(s.agent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	canon, err := record.CanonicalizeJSON(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := sha256.Sum256(canon)
-	r, sv, err := ecdsa.Sign(rand.Reader, s.key, h[:])
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := s.key.Curve.Params().N
-	half := new(big.Int).Rsh(n, 1)
-	if (sv.Cmp(half) > 0) != highS {
-		sv = new(big.Int).Sub(n, sv)
-	}
-	sig, err := asn1.Marshal(struct{ R, S *big.Int }{r, sv})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := json.Marshal(map[string]any{"protocol_version": "v1.0", "agent": json.RawMessage(canon), "signature": base64.StdEncoding.EncodeToString(sig)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 // A seed-000 agent without agentd's peer binding registers with a node in
 // registry mode, over REST and over the WebSocket binding: verified by its
@@ -95,9 +24,9 @@ func TestSeed000AgentWithoutPeerBinding(t *testing.T) {
 	d := loadOpenAPI(t)
 	a := newAPI(t, Config{JWTSecret: testSecret, ServeRegistry: true})
 	write := bearer(hsToken(t, testSecret, claims(ScopeWrite, time.Hour)))
-	ag := newSeed000Agent(t, "metrics")
-	id := ag.agent["agent_id"].(string)
-	body := ag.announce(t, true)
+	id := uuid.NewString()
+	ag := testutil.NewSeed000Agent(t, id, "metrics")
+	body := ag.Announce(t, true)
 
 	// Auth comes before the body: without a token 401, even for a body
 	// that is wrong in other ways.
@@ -145,13 +74,13 @@ func TestSeed000AgentWithoutPeerBinding(t *testing.T) {
 
 	// Re-announcing the same object (a new signature) refreshes it: the
 	// record held does not change.
-	mustStatus(t, a.do("POST", "/agents", ag.announce(t, false), write), 200)
+	mustStatus(t, a.do("POST", "/agents", ag.Announce(t, false), write), 200)
 	if h, _ := a.n.View().Get(id); h.Record.Agent.Seq != seq {
 		t.Fatalf("re-announcement replaced the record: seq %d -> %d", seq, h.Record.Agent.Seq)
 	}
 	// A changed object replaces it.
-	ag.agent["capabilities"] = map[string]any{"metrics": "2.1"}
-	mustStatus(t, a.do("POST", "/agents", ag.announce(t, false), write), 200)
+	ag.Agent["capabilities"] = map[string]any{"metrics": "2.1"}
+	mustStatus(t, a.do("POST", "/agents", ag.Announce(t, false), write), 200)
 	if h, _ := a.n.View().Get(id); h.Record.Agent.Capabilities["metrics"] != "2.1" {
 		t.Fatalf("%+v", h.Record.Agent.Capabilities)
 	}
@@ -164,26 +93,25 @@ func TestSeed000AgentWithoutPeerBinding(t *testing.T) {
 
 	// Another key for the same agent_id is refused (the first key is
 	// pinned), and so is a tampered object.
-	thief := newSeed000Agent(t, "metrics")
-	thief.agent["agent_id"] = id
-	mustStatus(t, a.do("POST", "/agents", thief.announce(t, false), write), 409)
+	thief := testutil.NewSeed000Agent(t, id, "metrics")
+	mustStatus(t, a.do("POST", "/agents", thief.Announce(t, false), write), 409)
 	var m map[string]any
-	_ = json.Unmarshal(ag.announce(t, false), &m)
+	_ = json.Unmarshal(ag.Announce(t, false), &m)
 	m["agent"].(map[string]any)["agent_name"] = "other"
 	if e := mustStatus(t, a.do("POST", "/agents", m, write), 400).apiErr(t); e.Field != "signature" {
 		t.Fatalf("%+v", e)
 	}
 	// A peer_signature without peer_id is malformed.
-	_ = json.Unmarshal(ag.announce(t, false), &m)
+	_ = json.Unmarshal(ag.Announce(t, false), &m)
 	m["peer_signature"] = m["signature"]
 	if e := mustStatus(t, a.do("POST", "/agents", m, write), 400).apiErr(t); e.Field != "peer_id" {
 		t.Fatalf("%+v", e)
 	}
 
 	// Over the agent-discovery WebSocket, with the token of the upgrade.
-	ws := newSeed000Agent(t, "ws-metrics")
+	ws := testutil.NewSeed000Agent(t, uuid.NewString(), "ws-metrics")
 	w := a.dialWS(t, Subprotocol, http.Header{"Authorization": {"Bearer " + hsToken(t, testSecret, claims(ScopeRead+" "+ScopeWrite, time.Hour))}})
-	w.send(websocket.MessageBinary, append([]byte{MsgAnnounce}, ws.announce(t, true)...))
+	w.send(websocket.MessageBinary, append([]byte{MsgAnnounce}, ws.Announce(t, true)...))
 	if _, b := w.read(); b[0] != MsgAnnounce {
 		t.Fatalf("%s", b)
 	}
@@ -229,12 +157,10 @@ func TestUnboundAndBoundRecordsOfOneAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ag := newSeed000Agent(t, "cap-b")
-	ag.key = cid.AgentKey
-	ag.agent["public_key"] = cid.PublicKeyPEM()
-	ag.agent["agent_id"] = id
+	ag := testutil.NewSeed000Agent(t, id, "cap-b")
+	ag.SetKey(t, cid.AgentKey)
 
-	mustStatus(t, a.do("POST", "/agents", ag.announce(t, false), write), 200)
+	mustStatus(t, a.do("POST", "/agents", ag.Announce(t, false), write), 200)
 	if h, _ := a.n.View().Get(id); !h.Record.Unbound() {
 		t.Fatal("want the unbound record")
 	}
@@ -246,8 +172,8 @@ func TestUnboundAndBoundRecordsOfOneAgent(t *testing.T) {
 	if e, err := a.n.Store().Get(t.Context(), id); err != nil || e.Record.Unbound() || e.Source != store.SourceRegistry {
 		t.Fatalf("cache: %v %+v", err, e)
 	}
-	ag.agent["agent_name"] = "changed"
-	if e := mustStatus(t, a.do("POST", "/agents", ag.announce(t, false), write), 403).apiErr(t); e.Field != "agent.peer_id" {
+	ag.Agent["agent_name"] = "changed"
+	if e := mustStatus(t, a.do("POST", "/agents", ag.Announce(t, false), write), 403).apiErr(t); e.Field != "agent.peer_id" {
 		t.Fatalf("%+v", e)
 	}
 }

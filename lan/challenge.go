@@ -169,20 +169,6 @@ func (u *udpProto) handleChallengeResponse(msg *record.SkillMessage, src netip.A
 	u.applyForeign(c.msg, c.src, now)
 }
 
-// handleForeignECDSA verifies a message of a seed-001 skill whose key a
-// challenge proved.
-func (u *udpProto) handleForeignECDSA(msg *record.SkillMessage, key *ecdsa.PublicKey, src netip.AddrPort, now time.Time) {
-	l := u.l
-	if err := msg.Verify(key, nil); err != nil {
-		l.count(mechUDP, "bad_signature")
-		l.reject(mechUDP, trust.ReasonBadSignature)
-		u.logRefused(src, "bad signature", err)
-		u.refuse(msg, record.AckUnauthorized, "signature does not verify with the agent's proven key", now)
-		return
-	}
-	u.applyForeign(msg, src, now)
-}
-
 // unregisterAck answers a SKILL_UNREGISTER (seed 001 §9.2).
 func (u *udpProto) unregisterAck(agentID, skillID string, st record.AckStatus, text string, now time.Time) {
 	if !record.ValidIdent(agentID) || !record.ValidIdent(skillID) {

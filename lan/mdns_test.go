@@ -1,8 +1,6 @@
 package lan
 
 import (
-	"encoding/base64"
-	"encoding/json"
 	"net"
 	"net/netip"
 	"slices"
@@ -10,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/internal/testutil"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/trust"
 	"github.com/google/uuid"
@@ -444,22 +443,9 @@ func TestSpoofedMDNSRefreshDoesNotProveLife(t *testing.T) {
 // peer_signature, seq, issued_at or ttl_seconds.
 func seed000TXT(t *testing.T, agentID, capability string, key *trust.Identity) []string {
 	t.Helper()
-	agent := map[string]any{
-		"agent_id":     agentID,
-		"capabilities": map[string]any{capability: "1.0"},
-		"public_key":   key.PublicKeyPEM(),
-		"transport":    map[string]any{"type": "tcp", "endpoint": "10.0.0.7:9000"},
-	}
-	raw, _ := json.Marshal(agent)
-	canon, err := record.CanonicalizeJSON(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sig, err := record.SignBytes(key.AgentKey, canon)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg, _ := json.Marshal(map[string]any{"protocol_version": "v1.0", "agent": json.RawMessage(canon), "signature": base64.StdEncoding.EncodeToString(sig)})
+	ag := testutil.NewSeed000Agent(t, agentID, capability)
+	ag.SetKey(t, key.AgentKey)
+	msg := ag.Announce(t, false)
 	// miekg/dns holds TXT strings in presentation form: \ and " escaped.
 	esc := strings.NewReplacer(`\`, `\\`, `"`, `\"`)
 	var txt []string
@@ -494,7 +480,7 @@ func TestMDNSSeed000Payload(t *testing.T) {
 		other.sendMsg(t, publication("py-agent", "py.local.", "10.0.0.7", 9000, txt, 120))
 		eventually(t, time.Second, "learnt", func() bool { return a.learnedRec(id) != nil })
 		sa := a.learnedRec(id)
-		if !sa.Unbound() || sa.Agent.Capabilities["metrics"] != "1.0" || a.counter(mechMDNS, "unbound_accepted") != 1 {
+		if !sa.Unbound() || sa.Agent.Capabilities["metrics"] != "2.0" || a.counter(mechMDNS, "unbound_accepted") != 1 {
 			t.Fatalf("%+v", sa.Agent)
 		}
 		other.sendMsg(t, publication("py-agent", "py.local.", "10.0.0.7", 9000, txt, 120))

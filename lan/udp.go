@@ -189,7 +189,9 @@ func (u *udpProto) handleSigned(msg *record.SkillMessage, src netip.AddrPort, no
 		u.handleHMAC(msg, src, now)
 	default:
 		if key := l.foreign.key(msg.AgentID); key != nil {
-			u.handleForeignECDSA(msg, key, src, now)
+			// A skill of another implementation whose key a certificate
+			// challenge proved (challenge.go).
+			u.verifyForeign(msg, key, nil, src, now, "signature does not verify with the agent's proven key")
 			return
 		}
 		u.handleECDSA(msg, src, now)
@@ -206,11 +208,19 @@ func (u *udpProto) handleHMAC(msg *record.SkillMessage, src netip.AddrPort, now 
 		u.refuse(msg, record.AckUnauthorized, "HMAC signature but no shared key is configured", now)
 		return
 	}
-	if err := msg.Verify(nil, u.hmacKey); err != nil {
+	u.verifyForeign(msg, nil, u.hmacKey, src, now, "HMAC signature does not verify")
+}
+
+// verifyForeign checks a message of another implementation with the key
+// that authenticates it (the shared HMAC key, or the ECDSA key its
+// certificate challenge proved) and acts on it, or refuses it saying why.
+func (u *udpProto) verifyForeign(msg *record.SkillMessage, pub *ecdsa.PublicKey, hmacKey []byte, src netip.AddrPort, now time.Time, why string) {
+	l := u.l
+	if err := msg.Verify(pub, hmacKey); err != nil {
 		l.count(mechUDP, "bad_signature")
 		l.reject(mechUDP, trust.ReasonBadSignature)
-		u.logRefused(src, "bad HMAC", err)
-		u.refuse(msg, record.AckUnauthorized, "HMAC signature does not verify", now)
+		u.logRefused(src, why, err)
+		u.refuse(msg, record.AckUnauthorized, why, now)
 		return
 	}
 	u.applyForeign(msg, src, now)

@@ -2,19 +2,15 @@ package record
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentd/agentd/internal/testutil"
 )
 
 func TestSignVerifyRoundTrip(t *testing.T) {
@@ -219,41 +215,7 @@ func TestExpiry(t *testing.T) {
 // ttl_seconds, signed by the agent key; highS picks the high-S twin of
 // the signature.
 func unboundAnnounce(t testing.TB, highS bool) []byte {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	agent := map[string]any{
-		"agent_id":     "3cde1b52-1fc2-4f7b-8d8c-5e3e6f5c9c1d",
-		"capabilities": map[string]any{"task-manager": "1.4", "metrics": "2.0"},
-		"public_key":   string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})),
-		"transport":    map[string]any{"type": "tcp", "endpoint": "10.0.0.12:9000"},
-		"metadata":     map[string]any{"__os": "linux", "__arch": "amd64"},
-	}
-	raw, _ := json.Marshal(agent)
-	canon, err := CanonicalizeJSON(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := sha256.Sum256(canon)
-	r, s, err := ecdsa.Sign(rand.Reader, key, h[:])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if (s.Cmp(halfOrder(key.Curve)) > 0) != highS {
-		s = new(big.Int).Sub(key.Curve.Params().N, s)
-	}
-	sig, err := marshalDERSignature(r, s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, _ := json.Marshal(map[string]any{"protocol_version": "v1.0", "agent": json.RawMessage(canon), "signature": base64.StdEncoding.EncodeToString(sig)})
-	return out
+	return testutil.NewSeed000Agent(t, "3cde1b52-1fc2-4f7b-8d8c-5e3e6f5c9c1d", "metrics").Announce(t, highS)
 }
 
 func TestParseAnnounceUnbound(t *testing.T) {

@@ -96,24 +96,11 @@ func loadCertPaths(paths []string) ([]*x509.Certificate, error) {
 // certificate. Any PEM block that is not a CERTIFICATE is an error (a
 // private key in a trust file is a mistake worth stopping for).
 func ParseCertificateFile(b []byte) ([]*x509.Certificate, error) {
-	var out []*x509.Certificate
-	rest := b
-	for {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			break
-		}
-		if block.Type != "CERTIFICATE" {
-			return nil, fmt.Errorf("holds a PEM %q block; only CERTIFICATE blocks belong in a trust file", block.Type)
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("certificate %d: %w", len(out)+1, err)
-		}
-		out = append(out, c)
+	ders, err := pemBlocks(b, "CERTIFICATE", "a trust file")
+	if err != nil {
+		return nil, err
 	}
-	if len(out) == 0 {
+	if ders == nil {
 		if len(bytes.TrimSpace(b)) == 0 {
 			return nil, errors.New("is empty")
 		}
@@ -121,8 +108,37 @@ func ParseCertificateFile(b []byte) ([]*x509.Certificate, error) {
 		if err != nil {
 			return nil, fmt.Errorf("holds no PEM certificate and is not a DER certificate: %w", err)
 		}
+		return []*x509.Certificate{c}, nil
+	}
+	out := make([]*x509.Certificate, 0, len(ders))
+	for i, der := range ders {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return nil, fmt.Errorf("certificate %d: %w", i+1, err)
+		}
 		out = append(out, c)
-	} else if len(bytes.TrimSpace(rest)) != 0 {
+	}
+	return out, nil
+}
+
+// pemBlocks returns the contents of the PEM blocks of b, which must all be
+// of type want, with nothing but space after the last; nil when b holds no
+// PEM block (it may be DER). in names the kind of file for the error.
+func pemBlocks(b []byte, want, in string) ([][]byte, error) {
+	var out [][]byte
+	rest := b
+	for {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if block.Type != want {
+			return nil, fmt.Errorf("holds a PEM %q block; only %s blocks belong in %s", block.Type, want, in)
+		}
+		out = append(out, block.Bytes)
+	}
+	if out != nil && len(bytes.TrimSpace(rest)) != 0 {
 		return nil, errors.New("has data after the last PEM block")
 	}
 	return out, nil
@@ -150,34 +166,28 @@ func loadCRLPaths(paths []string) ([]*crl, error) {
 
 // parseCRLFile parses the PEM "X509 CRL" blocks of a file, or one DER CRL.
 func parseCRLFile(b []byte, source string) ([]*crl, error) {
-	var out []*crl
-	rest := b
-	for {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			break
-		}
-		if block.Type != "X509 CRL" {
-			return nil, fmt.Errorf("%s: holds a PEM %q block; only X509 CRL blocks belong in a CRL file", source, block.Type)
-		}
-		c, err := parseCRL(block.Bytes, fmt.Sprintf("%s#%d", source, len(out)+1))
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
+	ders, err := pemBlocks(b, "X509 CRL", "a CRL file")
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", source, err)
 	}
-	if len(out) == 0 {
+	if ders == nil {
 		c, err := parseCRL(b, source)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, c)
-	} else if len(bytes.TrimSpace(rest)) != 0 {
-		return nil, fmt.Errorf("%s: has data after the last PEM block", source)
+		return []*crl{c}, nil
 	}
-	if len(out) == 1 && strings.HasSuffix(out[0].source, "#1") {
-		out[0].source = source
+	out := make([]*crl, 0, len(ders))
+	for i, der := range ders {
+		name := source
+		if len(ders) > 1 {
+			name = fmt.Sprintf("%s#%d", source, i+1)
+		}
+		c, err := parseCRL(der, name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
 	}
 	return out, nil
 }
