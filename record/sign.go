@@ -368,7 +368,7 @@ func fromAnnounce(a Announce, canonical, unbound bool) (*SignedAgent, error) {
 		return nil, fmt.Errorf("%w: canonical agent object is %d bytes, limit %d", ErrTooLarge, len(canon), MaxAgentBytes)
 	}
 	sa := &SignedAgent{ProtocolVersion: a.ProtocolVersion, Canonical: canon}
-	if err := DecodeAgent(canon, &sa.Agent); err != nil {
+	if err := decodeAgent(canon, &sa.Agent, true); err != nil {
 		return nil, err
 	}
 	if err := requireEndpoint(canon); err != nil {
@@ -395,10 +395,31 @@ func fromAnnounce(a Announce, canonical, unbound bool) (*SignedAgent, error) {
 
 // DecodeAgent decodes an agent object, turning type errors into FieldErrors.
 // A JSON null for capabilities is reported as missing.
-func DecodeAgent(raw []byte, a *Agent) error {
+func DecodeAgent(raw []byte, a *Agent) error { return decodeAgent(raw, a, false) }
+
+// emptyMembers are the members a signed record may leave out but must not
+// give as "" or 0: Go reads both the same, and agent.json refuses the
+// empty form (a pattern, a date-time, a minimum of 1), so a record that
+// carries it would be accepted here and refused by a schema-checking peer.
+var emptyMembers = map[string]string{
+	"agent_name": `""`, "version": `""`, "tenant_scope": `""`, "issued_at": `""`, "peer_id": `""`,
+	"seq": "0", "ttl_seconds": "0",
+}
+
+// decodeAgent is DecodeAgent; signed refuses the empty forms of
+// emptyMembers (in a record that is signed, the bytes are what peers
+// check against the schema).
+func decodeAgent(raw []byte, a *Agent, signed bool) error {
 	var probe map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &probe); err != nil {
 		return jsonFieldErr("agent", err)
+	}
+	if signed {
+		for k, empty := range emptyMembers {
+			if v, ok := probe[k]; ok && string(v) == empty {
+				return fieldErr("agent."+k, "is %s: leave the member out instead", empty)
+			}
+		}
 	}
 	if c, ok := probe["capabilities"]; !ok || string(c) == "null" {
 		return fieldErr("agent.capabilities", "is required (an empty object is allowed)")

@@ -6,19 +6,18 @@ schema (https://github.com/agentd/agentd/record/schema/<kind>.json) names the
 schema, it is not a place to fetch it from. So the document carries its own
 copy of each under components/schemas, and refers to them there:
 
-  agent.json    -> AgentObject (its definitions: Agent<Name>), and
-                   UnsignedAgentObject: the same object without the
-                   public_key requirement (entries without a signature)
+  agent.json    -> AgentObject (its definitions: Agent<Name>)
   announce.json -> Announce      query.json -> Query
   response.json -> Response
 
-draft-07's "definitions" become components; "$schema" and "$id" are dropped.
+draft-07's "definitions" become components, its array-valued
+"dependencies" 2020-12's "dependentRequired"; "$schema" and "$id" are
+dropped.
 api/openapi_test.go (TestOpenAPIRecordSchemas) derives the same components
 from the embedded schemas and fails when the document differs: run this
 script after editing a record schema. It rewrites api/openapi.json and its
 copy docs/openapi.json.
 """
-import copy
 import json
 import pathlib
 
@@ -37,6 +36,8 @@ def rewrite(node, kind, defs):
     for k, v in node.items():
         if k == "$ref" and isinstance(v, str):
             out[k] = target(v, kind, defs)
+        elif k == "dependencies" and all(isinstance(x, list) for x in v.values()):
+            out["dependentRequired"] = v
         else:
             out[k] = rewrite(v, kind, defs)
     return out
@@ -68,19 +69,13 @@ def components():
         out[name] = rewrite(s, kind, defs)
     for name, d in defs["agent"].items():
         out["Agent" + name] = rewrite(d, "agent", defs)
-    u = copy.deepcopy(out["AgentObject"])
-    u["description"] = ("An agent object that carries no signature: the entries of the SkillCenter step "
-                        "and of seed-001 HMAC registrations on the LAN, and the agent of an unsigned "
-                        "registration. It is AgentObject without the public_key requirement; public_key, "
-                        "peer_id, seq, issued_at and ttl_seconds are absent when unknown.")
-    u["required"] = [r for r in u["required"] if r != "public_key"]
-    out["UnsignedAgentObject"] = u
     return out
 
 
 def main():
     doc = json.loads((ROOT / "api/openapi.json").read_text())
     schemas = doc["components"]["schemas"]
+    schemas.pop("UnsignedAgentObject", None)
     for name, s in components().items():
         schemas[name] = s
     text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
