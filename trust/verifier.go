@@ -206,6 +206,15 @@ type Verifier struct {
 	pins  PinStore
 	mu    sync.Mutex // serialises pin updates
 
+	// hints remember, per agent id, the key the pin holds (and the
+	// certificate notBefore it recorded) as checkPin last left it, so
+	// that the common case — a record of the pinned key again — is
+	// decided without reading the pin store (a Badger read, under mu).
+	// checkPin is the only writer of pins, and it updates the hint with
+	// every write; bounded (an arbitrary hint goes when full).
+	hmu   sync.Mutex
+	hints map[string]pinHint
+
 	bmu      sync.Mutex
 	bindings map[bindingKey]*binding // what a verified chain proved, per agent key
 
@@ -448,6 +457,10 @@ func (v *Verifier) checkChain(sa *record.SignedAgent, key *ecdsa.PublicKey, now 
 // moves a pin.
 func (v *Verifier) checkPin(sa *record.SignedAgent, key *ecdsa.PublicKey, cert certified, now time.Time, expiredOK bool) error {
 	agentID := sa.Agent.AgentID
+	kh := keyHash(key)
+	if v.hintSaysPinned(agentID, kh, cert) {
+		return nil
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	p, ok, err := v.pins.GetPin(agentID)
@@ -459,13 +472,14 @@ func (v *Verifier) checkPin(sa *record.SignedAgent, key *ecdsa.PublicKey, cert c
 		if cert.ok {
 			np.CertNotBefore = cert.nb
 		}
-		return v.pins.PutPin(agentID, np)
+		return v.putPin(agentID, np, kh)
 	}
 	if sameKey(p.KeyPEM, key) {
 		if cert.ok && cert.nb.After(p.CertNotBefore) && !expiredOK {
 			p.CertNotBefore = cert.nb
-			return v.pins.PutPin(agentID, p)
+			return v.putPin(agentID, p, kh)
 		}
+		v.setHint(agentID, pinHint{key: kh, certNB: p.CertNotBefore})
 		return nil
 	}
 	if p.PrevKeyPEM != "" && sameKey(p.PrevKeyPEM, key) {
@@ -494,15 +508,63 @@ func (v *Verifier) checkPin(sa *record.SignedAgent, key *ecdsa.PublicKey, cert c
 			if cert.ok {
 				np.CertNotBefore = cert.nb
 			}
-			return v.pins.PutPin(agentID, np)
+			return v.putPin(agentID, np, kh)
 		}
 	}
 	if cert.ok && cert.nb.After(p.CertNotBefore) {
 		np := Pin{KeyPEM: PublicKeyPEM(key), FirstSeen: now, PrevKeyPEM: p.KeyPEM, PrevUntil: now.Add(v.cfg.RotationGrace),
 			RotatedAt: p.RotatedAt, CertNotBefore: cert.nb}
-		return v.pins.PutPin(agentID, np)
+		return v.putPin(agentID, np, kh)
 	}
 	return reject(ReasonKeyMismatch, "agent %s is bound to key %s, not %s (a new key needs a rotation statement signed by the old one)", agentID, fingerprintPEM(p.KeyPEM), Fingerprint(key)).field("public_key")
+}
+
+// pinHint is what checkPin last left as an agent's pin: the hash of the
+// pinned key and the notBefore of the certificate that certified it.
+type pinHint struct {
+	key    [32]byte
+	certNB time.Time
+}
+
+// maxPinHints bounds the hints (about 100 bytes each with the map's share).
+const maxPinHints = 1 << 15
+
+// hintSaysPinned reports whether the agent's pin is known to hold this key
+// already, with nothing for a certificate to update: checkPin would accept
+// the record and write nothing.
+func (v *Verifier) hintSaysPinned(agentID string, kh [32]byte, cert certified) bool {
+	v.hmu.Lock()
+	h, ok := v.hints[agentID]
+	v.hmu.Unlock()
+	return ok && h.key == kh && (!cert.ok || !cert.nb.After(h.certNB))
+}
+
+func (v *Verifier) setHint(agentID string, h pinHint) {
+	v.hmu.Lock()
+	defer v.hmu.Unlock()
+	if v.hints == nil {
+		v.hints = map[string]pinHint{}
+	}
+	if _, ok := v.hints[agentID]; !ok && len(v.hints) >= maxPinHints {
+		for k := range v.hints {
+			delete(v.hints, k)
+			break
+		}
+	}
+	v.hints[agentID] = h
+}
+
+// putPin writes a pin whose key hashes to kh, and its hint. Called with
+// mu held.
+func (v *Verifier) putPin(agentID string, p Pin, kh [32]byte) error {
+	if err := v.pins.PutPin(agentID, p); err != nil {
+		v.hmu.Lock()
+		delete(v.hints, agentID)
+		v.hmu.Unlock()
+		return err
+	}
+	v.setHint(agentID, pinHint{key: kh, certNB: p.CertNotBefore})
+	return nil
 }
 
 func keyHash(k *ecdsa.PublicKey) [32]byte {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math/big"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -331,5 +332,52 @@ func TestConcurrentPinning(t *testing.T) {
 	}
 	if Fingerprint(pinned) == "" || len(Fingerprint(pinned)) != 16 {
 		t.Fatal(Fingerprint(pinned))
+	}
+}
+
+// countingPins counts the pin store's reads.
+type countingPins struct {
+	*MemPins
+	reads atomic.Int64
+}
+
+func (c *countingPins) GetPin(agentID string) (Pin, bool, error) {
+	c.reads.Add(1)
+	return c.MemPins.GetPin(agentID)
+}
+
+// A record of the pinned key again is decided from the verifier's hint,
+// without a pin store read (a Badger read under the pin lock on a node);
+// another key still meets the store and its verdict, and a rotation moves
+// the hint with the pin.
+func TestPinHintSkipsTheStore(t *testing.T) {
+	c := &clock{t: t0}
+	pins := &countingPins{MemPins: NewMemPins()}
+	v, err := NewVerifier(Config{Now: c.now}, pins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, thief := newIdent(t), newIdent(t)
+	rec := signedRecord(t, id, id.AgentID, t0)
+	wantReason(t, v.VerifyAgent(rec, VerifyOptions{}), "")
+	first := pins.reads.Load()
+	for range 5 {
+		wantReason(t, v.VerifyAgent(signedRecord(t, id, id.AgentID, t0), VerifyOptions{}), "")
+	}
+	if got := pins.reads.Load(); got != first {
+		t.Fatalf("%d pin store reads for records of the pinned key", got-first)
+	}
+	wantReason(t, v.VerifyAgent(signedRecord(t, thief, id.AgentID, t0), VerifyOptions{}), ReasonKeyMismatch)
+	if pins.reads.Load() == first {
+		t.Fatal("another key was decided without the pin store")
+	}
+	// The hint follows a pin written elsewhere in this verifier: a new
+	// agent id pins its first key, and that key's next record is a hit.
+	other := signedRecord(t, thief, thief.AgentID, t0)
+	wantReason(t, v.VerifyAgent(other, VerifyOptions{}), "")
+	n := pins.reads.Load()
+	wantReason(t, v.VerifyAgent(other, VerifyOptions{}), "")
+	if pins.reads.Load() != n {
+		t.Fatal("the first key of a new agent id did not leave a hint")
 	}
 }
