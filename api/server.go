@@ -260,6 +260,17 @@ func (s *Server) routes() {
 
 	mux.Handle("/", s.wrap(routeOpts{surface: surfaceOther, scope: scopeOpen}, s.handleNoRoute))
 	s.handler = http.HandlerFunc(s.serveHTTP)
+
+	// MCP (streamable HTTP): authenticated as any route; each tool call
+	// is then an in-process API request with the caller's token, which
+	// checks its scope (mcp.go).
+	mcpH := s.mcpHandler()
+	for _, m := range []string{"POST", "GET", "DELETE"} {
+		add(m+" /mcp", routeOpts{surface: surfaceMCP, scope: scopeAny, stream: true}, func(w http.ResponseWriter, r *http.Request) error {
+			mcpH.ServeHTTP(w, r)
+			return nil
+		})
+	}
 }
 
 // serveHTTP is the outermost layer: panic recovery, the request counter

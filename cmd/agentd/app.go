@@ -98,6 +98,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			simnetCommand(),
 			certCommand(), keyCommand(), caCommand(), trustCommand(),
 			skillcenterCommand(), skillCommand(),
+			mcpCommand(),
 		},
 	}
 	app.Commands = append(app.Commands, clientCommands()...)

@@ -21,7 +21,7 @@ import (
 	"github.com/google/uuid"
 )
 
-func startTestDaemon(t *testing.T, cfg api.Config) *testnode.Daemon {
+func startTestDaemon(t testing.TB, cfg api.Config) *testnode.Daemon {
 	t.Helper()
 	return testnode.Start(t, node.Config{}, cfg)
 }

@@ -1,0 +1,410 @@
+// Package mcpserver is agentd as an MCP server (Model Context Protocol,
+// github.com/modelcontextprotocol/go-sdk): the tools an LLM agent calls to
+// find other agents by skill and capability and to register its own, over
+// stdio (`agentd mcp`, beside a local agent) or the streamable HTTP
+// transport at /mcp on the daemon's API.
+//
+// It is a thin layer over the local API, as the CLI is: every tool is one
+// call of package client, so validation, trust, access rules and error
+// codes are the API's own. Over stdio the client talks to the running
+// daemon; at /mcp the client is wired to the API handler in process, with
+// the MCP request's Authorization header, so the same JWT scopes apply
+// (discover:read for the read tools, discover:write for register,
+// unregister and set_status). A refusal is a tool error whose text starts
+// with the seed error code (ErrMalformedPayload, ErrAuth, DISC_002, …) and
+// whose structured content is the API's error body.
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agentd/agentd/client"
+	"github.com/agentd/agentd/record"
+)
+
+// Backend is the daemon as the tools see it; *client.Client implements it.
+type Backend interface {
+	Discover(ctx context.Context, q client.Query) ([]client.AgentResult, error)
+	List(ctx context.Context) ([]client.AgentResult, error)
+	Get(ctx context.Context, agentID string) (*client.AgentResult, error)
+	Register(ctx context.Context, a *record.Agent) (*record.SignedAgent, error)
+	RegisterSigned(ctx context.Context, sa *record.SignedAgent) (*record.SignedAgent, error)
+	Unregister(ctx context.Context, agentID string, reason record.UnregisterReason) error
+	SetStatus(ctx context.Context, agentID string, st record.Status) error
+	Peers(ctx context.Context) ([]client.Peer, error)
+}
+
+var _ Backend = (*client.Client)(nil)
+
+// BackendFor returns the backend a tool call uses: the same one every
+// time over stdio, one carrying the caller's credentials over HTTP.
+type BackendFor func(req *mcp.CallToolRequest) (Backend, error)
+
+// Name is the MCP implementation name agentd announces.
+const Name = "agentd"
+
+// New returns the MCP server with agentd's tools.
+func New(version string, backend BackendFor) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: Name, Title: "agentd agent discovery", Version: version}, &mcp.ServerOptions{
+		Instructions: "agentd finds agents (LLM agents, MCP servers, skill services) by skill and capability on a " +
+			"peer-to-peer network with no central registry. Use discover_agents to find who offers a capability " +
+			"(then call the agent at its endpoint), get_agent for one agent's record, register_agent to announce " +
+			"an agent of yours.",
+	})
+	t := &tools{backend: backend}
+	mcp.AddTool(s, &mcp.Tool{Name: "discover_agents", Title: "Discover agents",
+		Description: "Find agents by capability, skill, scene, skill type, tags, version range or free text. " +
+			"Answers from the daemon's live view of the network, then the LAN, the DHT and a SkillCenter catalog. " +
+			"Every filter given must match.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(true)}}, t.discover)
+	mcp.AddTool(s, &mcp.Tool{Name: "get_agent", Title: "Get an agent",
+		Description: "One agent's record by agent_id (a UUID), from the live view or the network.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(true)}}, t.get)
+	mcp.AddTool(s, &mcp.Tool{Name: "list_agents", Title: "List the live view",
+		Description: "Every agent the daemon currently sees live (its own and the network's, as far as its interest reaches).",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, t.list)
+	mcp.AddTool(s, &mcp.Tool{Name: "register_agent", Title: "Register an agent",
+		Description: "Host an agent on this daemon and announce it to the network. spec is the agent's description as " +
+			"a file would hold it: AgentSpec YAML (agent_type, version, capabilities, endpoint, …), an agent JSON object, " +
+			"a seed-002 agent_card, or a signed Announce (sent as signed). Registering the same content again changes nothing.",
+		Annotations: &mcp.ToolAnnotations{IdempotentHint: true, DestructiveHint: ptr(false)}}, t.register)
+	mcp.AddTool(s, &mcp.Tool{Name: "unregister_agent", Title: "Unregister an agent",
+		Description: "Stop hosting an agent this daemon hosts; the network is told at once.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true}}, t.unregister)
+	mcp.AddTool(s, &mcp.Tool{Name: "set_status", Title: "Set an agent's status",
+		Description: "Publish a hosted agent's health: HEALTHY, DEGRADED, UNHEALTHY or MAINTENANCE.",
+		Annotations: &mcp.ToolAnnotations{IdempotentHint: true, DestructiveHint: ptr(false)}}, t.setStatus)
+	mcp.AddTool(s, &mcp.Tool{Name: "list_peers", Title: "List peers",
+		Description: "The daemon's connected peers: address, direct or relayed, latency, the agents they host.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, t.peers)
+	return s
+}
+
+func ptr[T any](v T) *T { return &v }
+
+type tools struct{ backend BackendFor }
+
+// DiscoverInput are the filters of discover_agents.
+type DiscoverInput struct {
+	Capability   string   `json:"capability,omitempty" jsonschema:"a capability id the agent must offer, e.g. product.search"`
+	Skill        string   `json:"skill,omitempty" jsonschema:"a skill id the agent must have"`
+	Scene        string   `json:"scene,omitempty" jsonschema:"a scene one of its skills must take part in"`
+	Type         string   `json:"type,omitempty" jsonschema:"a skill type: enterprise-skill, tool-skill or integration-skill"`
+	Tags         []string `json:"tags,omitempty" jsonschema:"tags the agent must carry, e.g. tier=core"`
+	Version      string   `json:"version,omitempty" jsonschema:"a semantic version range the agent's version must satisfy, e.g. >=1.2.0 <2.0.0"`
+	Text         string   `json:"text,omitempty" jsonschema:"free text: every word must begin a word of the agent's names, descriptions, ids or tags"`
+	Limit        int      `json:"limit,omitempty" jsonschema:"at most this many agents (1-1000; default 100)"`
+	IncludeStale bool     `json:"include_stale,omitempty" jsonschema:"also expired cache entries, marked stale"`
+}
+
+// AgentsOutput is a list of agents.
+type AgentsOutput struct {
+	Agents []Agent `json:"agents"`
+	Total  int     `json:"total"`
+}
+
+// Agent is one agent of an answer: what a caller needs to reach it, and
+// the whole record as signed.
+type Agent struct {
+	AgentID      string            `json:"agent_id"`
+	AgentName    string            `json:"agent_name,omitempty"`
+	Description  string            `json:"description,omitempty"`
+	Version      string            `json:"version,omitempty"`
+	Status       string            `json:"status,omitempty" jsonschema:"HEALTHY, DEGRADED, UNHEALTHY or MAINTENANCE when known"`
+	Transport    record.Transport  `json:"transport" jsonschema:"how to reach the agent: type (tcp, http, ws, …) and endpoint"`
+	Capabilities map[string]string `json:"capabilities" jsonschema:"capability id to version or description"`
+	Skills       []Skill           `json:"skills,omitempty"`
+	Tags         []string          `json:"tags,omitempty"`
+	Source       string            `json:"source" jsonschema:"where the answer came from: local, gossip, lan, dht, skillcenter, registry or cache"`
+	AgeMS        int64             `json:"age_ms" jsonschema:"how long ago the answer was last confirmed, in milliseconds"`
+	Stale        bool              `json:"stale,omitempty" jsonschema:"an expired cache entry"`
+	Unbound      bool              `json:"unbound,omitempty" jsonschema:"a record without peer binding (a seed-000 agent that signs alone)"`
+	Signed       bool              `json:"signed" jsonschema:"the record carries the agent's signature (catalog and LAN HMAC entries do not)"`
+	Record       map[string]any    `json:"record" jsonschema:"the seed-000 Announce of the record: protocol_version, agent, signature, peer_signature (the signatures cover the RFC 8785 form of agent)"`
+}
+
+// Skill is one skill of an agent.
+type Skill struct {
+	SkillID      string   `json:"skill_id"`
+	Version      string   `json:"version"`
+	Type         string   `json:"type"`
+	Endpoint     string   `json:"endpoint,omitempty"`
+	Capabilities []string `json:"capabilities"`
+	Scenes       []string `json:"scenes,omitempty"`
+	Status       string   `json:"status,omitempty"`
+}
+
+func agentOf(r client.AgentResult) Agent {
+	a := &r.Agent
+	out := Agent{AgentID: a.AgentID, AgentName: a.AgentName, Description: a.Description, Version: a.Version,
+		Status: string(r.Status), Transport: a.Transport, Capabilities: a.Capabilities, Tags: a.Tags,
+		Source: r.Source, AgeMS: r.Age.Milliseconds(), Stale: r.Stale, Unbound: r.Unbound, Signed: r.Announce.Signature != ""}
+	if out.Capabilities == nil {
+		out.Capabilities = map[string]string{}
+	}
+	for i := range a.Skills {
+		s := &a.Skills[i]
+		out.Skills = append(out.Skills, Skill{SkillID: s.SkillID, Version: s.Version, Type: string(s.SkillType), Endpoint: s.Endpoint,
+			Capabilities: s.CapabilityIDs(), Scenes: s.Scenes, Status: string(s.Status)})
+	}
+	out.Record = announceObject(r.Announce)
+	return out
+}
+
+func agentsOf(rs []client.AgentResult) AgentsOutput {
+	out := AgentsOutput{Agents: make([]Agent, 0, len(rs))}
+	for _, r := range rs {
+		out.Agents = append(out.Agents, agentOf(r))
+	}
+	out.Total = len(out.Agents)
+	return out
+}
+
+func (t *tools) discover(ctx context.Context, req *mcp.CallToolRequest, in DiscoverInput) (*mcp.CallToolResult, AgentsOutput, error) {
+	b, err := t.backend(req)
+	if err != nil {
+		return nil, AgentsOutput{}, toolError(err)
+	}
+	if in.Limit < 0 || in.Limit > 1000 {
+		return nil, AgentsOutput{}, toolError(&client.Error{Code: record.CodeMalformedPayload, Field: "limit", Message: "limit must be between 1 and 1000"})
+	}
+	q := client.Query{Capability: in.Capability, Skill: in.Skill, Scene: in.Scene, Type: in.Type, Tags: in.Tags,
+		Version: in.Version, Text: in.Text, Limit: in.Limit, IncludeStale: in.IncludeStale}
+	rs, err := b.Discover(ctx, q)
+	if err != nil {
+		return nil, AgentsOutput{}, toolError(err)
+	}
+	return nil, agentsOf(rs), nil
+}
+
+// AgentIDInput names one agent.
+type AgentIDInput struct {
+	AgentID string `json:"agent_id" jsonschema:"the agent's id, a UUID"`
+}
+
+func (t *tools) get(ctx context.Context, req *mcp.CallToolRequest, in AgentIDInput) (*mcp.CallToolResult, Agent, error) {
+	b, err := t.backend(req)
+	if err != nil {
+		return nil, Agent{}, toolError(err)
+	}
+	if err := record.ValidateAgentID(in.AgentID); err != nil {
+		return nil, Agent{}, toolError(&client.Error{Code: record.CodeMalformedPayload, Field: "agent_id", Message: err.Error()})
+	}
+	r, err := b.Get(ctx, in.AgentID)
+	if err != nil {
+		return nil, Agent{}, toolError(err)
+	}
+	return nil, agentOf(*r), nil
+}
+
+// NoInput is the input of the tools that take none.
+type NoInput struct{}
+
+func (t *tools) list(ctx context.Context, req *mcp.CallToolRequest, _ NoInput) (*mcp.CallToolResult, AgentsOutput, error) {
+	b, err := t.backend(req)
+	if err != nil {
+		return nil, AgentsOutput{}, toolError(err)
+	}
+	rs, err := b.List(ctx)
+	if err != nil {
+		return nil, AgentsOutput{}, toolError(err)
+	}
+	return nil, agentsOf(rs), nil
+}
+
+// RegisterInput is an agent description as a file holds it.
+type RegisterInput struct {
+	Spec string `json:"spec" jsonschema:"the agent description: AgentSpec YAML, an agent JSON object, a seed-002 agent_card, or a signed Announce"`
+}
+
+// RegisterOutput is the record as hosted.
+type RegisterOutput struct {
+	AgentID      string         `json:"agent_id"`
+	AgentName    string         `json:"agent_name,omitempty"`
+	Seq          uint64         `json:"seq"`
+	Capabilities []string       `json:"capabilities"`
+	Record       map[string]any `json:"record" jsonschema:"the signed Announce the daemon hosts"`
+}
+
+func (t *tools) register(ctx context.Context, req *mcp.CallToolRequest, in RegisterInput) (*mcp.CallToolResult, RegisterOutput, error) {
+	b, err := t.backend(req)
+	if err != nil {
+		return nil, RegisterOutput{}, toolError(err)
+	}
+	data := []byte(in.Spec)
+	if strings.TrimSpace(in.Spec) == "" {
+		return nil, RegisterOutput{}, toolError(&client.Error{Code: record.CodeMalformedPayload, Field: "spec", Message: "spec is required: AgentSpec YAML, agent JSON, an agent_card or a signed Announce"})
+	}
+	var sa *record.SignedAgent
+	if signedAnnounce(data) {
+		parsed, _, perr := record.ParseAnnounceUnbound(data)
+		if perr != nil {
+			return nil, RegisterOutput{}, toolError(fieldError("spec", perr))
+		}
+		sa, err = b.RegisterSigned(ctx, parsed)
+	} else {
+		a, lerr := record.LoadAgentFile("spec", data)
+		if lerr != nil {
+			return nil, RegisterOutput{}, toolError(fieldError("spec", lerr))
+		}
+		sa, err = b.Register(ctx, a)
+	}
+	if err != nil {
+		return nil, RegisterOutput{}, toolError(err)
+	}
+	out := RegisterOutput{AgentID: sa.Agent.AgentID, AgentName: sa.Agent.AgentName, Seq: sa.Agent.Seq,
+		Capabilities: sa.Agent.AllCapabilities(), Record: announceObject(sa.Announce())}
+	if out.Capabilities == nil {
+		out.Capabilities = []string{}
+	}
+	return nil, out, nil
+}
+
+// signedAnnounce reports whether data is an Announce carrying a signature.
+func signedAnnounce(data []byte) bool {
+	data = bytes.TrimPrefix(bytes.TrimSpace(data), []byte("\xef\xbb\xbf"))
+	if len(data) == 0 || data[0] != '{' {
+		return false
+	}
+	var m struct {
+		Agent     json.RawMessage `json:"agent"`
+		Signature string          `json:"signature"`
+	}
+	return json.Unmarshal(data, &m) == nil && len(m.Agent) > 0 && m.Signature != ""
+}
+
+// UnregisterInput names a hosted agent and why it leaves.
+type UnregisterInput struct {
+	AgentID string `json:"agent_id" jsonschema:"the hosted agent's id"`
+	Reason  string `json:"reason,omitempty" jsonschema:"SHUTDOWN (default), ERROR, MAINTENANCE or UPGRADE"`
+}
+
+// OKOutput acknowledges a change.
+type OKOutput struct {
+	AgentID string `json:"agent_id"`
+	Done    string `json:"done"`
+}
+
+func (t *tools) unregister(ctx context.Context, req *mcp.CallToolRequest, in UnregisterInput) (*mcp.CallToolResult, OKOutput, error) {
+	b, err := t.backend(req)
+	if err != nil {
+		return nil, OKOutput{}, toolError(err)
+	}
+	reason := record.UnregisterReason(in.Reason)
+	if reason == "" {
+		reason = record.ReasonShutdown
+	}
+	if !reason.Valid() {
+		return nil, OKOutput{}, toolError(&client.Error{Code: record.CodeMalformedPayload, Field: "reason", Message: fmt.Sprintf("%q is not one of SHUTDOWN, ERROR, MAINTENANCE, UPGRADE", in.Reason)})
+	}
+	if err := record.ValidateAgentID(in.AgentID); err != nil {
+		return nil, OKOutput{}, toolError(&client.Error{Code: record.CodeMalformedPayload, Field: "agent_id", Message: err.Error()})
+	}
+	if err := b.Unregister(ctx, in.AgentID, reason); err != nil {
+		return nil, OKOutput{}, toolError(err)
+	}
+	return nil, OKOutput{AgentID: in.AgentID, Done: "unregistered (" + string(reason) + ")"}, nil
+}
+
+// StatusInput sets a hosted agent's status.
+type StatusInput struct {
+	AgentID string `json:"agent_id" jsonschema:"the hosted agent's id"`
+	Status  string `json:"status" jsonschema:"HEALTHY, DEGRADED, UNHEALTHY or MAINTENANCE"`
+}
+
+func (t *tools) setStatus(ctx context.Context, req *mcp.CallToolRequest, in StatusInput) (*mcp.CallToolResult, OKOutput, error) {
+	b, err := t.backend(req)
+	if err != nil {
+		return nil, OKOutput{}, toolError(err)
+	}
+	st := record.Status(in.Status)
+	if !st.Valid() {
+		return nil, OKOutput{}, toolError(&client.Error{Code: record.CodeMalformedPayload, Field: "status", Message: fmt.Sprintf("%q is not one of HEALTHY, DEGRADED, UNHEALTHY, MAINTENANCE", in.Status)})
+	}
+	if err := record.ValidateAgentID(in.AgentID); err != nil {
+		return nil, OKOutput{}, toolError(&client.Error{Code: record.CodeMalformedPayload, Field: "agent_id", Message: err.Error()})
+	}
+	if err := b.SetStatus(ctx, in.AgentID, st); err != nil {
+		return nil, OKOutput{}, toolError(err)
+	}
+	return nil, OKOutput{AgentID: in.AgentID, Done: "status " + in.Status}, nil
+}
+
+// PeersOutput lists the connected peers.
+type PeersOutput struct {
+	Peers []Peer `json:"peers"`
+	Total int    `json:"total"`
+}
+
+// Peer is one connected peer.
+type Peer struct {
+	PeerID     string   `json:"peer_id"`
+	Addrs      []string `json:"addrs"`
+	Direction  string   `json:"direction"`
+	Connection string   `json:"connection" jsonschema:"direct or relayed"`
+	LatencyMS  float64  `json:"latency_ms,omitempty"`
+	Agents     []string `json:"agents,omitempty"`
+}
+
+func (t *tools) peers(ctx context.Context, req *mcp.CallToolRequest, _ NoInput) (*mcp.CallToolResult, PeersOutput, error) {
+	b, err := t.backend(req)
+	if err != nil {
+		return nil, PeersOutput{}, toolError(err)
+	}
+	ps, err := b.Peers(ctx)
+	if err != nil {
+		return nil, PeersOutput{}, toolError(err)
+	}
+	out := PeersOutput{Peers: make([]Peer, 0, len(ps))}
+	for _, p := range ps {
+		out.Peers = append(out.Peers, Peer{PeerID: p.ID, Addrs: p.Addrs, Direction: p.Direction, Connection: p.Connection,
+			LatencyMS: float64(p.Latency.Microseconds()) / 1000, Agents: p.Agents})
+	}
+	out.Total = len(out.Peers)
+	return nil, out, nil
+}
+
+// announceObject is an Announce as a JSON object for structured output.
+func announceObject(a record.Announce) map[string]any {
+	b, err := json.Marshal(a)
+	if err != nil {
+		return map[string]any{}
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return map[string]any{}
+	}
+	return m
+}
+
+// toolError is a refusal as the tool error the SDK makes of a handler's
+// error: its text is the API's error, starting with the seed error code
+// (ErrMalformedPayload: …, DISC_002: …).
+func toolError(err error) error {
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		return ce
+	}
+	return &client.Error{Code: record.CodeNetworkError, Message: err.Error()}
+}
+
+// fieldError turns a record error into the API's ErrMalformedPayload,
+// naming the field under prefix.
+func fieldError(prefix string, err error) *client.Error {
+	e := &client.Error{Code: record.CodeMalformedPayload, Field: prefix, Message: err.Error()}
+	var fe *record.FieldError
+	if errors.As(err, &fe) && fe.Field != "" {
+		e.Field = prefix + "." + fe.Field
+	}
+	if errors.Is(err, record.ErrUnsupportedVersion) {
+		e.Code = record.CodeUnsupportedVersion
+	}
+	return e
+}
