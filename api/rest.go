@@ -129,6 +129,16 @@ func (s *Server) registerMessage(ctx context.Context, body []byte, r *http.Reque
 		return nil, false, badRequest("", "the body must be a JSON object: an Announce {\"protocol_version\",\"agent\",…} or an agent object")
 	}
 	rawAgent, isAnnounce := members["agent"]
+	if !isAnnounce && record.IsA2ACard(members) {
+		// An A2A Agent Card (0.3 or 1.0): mapped onto a record, the card
+		// kept whole in metadata.a2a_card (docs/protocol.md).
+		a, err := record.A2ACardToAgent(canon)
+		if err != nil {
+			return nil, false, err
+		}
+		sa, err := s.n.Register(ctx, a)
+		return sa, true, err
+	}
 	if !isAnnounce {
 		if _, ok := members["protocol_version"]; ok {
 			return nil, false, badRequest("agent", "is required in an Announce")

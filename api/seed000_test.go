@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,6 +175,36 @@ func TestUnboundAndBoundRecordsOfOneAgent(t *testing.T) {
 	}
 	ag.Agent["agent_name"] = "changed"
 	if e := mustStatus(t, a.do("POST", "/agents", ag.Announce(t, false), write), 403).apiErr(t); e.Field != "agent.peer_id" {
+		t.Fatalf("%+v", e)
+	}
+}
+
+// An A2A Agent Card (1.0 shape) is registered as it is: POST /agents maps
+// its skills onto the record's, keeps the card whole, and the agent is
+// found by a skill's capability.
+func TestRegisterA2ACard(t *testing.T) {
+	a := newAPI(t, Config{})
+	card := `{"name":"Currency Agent","description":"Converts currencies","version":"1.2.0",
+		"supportedInterfaces":[{"url":"https://fx.example/a2a","protocolBinding":"JSONRPC","protocolVersion":"1.0"}],
+		"capabilities":{},"defaultInputModes":["text/plain"],"defaultOutputModes":["application/json"],
+		"skills":[{"id":"convert","name":"Convert","description":"Convert an amount","tags":["fx"],"examples":["100 USD in EUR"]}]}`
+	var e AgentEntry
+	mustStatus(t, a.do("POST", "/agents", card), 200).json(t, &e)
+	var ag record.Agent
+	if err := json.Unmarshal(e.Agent, &ag); err != nil {
+		t.Fatal(err)
+	}
+	if ag.AgentName != "currency-agent" || ag.Transport.Endpoint != "https://fx.example/a2a" || ag.Metadata[record.MetaA2ACard] == nil {
+		t.Fatalf("%+v", ag)
+	}
+	var l AgentList
+	mustStatus(t, a.do("GET", "/agents?capability=convert", nil), 200).json(t, &l)
+	if l.Total != 1 || l.Agents[0].Source != "local" {
+		t.Fatalf("%+v", l)
+	}
+	// A card whose skill id cannot be a capability id is refused, naming it.
+	bad := strings.Replace(card, `"id":"convert"`, `"id":"convert money"`, 1)
+	if e := mustStatus(t, a.do("POST", "/agents", bad), 400).apiErr(t); e.Field != "skills[0].id" {
 		t.Fatalf("%+v", e)
 	}
 }

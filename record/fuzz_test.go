@@ -528,3 +528,25 @@ func writeSeeds(t *testing.T) {
 		}
 	}
 }
+
+// FuzzA2ACard: an A2A Agent Card that maps is a valid unsigned record that
+// carries the card, and nothing panics.
+func FuzzA2ACard(f *testing.F) {
+	f.Add([]byte(`{"name":"Currency Agent","url":"https://fx.example/a2a","version":"1.2.0","skills":[{"id":"convert","name":"Convert","description":"d","tags":["fx"]}]}`))
+	f.Add([]byte(`{"name":"x","supportedInterfaces":[{"url":"https://a","protocolBinding":"GRPC"}],"skills":[{"id":"s","name":"n","description":"","tags":[]}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		a, err := A2ACardToAgent(data)
+		if err != nil {
+			return
+		}
+		if err := a.ValidateContent(); err != nil {
+			t.Fatalf("mapped record invalid: %v", err)
+		}
+		if a.Metadata[MetaA2ACard] == nil || len(a.Skills) == 0 {
+			t.Fatalf("%+v", a)
+		}
+		if _, err := Canonicalize(a); err != nil {
+			t.Fatalf("mapped record does not canonicalize: %v", err)
+		}
+	})
+}

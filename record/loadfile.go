@@ -20,7 +20,9 @@ import (
 //     members: "agent" → an Announce message, its agent object (signatures
 //     are ignored: whoever loads a file signs anew); "agent_type" → an
 //     AgentSpec written as JSON; "communication" or "agent_profile_uri" →
-//     a seed-002 agent_card; otherwise an agent object (seed 000 §2).
+//     a seed-002 agent_card; name, skills and url or supportedInterfaces →
+//     an A2A Agent Card (A2ACardToAgent); otherwise an agent object (seed
+//     000 §2).
 //
 // The result passes ValidateContent. Errors are *SourceError naming the
 // file, the line for YAML, and wrapping a *FieldError naming the field.
@@ -100,6 +102,8 @@ func loadJSON(data []byte) (*Agent, error) {
 			return nil, err
 		}
 		return c.ToAgent()
+	case IsA2ACard(members):
+		return A2ACardToAgent(data)
 	}
 	return decodeContent(data, "")
 }

@@ -161,6 +161,23 @@ func TestMCPOverHTTP(t *testing.T) {
 		t.Fatalf("%+v", init.ServerInfo)
 	}
 	exerciseTools(t, s)
+
+	// register_agent takes an A2A Agent Card as it is; so does `agentd
+	// register -f`.
+	card := `{"name":"Currency Agent","url":"https://fx.example/a2a","version":"1.2.0","protocolVersion":"0.3.0",
+		"capabilities":{},"defaultInputModes":["text/plain"],"defaultOutputModes":["text/plain"],
+		"skills":[{"id":"convert","name":"Convert","description":"Convert an amount","tags":["fx"]}]}`
+	var reg mcpserver.RegisterOutput
+	if res := callTool(t, s, "register_agent", map[string]any{"spec": card}, &reg); res.IsError || !slices.Contains(reg.Capabilities, "convert") {
+		t.Fatalf("register_agent with an A2A card: %s %+v", toolText(res), reg)
+	}
+	f := t.TempDir() + "/card.json"
+	if err := os.WriteFile(f, []byte(strings.Replace(card, "Currency Agent", "Rates Agent", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := runCLI(t, "", "register", "--api", strings.TrimPrefix(d.URL, "http://"), "-f", f); r.code != 0 || !strings.Contains(r.stdout, "rates-agent") {
+		t.Fatalf("register -f card.json: %+v", r)
+	}
 }
 
 // `agentd mcp` over stdio, talking to a running daemon.

@@ -28,8 +28,8 @@ const (
 	maxClockSkew = 5 * time.Minute
 )
 
-const fileFormats = "FILE is AgentSpec YAML, an agent JSON object, an agent_card or an Announce JSON\n" +
-	"message (docs/protocol.md describes each); - reads standard input."
+const fileFormats = "FILE is AgentSpec YAML, an agent JSON object, an agent_card, an A2A Agent Card or an\n" +
+	"Announce JSON message (docs/protocol.md describes each); - reads standard input."
 
 func recordCommand() *cli.Command {
 	return &cli.Command{
