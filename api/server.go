@@ -54,6 +54,10 @@ type Config struct {
 	// kept in the live view until they stop re-announcing. It needs an
 	// authenticator; those requests always need a discover:write token.
 	ServeRegistry bool
+	// AgentCard names the hosted agent whose A2A Agent Card the API serves
+	// at /.well-known/agent-card.json ("self": the node's own agent id;
+	// empty: none), so that A2A clients find it the A2A way.
+	AgentCard string
 	// MaxBodyBytes bounds a request body (default 1 MiB). The messages in
 	// it have their own, smaller limits (record.MaxMessageBytes).
 	MaxBodyBytes int64
@@ -246,6 +250,8 @@ func (s *Server) routes() {
 	add("POST /agents", rest(ScopeWrite), s.handleRegister)
 	add("GET /agents", rest(ScopeRead), s.handleList)
 	add("GET /agents/{id}", rest(ScopeRead), s.handleGet)
+	add("GET /agents/{id}/card", rest(ScopeRead), s.handleCard)
+	add("GET /.well-known/agent-card.json", routeOpts{surface: surfaceREST, scope: scopeOpen}, s.handleWellKnownCard)
 	add("DELETE /agents/{id}", rest(ScopeWrite), s.handleUnregister)
 	add("PUT /agents/{id}/status", rest(ScopeWrite), s.handleSetStatus)
 	add("GET /capabilities", rest(ScopeRead), s.handleCapabilities)

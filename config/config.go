@@ -100,6 +100,10 @@ type APIConfig struct {
 	// ServeRegistry lets this node act as a seed-000 registry for agents
 	// that cannot run P2P (auth required).
 	ServeRegistry bool `yaml:"serveRegistry" json:"serveRegistry"`
+	// AgentCard names the hosted agent whose A2A Agent Card is served at
+	// /.well-known/agent-card.json: an agent id, or "self" for the node's
+	// own; empty serves none.
+	AgentCard string `yaml:"agentCard" json:"agentCard"`
 }
 
 // DiscoveryConfig is the seed-001 `discovery:` section.

@@ -26,6 +26,7 @@ const (
 	EnvReachability  = "AGENTD_REACHABILITY"    // nat.reachability
 	EnvAnnounce      = "AGENTD_ANNOUNCE"        // nat.announce (comma-separated multiaddrs)
 	EnvNoPortMapping = "AGENTD_NO_PORT_MAPPING" // true turns nat.portMapping off
+	EnvAgentCard     = "AGENTD_AGENT_CARD"      // api.agentCard
 )
 
 // EnvVars lists every environment variable agentd reads for its
@@ -34,5 +35,5 @@ var EnvVars = []string{
 	EnvConfig, EnvDataDir, EnvListen, EnvAPI, EnvBootstrap, EnvLogLevel,
 	EnvLogFormat, EnvTrustPolicy, EnvNoLAN, EnvLANInterface, EnvClientMode,
 	EnvServeRegistry, EnvMinFree, EnvScope, EnvDHTMode, EnvReachability,
-	EnvAnnounce, EnvNoPortMapping,
+	EnvAnnounce, EnvNoPortMapping, EnvAgentCard,
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/agentd/agentd/record"
 	"github.com/google/uuid"
 	ma "github.com/multiformats/go-multiaddr"
 )
@@ -191,6 +192,11 @@ func (a APIConfig) validate(v *validator) {
 	}
 	if a.ServeRegistry && !auth {
 		v.add("api.serveRegistry", "needs api.jwtSecret or api.jwtPublicKey (registry clients must authenticate)")
+	}
+	if a.AgentCard != "" && a.AgentCard != "self" {
+		if err := record.ValidateAgentID(a.AgentCard); err != nil {
+			v.add("api.agentCard", "must be \"self\" or the agent_id of a hosted agent: %v", err)
+		}
 	}
 }
 

@@ -73,7 +73,7 @@ func New(version string, backend BackendFor) *mcp.Server {
 	mcp.AddTool(s, &mcp.Tool{Name: "register_agent", Title: "Register an agent",
 		Description: "Host an agent on this daemon and announce it to the network. spec is the agent's description as " +
 			"a file would hold it: AgentSpec YAML (agent_type, version, capabilities, endpoint, …), an agent JSON object, " +
-			"a seed-002 agent_card, or a signed Announce (sent as signed). Registering the same content again changes nothing.",
+			"a seed-002 agent_card, an A2A Agent Card, or a signed Announce (sent as signed). Registering the same content again changes nothing.",
 		Annotations: &mcp.ToolAnnotations{IdempotentHint: true, DestructiveHint: ptr(false)}}, t.register)
 	mcp.AddTool(s, &mcp.Tool{Name: "unregister_agent", Title: "Unregister an agent",
 		Description: "Stop hosting an agent this daemon hosts; the network is told at once.",
@@ -128,6 +128,7 @@ type Agent struct {
 	Unbound      bool              `json:"unbound,omitempty" jsonschema:"a record without peer binding (a seed-000 agent that signs alone)"`
 	Signed       bool              `json:"signed" jsonschema:"the record carries the agent's signature (catalog and LAN HMAC entries do not)"`
 	Record       map[string]any    `json:"record" jsonschema:"the seed-000 Announce of the record: protocol_version, agent, signature, peer_signature (the signatures cover the RFC 8785 form of agent)"`
+	A2ACard      map[string]any    `json:"a2a_card,omitempty" jsonschema:"the agent as an A2A Agent Card (A2A 0.3; unsigned: GET /agents/{id}/card answers a hosted agent's card signed)"`
 }
 
 // Skill is one skill of an agent.
@@ -155,6 +156,9 @@ func agentOf(r client.AgentResult) Agent {
 			Capabilities: s.CapabilityIDs(), Scenes: s.Scenes, Status: string(s.Status)})
 	}
 	out.Record = announceObject(r.Announce)
+	if card, err := record.AgentToA2ACard(a); err == nil {
+		out.A2ACard = jsonObject(card)
+	}
 	return out
 }
 
@@ -221,7 +225,7 @@ func (t *tools) list(ctx context.Context, req *mcp.CallToolRequest, _ NoInput) (
 
 // RegisterInput is an agent description as a file holds it.
 type RegisterInput struct {
-	Spec string `json:"spec" jsonschema:"the agent description: AgentSpec YAML, an agent JSON object, a seed-002 agent_card, or a signed Announce"`
+	Spec string `json:"spec" jsonschema:"the agent description: AgentSpec YAML, an agent JSON object, a seed-002 agent_card, an A2A Agent Card, or a signed Announce"`
 }
 
 // RegisterOutput is the record as hosted.
@@ -372,8 +376,11 @@ func (t *tools) peers(ctx context.Context, req *mcp.CallToolRequest, _ NoInput) 
 }
 
 // announceObject is an Announce as a JSON object for structured output.
-func announceObject(a record.Announce) map[string]any {
-	b, err := json.Marshal(a)
+func announceObject(a record.Announce) map[string]any { return jsonObject(a) }
+
+// jsonObject is v as a JSON object for structured output.
+func jsonObject(v any) map[string]any {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return map[string]any{}
 	}

@@ -2,6 +2,10 @@ package record
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -168,3 +172,141 @@ func truncText(s string, n int) string {
 }
 
 func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// A2AProtocolVersion is the A2A version of the cards agentd answers: 0.3,
+// the version github.com/a2aproject/a2a-go v0.3.3 implements. A2A 1.0
+// moved url and preferredTransport into supportedInterfaces; agentd reads
+// both shapes but answers in 0.3's, which every A2A client of this
+// generation (a2a-go's resolver among them) reads, until the library it
+// builds on speaks 1.0.
+const A2AProtocolVersion = "0.3.0"
+
+// AgentToA2ACard answers a record as an A2A Agent Card, without
+// signatures (SignA2ACard adds one). A record made from a card answers
+// that card (metadata.a2a_card), in 0.3's shape: a 1.0 card's first
+// supportedInterfaces entry becomes url and preferredTransport, the others
+// additionalInterfaces. Any other record is mapped: name the display name
+// (else agent_name, else agent_id), url the transport endpoint,
+// preferredTransport the transport type when it is an A2A binding (JSONRPC
+// otherwise), one card skill per record skill (id, name = skill_id,
+// description = its first capability's, tags = its capability ids and
+// scenes), modes application/json.
+func AgentToA2ACard(a *Agent) (*a2a.AgentCard, error) {
+	if orig, ok := a.Metadata[MetaA2ACard]; ok {
+		b, err := json.Marshal(orig)
+		if err != nil {
+			return nil, fmt.Errorf("metadata.%s: %w", MetaA2ACard, err)
+		}
+		var c a2aCard
+		if err := json.Unmarshal(b, &c); err != nil {
+			return nil, fmt.Errorf("metadata.%s: %w", MetaA2ACard, err)
+		}
+		card := c.AgentCard
+		if len(c.SupportedInterfaces) > 0 && card.URL == "" {
+			card.URL = c.SupportedInterfaces[0].URL
+			card.PreferredTransport = a2a.TransportProtocol(c.SupportedInterfaces[0].ProtocolBinding)
+			for _, i := range c.SupportedInterfaces[1:] {
+				card.AdditionalInterfaces = append(card.AdditionalInterfaces, a2a.AgentInterface{URL: i.URL, Transport: a2a.TransportProtocol(i.ProtocolBinding)})
+			}
+		}
+		if card.ProtocolVersion == "" {
+			card.ProtocolVersion = A2AProtocolVersion
+		}
+		card.Signatures = nil
+		fillA2ADefaults(&card)
+		return &card, nil
+	}
+	name, _ := a.Metadata[MetaDisplayName].(string)
+	if name == "" {
+		name = a.AgentName
+	}
+	if name == "" {
+		name = a.AgentID
+	}
+	card := &a2a.AgentCard{
+		Name: name, Description: a.Description, Version: a.Version, ProtocolVersion: A2AProtocolVersion,
+		URL: a.Transport.Endpoint, PreferredTransport: a2a.TransportProtocolJSONRPC,
+	}
+	switch t := a2a.TransportProtocol(strings.ToUpper(a.Transport.Type)); t {
+	case a2a.TransportProtocolJSONRPC, a2a.TransportProtocolGRPC, a2a.TransportProtocolHTTPJSON:
+		card.PreferredTransport = t
+	}
+	if card.Version == "" {
+		card.Version = "0.0.0"
+	}
+	for _, s := range a.Skills {
+		sk := a2a.AgentSkill{ID: s.SkillID, Name: s.SkillID, Tags: append(s.CapabilityIDs(), s.Scenes...)}
+		if len(s.Capabilities) > 0 {
+			sk.Description = s.Capabilities[0].Description
+		}
+		card.Skills = append(card.Skills, sk)
+	}
+	if len(card.Skills) == 0 {
+		// A seed-000 agent with capabilities only: one skill per capability.
+		for _, id := range a.AllCapabilities() {
+			card.Skills = append(card.Skills, a2a.AgentSkill{ID: id, Name: id, Description: a.Capabilities[id], Tags: []string{id}})
+		}
+	}
+	fillA2ADefaults(card)
+	return card, nil
+}
+
+// fillA2ADefaults sets the members an A2A card must have.
+func fillA2ADefaults(c *a2a.AgentCard) {
+	if c.DefaultInputModes == nil {
+		c.DefaultInputModes = []string{"application/json"}
+	}
+	if c.DefaultOutputModes == nil {
+		c.DefaultOutputModes = []string{"application/json"}
+	}
+	if c.Skills == nil {
+		c.Skills = []a2a.AgentSkill{}
+	}
+	for i := range c.Skills {
+		if c.Skills[i].Tags == nil {
+			c.Skills[i].Tags = []string{}
+		}
+	}
+}
+
+// A2ACardSigningPayload is what a card signature covers (A2A's card
+// signing rules): the RFC 8785 form of the card without its signatures
+// member.
+func A2ACardSigningPayload(c *a2a.AgentCard) ([]byte, error) {
+	u := *c
+	u.Signatures = nil
+	b, err := json.Marshal(u)
+	if err != nil {
+		return nil, err
+	}
+	return CanonicalizeJSON(b)
+}
+
+// SignA2ACard replaces the card's signatures with one JWS (RFC 7515) made
+// with the agent's ECDSA P-256 key: protected header {"alg":"ES256",
+// "kid":kid,"typ":"JOSE"}, detached payload A2ACardSigningPayload, the
+// signature R‖S (64 bytes) in base64url. Any JWS library checks it with
+// the public key of the agent's record: the signing input is
+// protected + "." + base64url(payload).
+func SignA2ACard(c *a2a.AgentCard, key *ecdsa.PrivateKey, kid string) error {
+	payload, err := A2ACardSigningPayload(c)
+	if err != nil {
+		return err
+	}
+	hdr, err := json.Marshal(map[string]string{"alg": "ES256", "kid": kid, "typ": "JOSE"})
+	if err != nil {
+		return err
+	}
+	protected := base64.RawURLEncoding.EncodeToString(hdr)
+	input := protected + "." + base64.RawURLEncoding.EncodeToString(payload)
+	h := sha256.Sum256([]byte(input))
+	r, s, err := ecdsa.Sign(rand.Reader, key, h[:])
+	if err != nil {
+		return fmt.Errorf("sign card: %w", err)
+	}
+	sig := make([]byte, 64)
+	r.FillBytes(sig[:32])
+	s.FillBytes(sig[32:])
+	c.Signatures = []a2a.AgentCardSignature{{Protected: protected, Signature: base64.RawURLEncoding.EncodeToString(sig)}}
+	return nil
+}

@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/a2aproject/a2a-go/a2a"
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/config"
 	"github.com/agentd/agentd/record"
@@ -34,6 +35,7 @@ const (
 	cfVersionC     = "version"
 	cfText         = "text"
 	cfLimit        = "limit"
+	cfFormat       = "format"
 	cfLocal        = "local"
 	cfIncludeStale = "include-stale"
 	cfPrefix       = "prefix"
@@ -105,6 +107,7 @@ func clientCommands() []*cli.Command {
 				&cli.IntFlag{Name: cfLimit, Aliases: []string{"n"}, Value: 100, Usage: "at most `N` agents (1-1000)"},
 				&cli.BoolFlag{Name: cfLocal, Usage: "answer from the daemon's view and cache only, without asking the network"},
 				&cli.BoolFlag{Name: cfIncludeStale, Usage: "include expired cache entries (marked stale)"},
+				&cli.StringFlag{Name: cfFormat, Value: "table", Usage: "`FORMAT` of the answer: table, json (as --json) or a2a (a JSON array of A2A Agent Cards; docs/protocol.md)"},
 			),
 			Action: clientDiscover,
 		},
@@ -397,6 +400,10 @@ func clientDiscover(c *cli.Context) error {
 	if c.IsSet(cfLimit) && (q.Limit < 1 || q.Limit > 1000) {
 		return usagef("discover: --limit must be from 1 to 1000")
 	}
+	format := c.String(cfFormat)
+	if format != "table" && format != "json" && format != "a2a" {
+		return usagef("discover: --format must be table, json or a2a")
+	}
 	cl, err := daemonClient(c)
 	if err != nil {
 		return err
@@ -408,7 +415,35 @@ func clientDiscover(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if format == "a2a" {
+		return printA2ACards(c, res)
+	}
+	if format == "json" {
+		if err := c.Set(flagJSON, "true"); err != nil {
+			return err
+		}
+	}
 	return printAgentTable(c, res)
+}
+
+// printA2ACards prints each agent of an answer as an A2A Agent Card, a
+// JSON array (unsigned: GET /agents/{id}/card answers a hosted agent's
+// card signed).
+func printA2ACards(c *cli.Context, res []client.AgentResult) error {
+	cards := make([]*a2a.AgentCard, 0, len(res))
+	for i := range res {
+		card, err := record.AgentToA2ACard(&res[i].Agent)
+		if err != nil {
+			return fmt.Errorf("agent %s: %w", res[i].Agent.AgentID, err)
+		}
+		cards = append(cards, card)
+	}
+	b, err := json.MarshalIndent(cards, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = c.App.Writer.Write(append(b, '\n'))
+	return err
 }
 
 func clientList(c *cli.Context) error {

@@ -319,7 +319,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger, opts da
 	}
 	apiSrv, err := api.New(nd, api.Config{
 		Addr: ln.Addr().String(), JWTSecret: cfg.API.JWTSecret, JWTPublicKeyPEM: jwtPub,
-		RequireAuthOnLoopback: cfg.API.RequireAuthOnLoopback, ServeRegistry: cfg.API.ServeRegistry,
+		RequireAuthOnLoopback: cfg.API.RequireAuthOnLoopback, ServeRegistry: cfg.API.ServeRegistry, AgentCard: cfg.API.AgentCard,
 		Version: opts.Version,
 	}, log)
 	if err != nil {

@@ -24,6 +24,7 @@ const (
 	flagLANInterface = "lan-interface"
 	flagClientMode   = "client-mode"
 	flagServeReg     = "serve-registry"
+	flagAgentCard    = "agent-card"
 	flagMinFree      = "min-free"
 	flagScope        = "scope"
 	flagDHTMode      = "dht-mode"
@@ -56,6 +57,7 @@ func nodeFlags() []cli.Flag {
 		&cli.BoolFlag{Name: flagNoLAN, EnvVars: []string{config.EnvNoLAN}, Usage: "turn LAN discovery off: the seed-001 UDP multicast protocol and mDNS/DNS-SD (sets discovery.udp.enabled and discovery.mdns.enabled to false)"},
 		&cli.StringFlag{Name: flagLANInterface, EnvVars: []string{config.EnvLANInterface}, Usage: "network `INTERFACE` for LAN discovery (default: every multicast-capable interface)"},
 		&cli.BoolFlag{Name: flagServeReg, EnvVars: []string{config.EnvServeRegistry}, Usage: "act as a seed-000 registry (POST /agents) for agents that cannot run P2P; needs api.jwtSecret or api.jwtPublicKey (auth is required)"},
+		&cli.StringFlag{Name: flagAgentCard, EnvVars: []string{config.EnvAgentCard}, Usage: "serve the A2A Agent Card of the hosted agent `ID` (\"self\": this daemon's own) at /.well-known/agent-card.json"},
 		&cli.BoolFlag{Name: flagClientMode, EnvVars: []string{config.EnvClientMode}, Usage: "DHT client mode, for hosts that cannot accept connections: the node queries the DHT but does not serve it (same as --dht-mode client)"},
 		&cli.StringFlag{Name: flagDHTMode, EnvVars: []string{config.EnvDHTMode}, Usage: "DHT `MODE`: auto (serve the DHT unless AutoNAT finds this node behind a NAT nobody can dial; a LAN without public addresses keeps serving), server or client (default auto)"},
 		&cli.StringFlag{Name: flagReachability, EnvVars: []string{config.EnvReachability}, Usage: "`REACHABILITY` on the internet: auto (AutoNAT asks peers to dial back), public (this node is dialable at its addresses: no relay, DHT server) or private (behind a NAT: relay and hole punching); default auto"},
@@ -116,6 +118,7 @@ var flagHint = []struct{ field, hint string }{
 	{"log.level", "--log-level / " + config.EnvLogLevel},
 	{"log.format", "--log-format / " + config.EnvLogFormat},
 	{"api.serveRegistry", "--serve-registry / " + config.EnvServeRegistry},
+	{"api.agentCard", "--agent-card / " + config.EnvAgentCard},
 	{"storage.minFree", "--min-free / " + config.EnvMinFree},
 	{"discovery.scope", "--scope / " + config.EnvScope},
 	{"discovery.dht.mode", "--dht-mode / " + config.EnvDHTMode},
@@ -161,6 +164,7 @@ func effectiveConfig(c *cli.Context) (config.Config, error) {
 	set("discovery.interface", func(x *cli.Context, n string) { cfg.Discovery.Interface = x.String(n) })(flagLANInterface)
 	set("discovery.dht.clientMode", func(x *cli.Context, n string) { cfg.Discovery.DHT.ClientMode = x.Bool(n) })(flagClientMode)
 	set("api.serveRegistry", func(x *cli.Context, n string) { cfg.API.ServeRegistry = x.Bool(n) })(flagServeReg)
+	set("api.agentCard", func(x *cli.Context, n string) { cfg.API.AgentCard = x.String(n) })(flagAgentCard)
 	set("discovery.scope", func(x *cli.Context, n string) { cfg.Discovery.Scope = x.String(n) })(flagScope)
 	set("discovery.dht.mode", func(x *cli.Context, n string) { cfg.Discovery.DHT.Mode = x.String(n) })(flagDHTMode)
 	set("nat.reachability", func(x *cli.Context, n string) { cfg.NAT.Reachability = x.String(n) })(flagReachability)

@@ -93,7 +93,7 @@ func exerciseTools(t *testing.T, s *mcp.ClientSession) {
 		t.Fatalf("discover_agents: %s", toolText(res))
 	}
 	if found.Total != 1 || found.Agents[0].AgentID != reg.AgentID || found.Agents[0].Source != "local" || !found.Agents[0].Signed ||
-		found.Agents[0].Transport.Endpoint == "" {
+		found.Agents[0].Transport.Endpoint == "" || found.Agents[0].A2ACard["name"] != "product-search-agent" {
 		t.Fatalf("%+v", found)
 	}
 	var one mcpserver.Agent
