@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net/http"
 	"strings"
@@ -35,7 +36,8 @@ func (s *Server) mcpHandler() http.Handler {
 		return client.New(base, opts...)
 	}
 	srv := mcpserver.New(s.cfg.Version, backend)
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
+	s.mcp = srv
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
 		SessionTimeout: mcpSessionIdle,
 		JSONResponse:   true,
 		Logger:         s.log.With("surface", surfaceMCP),
@@ -44,6 +46,25 @@ func (s *Server) mcpHandler() http.Handler {
 		// in-process clients of tests that use other names.
 		DisableLocalhostProtection: true,
 	})
+	// A request (a server-to-client stream above all) ends when the API
+	// closes, not only when its client goes: Close must not wait for it.
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		stop := context.AfterFunc(s.ctx, cancel)
+		defer stop()
+		h.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// closeMCP ends every MCP session (Close).
+func (s *Server) closeMCP() {
+	if s.mcp == nil {
+		return
+	}
+	for ss := range s.mcp.Sessions() {
+		_ = ss.Close()
+	}
 }
 
 // inProcessHost is the Host of in-process requests: the API's address,

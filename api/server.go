@@ -20,6 +20,7 @@ import (
 	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/node"
 	"github.com/agentd/agentd/record"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // Defaults of Config.
@@ -110,6 +111,8 @@ type Server struct {
 	wsBound  map[string]*session      // agent id → the connection it is bound to
 	rpcTTL   map[string]time.Duration // agent id → ttl_seconds of its JSON-RPC registration
 	warned   map[string]bool          // newer minor protocol versions already logged
+
+	mcp *mcp.Server // the MCP server of /mcp (mcp.go)
 }
 
 // New builds the API over a node. It checks the configuration: a
@@ -168,6 +171,7 @@ func (s *Server) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.cancel()
+	s.closeMCP()
 	s.wg.Wait()
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 
 	"github.com/agentd/agentd/config"
+	"github.com/agentd/agentd/daemon"
 	"github.com/urfave/cli/v2"
 )
 
@@ -56,14 +57,14 @@ func runCommand() *cli.Command {
 				// See daemonGOGC.
 				debug.SetGCPercent(daemonGOGC)
 			}
-			opts := daemonOptions{Version: buildVersion().Version}
+			opts := daemon.Options{Logger: log, Version: buildVersion().Version}
 			if f := c.String(flagAPIAddrFile); f != "" {
 				opts.APIAddrFile, err = filepath.Abs(f)
 				if err != nil {
 					return err
 				}
 			}
-			if err := runDaemon(c.Context, cfg, log, opts); err != nil {
+			if err := daemon.Run(c.Context, cfg, opts); err != nil {
 				log.Error("agentd stopped with an error", "err", err)
 				return errReported
 			}

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"fmt"
@@ -10,11 +10,11 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 )
 
-// natConfig maps the nat section onto the host's NAT traversal. relays are
+// NATConfig maps the nat section onto the host's NAT traversal. relays are
 // the AutoRelay candidates tried first (the bootstrap peers); relayService
 // turns the circuit relay v2 service on whatever nat.relay.enabled says
 // (`agentd bootstrap`).
-func natConfig(c config.NATConfig, relays []peer.AddrInfo, relayService bool) (p2p.NAT, error) {
+func NATConfig(c config.NATConfig, relays []peer.AddrInfo, relayService bool) (p2p.NAT, error) {
 	n := p2p.NAT{
 		Reachability: c.Reachability,
 		PortMapping:  c.PortMapping,
