@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/mcpserver"
+	"github.com/agentd/agentd/view"
 )
 
 // The MCP surface: the streamable HTTP transport of package mcpserver at
@@ -35,9 +36,9 @@ func (s *Server) mcpHandler() http.Handler {
 		}
 		return client.New(base, opts...)
 	}
-	srv := mcpserver.New(s.cfg.Version, backend)
+	srv := mcpserver.New(s.cfg.Version, backend, s.watchEvents)
 	s.mcp = srv
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv.Server }, &mcp.StreamableHTTPOptions{
 		SessionTimeout: mcpSessionIdle,
 		JSONResponse:   true,
 		Logger:         s.log.With("surface", surfaceMCP),
@@ -57,13 +58,36 @@ func (s *Server) mcpHandler() http.Handler {
 	})
 }
 
-// closeMCP ends every MCP session (Close).
+// closeMCP ends every MCP session and the watch behind the resource
+// subscriptions (Close).
 func (s *Server) closeMCP() {
 	if s.mcp == nil {
 		return
 	}
 	for ss := range s.mcp.Sessions() {
 		_ = ss.Close()
+	}
+	s.mcp.Close()
+}
+
+// watchEvents feeds the MCP resource subscriptions from the live view's
+// registry events (the WebSocket watch's source) until ctx ends.
+func (s *Server) watchEvents(ctx context.Context, ready func(), event func(agentID string)) error {
+	sub := s.n.View().Subscribe(view.Filter{}, 256)
+	defer sub.Close()
+	ready()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case ev, ok := <-sub.C():
+			if !ok {
+				return sub.Err()
+			}
+			if ev.AgentID != "" {
+				event(ev.AgentID)
+			}
+		}
 	}
 }
 

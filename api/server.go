@@ -18,9 +18,9 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/metrics"
+	"github.com/agentd/agentd/mcpserver"
 	"github.com/agentd/agentd/node"
 	"github.com/agentd/agentd/record"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // Defaults of Config.
@@ -112,7 +112,7 @@ type Server struct {
 	rpcTTL   map[string]time.Duration // agent id → ttl_seconds of its JSON-RPC registration
 	warned   map[string]bool          // newer minor protocol versions already logged
 
-	mcp *mcp.Server // the MCP server of /mcp (mcp.go)
+	mcp *mcpserver.Server // the MCP server of /mcp (mcp.go)
 }
 
 // New builds the API over a node. It checks the configuration: a

@@ -22,6 +22,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -50,15 +52,56 @@ type BackendFor func(req *mcp.CallToolRequest) (Backend, error)
 // Name is the MCP implementation name agentd announces.
 const Name = "agentd"
 
-// New returns the MCP server with agentd's tools.
-func New(version string, backend BackendFor) *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: Name, Title: "agentd agent discovery", Version: version}, &mcp.ServerOptions{
+// Watch streams the agent id of every registry event of the daemon
+// (registered, updated, status changed, left) until ctx ends; it returns
+// when ctx ends or the stream fails. It calls ready once the stream is
+// established: from then on no event is missed.
+type Watch func(ctx context.Context, ready func(), event func(agentID string)) error
+
+// Server is agentd's MCP server: the tools, and the agent records as
+// resources (agentd://agents/{agent_id}) whose subscribers are notified
+// on the agent's watch events. Close stops the watch.
+type Server struct {
+	*mcp.Server
+	watch Watch
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	subs   map[string]int // resource URI → subscriptions
+	wg     sync.WaitGroup
+	live   bool                 // the watch runs
+	ready  chan struct{}        // closed once the first watch stream is established
+	last   map[string]time.Time // resource URI → its latest event (bounded)
+}
+
+// AgentURIPrefix is the URI of an agent record as a resource, before its
+// agent_id.
+const AgentURIPrefix = "agentd://agents/"
+
+// New returns the MCP server with agentd's tools and resources. watch,
+// when not nil, feeds the resource subscriptions; it runs from the first
+// subscription until Close.
+func New(version string, backend BackendFor, watch Watch) *Server {
+	srv := &Server{watch: watch, subs: map[string]int{}, ready: make(chan struct{}), last: map[string]time.Time{}}
+	srv.ctx, srv.cancel = context.WithCancel(context.Background())
+	opts := &mcp.ServerOptions{
 		Instructions: "agentd finds agents (LLM agents, MCP servers, skill services) by skill and capability on a " +
 			"peer-to-peer network with no central registry. Use discover_agents to find who offers a capability " +
 			"(then call the agent at its endpoint), get_agent for one agent's record, register_agent to announce " +
-			"an agent of yours.",
-	})
+			"an agent of yours. Agent records are resources at " + AgentURIPrefix + "{agent_id}; subscribe to one " +
+			"to hear when it changes or leaves.",
+	}
+	if watch != nil {
+		opts.SubscribeHandler = srv.subscribe
+		opts.UnsubscribeHandler = srv.unsubscribe
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: Name, Title: "agentd agent discovery", Version: version}, opts)
+	srv.Server = s
 	t := &tools{backend: backend}
+	s.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: AgentURIPrefix + "{agent_id}", Name: "agent",
+		Title: "An agent's record", MIMEType: "application/json",
+		Description: "One agent as discover_agents answers it (its signed record included), by agent_id."}, t.readAgent)
 	mcp.AddTool(s, &mcp.Tool{Name: "discover_agents", Title: "Discover agents",
 		Description: "Find agents by capability, skill, scene, skill type, tags, version range or free text. " +
 			"Answers from the daemon's live view of the network, then the LAN, the DHT and a SkillCenter catalog. " +
@@ -84,7 +127,165 @@ func New(version string, backend BackendFor) *mcp.Server {
 	mcp.AddTool(s, &mcp.Tool{Name: "list_peers", Title: "List peers",
 		Description: "The daemon's connected peers: address, direct or relayed, latency, the agents they host.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, t.peers)
-	return s
+	return srv
+}
+
+// StartWatch starts the watch behind the subscriptions now rather than at
+// the first subscription, so that it is established before a client
+// subscribes (`agentd mcp`, whose watch is a WebSocket to the daemon).
+func (s *Server) StartWatch() {
+	if s.watch == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.startLocked()
+}
+
+// startLocked starts the watch once. Called with mu held.
+func (s *Server) startLocked() {
+	if s.live || s.ctx.Err() != nil {
+		return
+	}
+	s.live = true
+	s.wg.Add(1)
+	go s.run()
+}
+
+// Close stops the watch behind the subscriptions and waits for it.
+func (s *Server) Close() {
+	s.cancel()
+	s.wg.Wait()
+}
+
+// maxRecent bounds the remembered change times (recheck).
+const maxRecent = 4096
+
+// subscribeWait bounds how long a subscription waits for the watch to be
+// established.
+const subscribeWait = 10 * time.Second
+
+func (s *Server) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error {
+	id, ok := strings.CutPrefix(req.Params.URI, AgentURIPrefix)
+	if !ok || record.ValidateAgentID(id) != nil {
+		return fmt.Errorf("%s: not an agent resource (%s{agent_id})", req.Params.URI, AgentURIPrefix)
+	}
+	s.mu.Lock()
+	if s.ctx.Err() != nil {
+		s.mu.Unlock()
+		return errors.New("the MCP server is closing")
+	}
+	s.subs[req.Params.URI]++
+	s.startLocked()
+	s.mu.Unlock()
+	// The subscription counts once the watch runs: a change right after
+	// the answer is not missed.
+	t := time.NewTimer(subscribeWait)
+	defer t.Stop()
+	select {
+	case <-s.ready:
+		s.recheck(req.Params.URI, time.Now())
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return errors.New("the daemon's event stream could not be established; the subscription may miss changes")
+	}
+}
+
+func (s *Server) unsubscribe(_ context.Context, req *mcp.UnsubscribeRequest) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.subs[req.Params.URI] > 1 {
+		s.subs[req.Params.URI]--
+	} else {
+		delete(s.subs, req.Params.URI)
+	}
+	return nil
+}
+
+// recheckDelay is how long after a subscription it is checked whether the
+// resource changed meanwhile (recheck).
+const recheckDelay = 100 * time.Millisecond
+
+// recheck closes a window of the SDK: it records a session's subscription
+// only after the handler returns, so a change in between would notify no
+// one. A moment later, if the resource changed since since, its
+// subscribers are told again (a notification only says "read it again";
+// a second one is harmless).
+func (s *Server) recheck(uri string, since time.Time) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t := time.NewTimer(recheckDelay)
+		defer t.Stop()
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		changed := !s.last[uri].Before(since)
+		s.mu.Unlock()
+		if changed {
+			_ = s.ResourceUpdated(s.ctx, &mcp.ResourceUpdatedNotificationParams{URI: uri})
+		}
+	}()
+}
+
+// run feeds the subscriptions from the watch until Close, starting the
+// watch again (after a pause) when its stream fails.
+func (s *Server) run() {
+	defer s.wg.Done()
+	var once sync.Once
+	ready := func() { once.Do(func() { close(s.ready) }) }
+	for s.ctx.Err() == nil {
+		_ = s.watch(s.ctx, ready, func(agentID string) {
+			uri := AgentURIPrefix + agentID
+			s.mu.Lock()
+			n := s.subs[uri]
+			if n > 0 {
+				if len(s.last) >= maxRecent {
+					clear(s.last)
+				}
+				s.last[uri] = time.Now()
+			}
+			s.mu.Unlock()
+			if n > 0 {
+				_ = s.ResourceUpdated(s.ctx, &mcp.ResourceUpdatedNotificationParams{URI: uri})
+			}
+		})
+		t := time.NewTimer(time.Second)
+		select {
+		case <-s.ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// readAgent reads agentd://agents/{agent_id}.
+func (t *tools) readAgent(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+	id, ok := strings.CutPrefix(req.Params.URI, AgentURIPrefix)
+	if !ok || record.ValidateAgentID(id) != nil {
+		return nil, mcp.ResourceNotFoundError(req.Params.URI)
+	}
+	b, err := t.backend(&mcp.CallToolRequest{Extra: req.Extra})
+	if err != nil {
+		return nil, err
+	}
+	r, err := b.Get(ctx, id)
+	if client.IsNotFound(err) {
+		return nil, mcp.ResourceNotFoundError(req.Params.URI)
+	}
+	if err != nil {
+		return nil, toolError(err)
+	}
+	body, err := json.Marshal(agentOf(*r))
+	if err != nil {
+		return nil, err
+	}
+	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "application/json", Text: string(body)}}}, nil
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -8,6 +8,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/urfave/cli/v2"
 
+	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/mcpserver"
 )
 
@@ -33,7 +34,22 @@ func mcpCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			srv := mcpserver.New(buildVersion().Version, func(*mcp.CallToolRequest) (mcpserver.Backend, error) { return cl, nil })
+			watch := func(ctx context.Context, ready func(), event func(agentID string)) error {
+				ch, err := cl.Watch(ctx, client.WatchFilter{})
+				if err != nil {
+					return err
+				}
+				ready() // Watch returns once the daemon's stream is open
+				for ev := range ch {
+					if ev.AgentID != "" {
+						event(ev.AgentID)
+					}
+				}
+				return nil
+			}
+			srv := mcpserver.New(buildVersion().Version, func(*mcp.CallToolRequest) (mcpserver.Backend, error) { return cl, nil }, watch)
+			defer srv.Close()
+			srv.StartWatch()
 			err = srv.Run(c.Context, &mcp.IOTransport{Reader: readCloser{c.App.Reader}, Writer: writeCloser{c.App.Writer}})
 			if err == nil || errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
 				return nil // the client went away, or a signal: a normal end

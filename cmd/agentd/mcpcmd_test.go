@@ -52,7 +52,7 @@ func toolText(res *mcp.CallToolResult) string {
 
 // exerciseTools runs every tool, with good and bad arguments, through an
 // MCP client session, as an LLM agent would.
-func exerciseTools(t *testing.T, s *mcp.ClientSession) {
+func exerciseTools(t *testing.T, s *mcp.ClientSession, updates <-chan string) {
 	t.Helper()
 	ctx := context.Background()
 	lt, err := s.ListTools(ctx, nil)
@@ -100,9 +100,32 @@ func exerciseTools(t *testing.T, s *mcp.ClientSession) {
 	if res := callTool(t, s, "get_agent", map[string]any{"agent_id": reg.AgentID}, &one); res.IsError || one.AgentID != reg.AgentID {
 		t.Fatalf("get_agent: %s %+v", toolText(res), one)
 	}
+	// The record as a resource; a subscription to it hears the status change.
+	uri := mcpserver.AgentURIPrefix + reg.AgentID
+	rr, err := s.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri})
+	if err != nil || len(rr.Contents) != 1 || !strings.Contains(rr.Contents[0].Text, reg.AgentID) || rr.Contents[0].MIMEType != "application/json" {
+		t.Fatalf("read %s: %v %+v", uri, err, rr)
+	}
+	if _, err := s.ReadResource(ctx, &mcp.ReadResourceParams{URI: mcpserver.AgentURIPrefix + "2f6b1c8e-7d4a-4e3b-9a5c-1d2e3f4a5b6c"}); err == nil {
+		t.Fatal("read an unknown agent")
+	}
+	if err := s.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
+		t.Fatal(err)
+	}
 	var ok mcpserver.OKOutput
 	if res := callTool(t, s, "set_status", map[string]any{"agent_id": reg.AgentID, "status": "DEGRADED"}, &ok); res.IsError {
 		t.Fatalf("set_status: %s", toolText(res))
+	}
+	select {
+	case got := <-updates:
+		if got != uri {
+			t.Fatalf("update of %s, want %s", got, uri)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no resources/updated notification after the status change")
+	}
+	if err := s.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri}); err != nil {
+		t.Fatal(err)
 	}
 	var all mcpserver.AgentsOutput
 	callTool(t, s, "list_agents", nil, &all)
@@ -148,10 +171,24 @@ func exerciseTools(t *testing.T, s *mcp.ClientSession) {
 	}
 }
 
+// newMCPClient is the go-sdk's client, sending the URI of every
+// resources/updated notification to updates.
+func newMCPClient(updates chan<- string) *mcp.Client {
+	return mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, &mcp.ClientOptions{
+		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
+			select {
+			case updates <- req.Params.URI:
+			default:
+			}
+		},
+	})
+}
+
 // The daemon's /mcp endpoint (streamable HTTP), with the go-sdk's client.
 func TestMCPOverHTTP(t *testing.T) {
 	d := startTestDaemon(t, api.Config{})
-	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	updates := make(chan string, 16)
+	c := newMCPClient(updates)
 	s, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: d.URL + "/mcp"}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +197,7 @@ func TestMCPOverHTTP(t *testing.T) {
 	if init := s.InitializeResult(); init.ServerInfo.Name != mcpserver.Name {
 		t.Fatalf("%+v", init.ServerInfo)
 	}
-	exerciseTools(t, s)
+	exerciseTools(t, s, updates)
 
 	// register_agent takes an A2A Agent Card as it is; so does `agentd
 	// register -f`.
@@ -192,12 +229,13 @@ func TestMCPOverStdio(t *testing.T) {
 		done <- execute(ctx, []string{"agentd", "mcp", "--api", strings.TrimPrefix(d.URL, "http://")}, inR, outW, &stderr)
 		_ = outW.Close()
 	}()
-	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	updates := make(chan string, 16)
+	c := newMCPClient(updates)
 	s, err := c.Connect(context.Background(), &mcp.IOTransport{Reader: outR, Writer: inW}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	exerciseTools(t, s)
+	exerciseTools(t, s, updates)
 	_ = s.Close()
 	_ = inW.Close()
 	defer cancel()
