@@ -17,8 +17,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/mcpserver"
+	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/node"
 	"github.com/agentd/agentd/record"
 )
