@@ -373,20 +373,14 @@ func agentsOf(rs []client.AgentResult) AgentsOutput {
 }
 
 func (t *tools) discover(ctx context.Context, req *mcp.CallToolRequest, in DiscoverInput) (*mcp.CallToolResult, AgentsOutput, error) {
-	b, err := t.backend(req)
-	if err != nil {
-		return nil, AgentsOutput{}, toolError(err)
-	}
-	if in.Limit < 0 || in.Limit > 1000 {
-		return nil, AgentsOutput{}, toolError(&client.Error{Code: record.CodeMalformedPayload, Field: "limit", Message: "limit must be between 1 and 1000"})
-	}
-	q := client.Query{Capability: in.Capability, Skill: in.Skill, Scene: in.Scene, Type: in.Type, Tags: in.Tags,
-		Version: in.Version, Text: in.Text, Limit: in.Limit, IncludeStale: in.IncludeStale}
-	rs, err := b.Discover(ctx, q)
-	if err != nil {
-		return nil, AgentsOutput{}, toolError(err)
-	}
-	return nil, agentsOf(rs), nil
+	return call(t, req, func(b Backend) (AgentsOutput, error) {
+		if in.Limit < 0 || in.Limit > 1000 {
+			return AgentsOutput{}, &client.Error{Code: record.CodeMalformedPayload, Field: "limit", Message: "limit must be between 1 and 1000"}
+		}
+		rs, err := b.Discover(ctx, client.Query{Capability: in.Capability, Skill: in.Skill, Scene: in.Scene, Type: in.Type, Tags: in.Tags,
+			Version: in.Version, Text: in.Text, Limit: in.Limit, IncludeStale: in.IncludeStale})
+		return agentsOf(rs), err
+	})
 }
 
 // AgentIDInput names one agent.
@@ -395,33 +389,41 @@ type AgentIDInput struct {
 }
 
 func (t *tools) get(ctx context.Context, req *mcp.CallToolRequest, in AgentIDInput) (*mcp.CallToolResult, Agent, error) {
-	b, err := t.backend(req)
-	if err != nil {
-		return nil, Agent{}, toolError(err)
-	}
-	if err := record.ValidateAgentID(in.AgentID); err != nil {
-		return nil, Agent{}, toolError(&client.Error{Code: record.CodeMalformedPayload, Field: "agent_id", Message: err.Error()})
-	}
-	r, err := b.Get(ctx, in.AgentID)
-	if err != nil {
-		return nil, Agent{}, toolError(err)
-	}
-	return nil, agentOf(*r), nil
+	return call(t, req, func(b Backend) (Agent, error) {
+		if err := record.ValidateAgentID(in.AgentID); err != nil {
+			return Agent{}, &client.Error{Code: record.CodeMalformedPayload, Field: "agent_id", Message: err.Error()}
+		}
+		r, err := b.Get(ctx, in.AgentID)
+		if err != nil {
+			return Agent{}, err
+		}
+		return agentOf(*r), nil
+	})
 }
 
 // NoInput is the input of the tools that take none.
 type NoInput struct{}
 
 func (t *tools) list(ctx context.Context, req *mcp.CallToolRequest, _ NoInput) (*mcp.CallToolResult, AgentsOutput, error) {
+	return call(t, req, func(b Backend) (AgentsOutput, error) {
+		rs, err := b.List(ctx)
+		return agentsOf(rs), err
+	})
+}
+
+// call runs one tool: f with the backend of the request; an error, the
+// backend's or f's, is the tool's error.
+func call[Out any](t *tools, req *mcp.CallToolRequest, f func(Backend) (Out, error)) (*mcp.CallToolResult, Out, error) {
+	var zero Out
 	b, err := t.backend(req)
 	if err != nil {
-		return nil, AgentsOutput{}, toolError(err)
+		return nil, zero, toolError(err)
 	}
-	rs, err := b.List(ctx)
+	out, err := f(b)
 	if err != nil {
-		return nil, AgentsOutput{}, toolError(err)
+		return nil, zero, toolError(err)
 	}
-	return nil, agentsOf(rs), nil
+	return nil, out, nil
 }
 
 // RegisterInput is an agent description as a file holds it.
@@ -439,37 +441,36 @@ type RegisterOutput struct {
 }
 
 func (t *tools) register(ctx context.Context, req *mcp.CallToolRequest, in RegisterInput) (*mcp.CallToolResult, RegisterOutput, error) {
-	b, err := t.backend(req)
-	if err != nil {
-		return nil, RegisterOutput{}, toolError(err)
-	}
-	data := []byte(in.Spec)
-	if strings.TrimSpace(in.Spec) == "" {
-		return nil, RegisterOutput{}, toolError(&client.Error{Code: record.CodeMalformedPayload, Field: "spec", Message: "spec is required: AgentSpec YAML, agent JSON, an agent_card or a signed Announce"})
-	}
-	var sa *record.SignedAgent
-	if signedAnnounce(data) {
-		parsed, _, perr := record.ParseAnnounceUnbound(data)
-		if perr != nil {
-			return nil, RegisterOutput{}, toolError(fieldError("spec", perr))
+	return call(t, req, func(b Backend) (RegisterOutput, error) {
+		data := []byte(in.Spec)
+		if strings.TrimSpace(in.Spec) == "" {
+			return RegisterOutput{}, &client.Error{Code: record.CodeMalformedPayload, Field: "spec", Message: "spec is required: AgentSpec YAML, agent JSON, an agent_card, an A2A Agent Card or a signed Announce"}
 		}
-		sa, err = b.RegisterSigned(ctx, parsed)
-	} else {
-		a, lerr := record.LoadAgentFile("spec", data)
-		if lerr != nil {
-			return nil, RegisterOutput{}, toolError(fieldError("spec", lerr))
+		var sa *record.SignedAgent
+		if signedAnnounce(data) {
+			parsed, _, err := record.ParseAnnounceUnbound(data)
+			if err != nil {
+				return RegisterOutput{}, fieldError("spec", err)
+			}
+			if sa, err = b.RegisterSigned(ctx, parsed); err != nil {
+				return RegisterOutput{}, err
+			}
+		} else {
+			a, err := record.LoadAgentFile("spec", data)
+			if err != nil {
+				return RegisterOutput{}, fieldError("spec", err)
+			}
+			if sa, err = b.Register(ctx, a); err != nil {
+				return RegisterOutput{}, err
+			}
 		}
-		sa, err = b.Register(ctx, a)
-	}
-	if err != nil {
-		return nil, RegisterOutput{}, toolError(err)
-	}
-	out := RegisterOutput{AgentID: sa.Agent.AgentID, AgentName: sa.Agent.AgentName, Seq: sa.Agent.Seq,
-		Capabilities: sa.Agent.AllCapabilities(), Record: announceObject(sa.Announce())}
-	if out.Capabilities == nil {
-		out.Capabilities = []string{}
-	}
-	return nil, out, nil
+		out := RegisterOutput{AgentID: sa.Agent.AgentID, AgentName: sa.Agent.AgentName, Seq: sa.Agent.Seq,
+			Capabilities: sa.Agent.AllCapabilities(), Record: announceObject(sa.Announce())}
+		if out.Capabilities == nil {
+			out.Capabilities = []string{}
+		}
+		return out, nil
+	})
 }
 
 // signedAnnounce reports whether data is an Announce carrying a signature.
@@ -498,24 +499,19 @@ type OKOutput struct {
 }
 
 func (t *tools) unregister(ctx context.Context, req *mcp.CallToolRequest, in UnregisterInput) (*mcp.CallToolResult, OKOutput, error) {
-	b, err := t.backend(req)
-	if err != nil {
-		return nil, OKOutput{}, toolError(err)
-	}
-	reason := record.UnregisterReason(in.Reason)
-	if reason == "" {
-		reason = record.ReasonShutdown
-	}
-	if !reason.Valid() {
-		return nil, OKOutput{}, toolError(&client.Error{Code: record.CodeMalformedPayload, Field: "reason", Message: fmt.Sprintf("%q is not one of SHUTDOWN, ERROR, MAINTENANCE, UPGRADE", in.Reason)})
-	}
-	if err := record.ValidateAgentID(in.AgentID); err != nil {
-		return nil, OKOutput{}, toolError(&client.Error{Code: record.CodeMalformedPayload, Field: "agent_id", Message: err.Error()})
-	}
-	if err := b.Unregister(ctx, in.AgentID, reason); err != nil {
-		return nil, OKOutput{}, toolError(err)
-	}
-	return nil, OKOutput{AgentID: in.AgentID, Done: "unregistered (" + string(reason) + ")"}, nil
+	return call(t, req, func(b Backend) (OKOutput, error) {
+		reason := record.UnregisterReason(in.Reason)
+		if reason == "" {
+			reason = record.ReasonShutdown
+		}
+		if !reason.Valid() {
+			return OKOutput{}, &client.Error{Code: record.CodeMalformedPayload, Field: "reason", Message: fmt.Sprintf("%q is not one of SHUTDOWN, ERROR, MAINTENANCE, UPGRADE", in.Reason)}
+		}
+		if err := record.ValidateAgentID(in.AgentID); err != nil {
+			return OKOutput{}, &client.Error{Code: record.CodeMalformedPayload, Field: "agent_id", Message: err.Error()}
+		}
+		return OKOutput{AgentID: in.AgentID, Done: "unregistered (" + string(reason) + ")"}, b.Unregister(ctx, in.AgentID, reason)
+	})
 }
 
 // StatusInput sets a hosted agent's status.
@@ -525,21 +521,16 @@ type StatusInput struct {
 }
 
 func (t *tools) setStatus(ctx context.Context, req *mcp.CallToolRequest, in StatusInput) (*mcp.CallToolResult, OKOutput, error) {
-	b, err := t.backend(req)
-	if err != nil {
-		return nil, OKOutput{}, toolError(err)
-	}
-	st := record.Status(in.Status)
-	if !st.Valid() {
-		return nil, OKOutput{}, toolError(&client.Error{Code: record.CodeMalformedPayload, Field: "status", Message: fmt.Sprintf("%q is not one of HEALTHY, DEGRADED, UNHEALTHY, MAINTENANCE", in.Status)})
-	}
-	if err := record.ValidateAgentID(in.AgentID); err != nil {
-		return nil, OKOutput{}, toolError(&client.Error{Code: record.CodeMalformedPayload, Field: "agent_id", Message: err.Error()})
-	}
-	if err := b.SetStatus(ctx, in.AgentID, st); err != nil {
-		return nil, OKOutput{}, toolError(err)
-	}
-	return nil, OKOutput{AgentID: in.AgentID, Done: "status " + in.Status}, nil
+	return call(t, req, func(b Backend) (OKOutput, error) {
+		st := record.Status(in.Status)
+		if !st.Valid() {
+			return OKOutput{}, &client.Error{Code: record.CodeMalformedPayload, Field: "status", Message: fmt.Sprintf("%q is not one of HEALTHY, DEGRADED, UNHEALTHY, MAINTENANCE", in.Status)}
+		}
+		if err := record.ValidateAgentID(in.AgentID); err != nil {
+			return OKOutput{}, &client.Error{Code: record.CodeMalformedPayload, Field: "agent_id", Message: err.Error()}
+		}
+		return OKOutput{AgentID: in.AgentID, Done: "status " + in.Status}, b.SetStatus(ctx, in.AgentID, st)
+	})
 }
 
 // PeersOutput lists the connected peers.
@@ -559,21 +550,16 @@ type Peer struct {
 }
 
 func (t *tools) peers(ctx context.Context, req *mcp.CallToolRequest, _ NoInput) (*mcp.CallToolResult, PeersOutput, error) {
-	b, err := t.backend(req)
-	if err != nil {
-		return nil, PeersOutput{}, toolError(err)
-	}
-	ps, err := b.Peers(ctx)
-	if err != nil {
-		return nil, PeersOutput{}, toolError(err)
-	}
-	out := PeersOutput{Peers: make([]Peer, 0, len(ps))}
-	for _, p := range ps {
-		out.Peers = append(out.Peers, Peer{PeerID: p.ID, Addrs: p.Addrs, Direction: p.Direction, Connection: p.Connection,
-			LatencyMS: float64(p.Latency.Microseconds()) / 1000, Agents: p.Agents})
-	}
-	out.Total = len(out.Peers)
-	return nil, out, nil
+	return call(t, req, func(b Backend) (PeersOutput, error) {
+		ps, err := b.Peers(ctx)
+		out := PeersOutput{Peers: make([]Peer, 0, len(ps))}
+		for _, p := range ps {
+			out.Peers = append(out.Peers, Peer{PeerID: p.ID, Addrs: p.Addrs, Direction: p.Direction, Connection: p.Connection,
+				LatencyMS: float64(p.Latency.Microseconds()) / 1000, Agents: p.Agents})
+		}
+		out.Total = len(out.Peers)
+		return out, err
+	})
 }
 
 // announceObject is an Announce as a JSON object for structured output.
