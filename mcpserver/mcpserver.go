@@ -16,7 +16,6 @@
 package mcpserver
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,10 +24,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/record"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // Backend is the daemon as the tools see it; *client.Client implements it.
@@ -447,7 +445,7 @@ func (t *tools) register(ctx context.Context, req *mcp.CallToolRequest, in Regis
 			return RegisterOutput{}, &client.Error{Code: record.CodeMalformedPayload, Field: "spec", Message: "spec is required: AgentSpec YAML, agent JSON, an agent_card, an A2A Agent Card or a signed Announce"}
 		}
 		var sa *record.SignedAgent
-		if signedAnnounce(data) {
+		if record.IsSignedAnnounce(data) {
 			parsed, _, err := record.ParseAnnounceUnbound(data)
 			if err != nil {
 				return RegisterOutput{}, fieldError("spec", err)
@@ -471,19 +469,6 @@ func (t *tools) register(ctx context.Context, req *mcp.CallToolRequest, in Regis
 		}
 		return out, nil
 	})
-}
-
-// signedAnnounce reports whether data is an Announce carrying a signature.
-func signedAnnounce(data []byte) bool {
-	data = bytes.TrimPrefix(bytes.TrimSpace(data), []byte("\xef\xbb\xbf"))
-	if len(data) == 0 || data[0] != '{' {
-		return false
-	}
-	var m struct {
-		Agent     json.RawMessage `json:"agent"`
-		Signature string          `json:"signature"`
-	}
-	return json.Unmarshal(data, &m) == nil && len(m.Agent) > 0 && m.Signature != ""
 }
 
 // UnregisterInput names a hosted agent and why it leaves.

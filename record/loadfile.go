@@ -130,3 +130,35 @@ func decodeContent(raw []byte, prefix string) (*Agent, error) {
 	}
 	return nil, err
 }
+
+// IsAnnounce reports whether data is a JSON object with an "agent" member:
+// an Announce message rather than an agent description.
+func IsAnnounce(data []byte) bool {
+	_, ok := announceMembers(data)
+	return ok
+}
+
+// IsSignedAnnounce reports whether data is an Announce that carries a
+// signature: a record its agent signed, to be registered as signed
+// (ParseAnnounceUnbound) rather than loaded and signed anew (LoadAgentFile
+// ignores an Announce's signatures).
+func IsSignedAnnounce(data []byte) bool {
+	m, ok := announceMembers(data)
+	if !ok {
+		return false
+	}
+	var sig string
+	return json.Unmarshal(m["signature"], &sig) == nil && sig != ""
+}
+
+func announceMembers(data []byte) (map[string]json.RawMessage, bool) {
+	t := bytes.TrimLeft(data, " \t\r\n\ufeff")
+	if len(t) == 0 || t[0] != '{' {
+		return nil, false
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(t, &m) != nil || len(m["agent"]) == 0 {
+		return nil, false
+	}
+	return m, true
+}

@@ -144,3 +144,29 @@ skills:
 		}
 	}
 }
+
+// IsAnnounce and IsSignedAnnounce tell an Announce, and one with its
+// signature, from the agent descriptions a file may hold.
+func TestIsSignedAnnounce(t *testing.T) {
+	for _, c := range []struct {
+		in             string
+		announce, sign bool
+	}{
+		{`{"protocol_version":"v1.0","agent":{},"signature":"AAAA"}`, true, true},
+		{"\ufeff \n{\"agent\":{\"agent_id\":\"x\"},\"signature\":\"AAAA\"}", true, true},
+		{`{"agent":{},"signature":""}`, true, false},
+		{`{"agent":{},"signature":7}`, true, false},
+		{`{"agent":{}}`, true, false},
+		{`{"agent_type":"x","signature":"AAAA"}`, false, false},
+		{`{"agent":{}`, false, false},
+		{"agent_type: x\n", false, false},
+		{``, false, false},
+	} {
+		if got := IsAnnounce([]byte(c.in)); got != c.announce {
+			t.Errorf("IsAnnounce(%q) = %v", c.in, got)
+		}
+		if got := IsSignedAnnounce([]byte(c.in)); got != c.sign {
+			t.Errorf("IsSignedAnnounce(%q) = %v", c.in, got)
+		}
+	}
+}

@@ -254,9 +254,10 @@ func clientRegister(c *cli.Context) error {
 		return err
 	}
 	var sa *record.SignedAgent
-	if signed, ok, err := signedAnnounceFile(data); ok {
+	if record.IsSignedAnnounce(data) {
+		signed, _, err := record.ParseAnnounceUnbound(data)
 		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+			return fmt.Errorf("%s: %w", displayName(name), err)
 		}
 		sa, err = cl.RegisterSigned(c.Context, signed)
 		if err != nil {
@@ -293,23 +294,6 @@ func clientRegister(c *cli.Context) error {
 	}
 	b.WriteString("\n")
 	return emit(c.App.Writer, &b)
-}
-
-// signedAnnounce reports whether data is an Announce with a signature, and
-// parses it.
-func signedAnnounceFile(data []byte) (*record.SignedAgent, bool, error) {
-	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
-	if !isAnnounce(data) {
-		return nil, false, nil
-	}
-	var m struct {
-		Signature string `json:"signature"`
-	}
-	if json.Unmarshal(data, &m) != nil || m.Signature == "" {
-		return nil, false, nil
-	}
-	sa, _, err := record.ParseAnnounce(data)
-	return sa, true, err
 }
 
 // ---- unregister, status set ----

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -104,20 +102,6 @@ func readInput(c *cli.Context, name string) ([]byte, error) {
 	return data, nil
 }
 
-// isAnnounce reports whether data is a JSON object with an "agent" member.
-func isAnnounce(data []byte) bool {
-	t := bytes.TrimLeft(data, " \t\r\n\ufeff")
-	if len(t) == 0 || t[0] != '{' {
-		return false
-	}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(data, &m) != nil {
-		return false
-	}
-	_, ok := m["agent"]
-	return ok
-}
-
 func displayName(name string) string {
 	if name == "-" {
 		return "<stdin>"
@@ -137,7 +121,7 @@ func recordValidate(c *cli.Context) error {
 	shown := displayName(name)
 	var out strings.Builder
 	w := &out
-	if isAnnounce(data) {
+	if record.IsAnnounce(data) {
 		sa, newer, err := record.ParseAnnounce(data)
 		if err != nil {
 			return fmt.Errorf("%s: invalid: %w", shown, err)
@@ -221,7 +205,7 @@ func recordVerify(c *cli.Context) error {
 		return err
 	}
 	shown := displayName(name)
-	if !isAnnounce(data) {
+	if !record.IsAnnounce(data) {
 		return fmt.Errorf("%s: not an Announce message (a JSON object with \"agent\" and signatures); sign it first with `agentd record sign`", shown)
 	}
 	sa, _, err := record.ParseAnnounce(data)
