@@ -13,6 +13,7 @@ import (
 	"github.com/agentd/agentd/api"
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/internal/testnode"
+	"github.com/agentd/agentd/internal/testutil"
 	"github.com/agentd/agentd/node"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/trust"
@@ -245,5 +246,33 @@ func TestClientUnreachable(t *testing.T) {
 	var ce *client.Error
 	if !errors.As(err, &ce) || ce.Status != http.StatusTeapot || ce.Message != "teapot" {
 		t.Fatalf("%#v", err)
+	}
+}
+
+// A seed-000 agent that signs alone (no peer binding) registers through
+// the client with a daemon in registry mode: the daemon's answer is that
+// unbound record, which the client must accept as it is.
+func TestClientRegisterUnbound(t *testing.T) {
+	const secret = "0123456789abcdef0123456789abcdef-client"
+	d := newDaemon(t, api.Config{JWTSecret: secret, ServeRegistry: true})
+	c, err := client.New(d.URL, client.WithToken(hs256(t, secret, `{"scope":"discover:read discover:write"}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := uuid.NewString()
+	msg := testutil.NewSeed000Agent(t, id, "metrics").Announce(t, false)
+	if !record.IsSignedAnnounce(msg) {
+		t.Fatal("a signed seed-000 Announce is not recognised as one")
+	}
+	parsed, _, err := record.ParseAnnounceUnbound(msg)
+	if err != nil || !parsed.Unbound() {
+		t.Fatalf("parse: %v", err)
+	}
+	got, err := c.RegisterSigned(t.Context(), parsed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Agent.AgentID != id || !got.Unbound() || string(got.Signature) != string(parsed.Signature) {
+		t.Fatalf("answer %+v", got.Agent)
 	}
 }

@@ -175,8 +175,11 @@ func (c *Client) Register(ctx context.Context, a *record.Agent) (*record.SignedA
 	return c.announce(ctx, body)
 }
 
-// RegisterSigned hosts a record the agent signed with its own key; it
-// must name the daemon's peer_id (see Health), which co-signs it.
+// RegisterSigned hosts a record the agent signed with its own key: one
+// naming the daemon's peer_id (see Health), which co-signs it; or, with a
+// daemon in registry mode and a discover:write token, one naming another
+// peer or none (a seed-000 agent's unbound record), which it keeps as a
+// registry entry and answers as it is.
 func (c *Client) RegisterSigned(ctx context.Context, sa *record.SignedAgent) (*record.SignedAgent, error) {
 	return c.announce(ctx, sa.MarshalAnnounce())
 }
@@ -186,7 +189,9 @@ func (c *Client) announce(ctx context.Context, body []byte) (*record.SignedAgent
 	if err := c.do(ctx, "POST", "/agents", nil, body, &raw); err != nil {
 		return nil, err
 	}
-	sa, _, err := record.ParseAnnounce(raw)
+	// The answer is the record as hosted or learned: a seed-000 agent's
+	// registration in registry mode is answered with its unbound record.
+	sa, _, err := record.ParseAnnounceUnbound(raw)
 	if err != nil {
 		return nil, fmt.Errorf("the daemon's answer is not an Announce: %w", err)
 	}
