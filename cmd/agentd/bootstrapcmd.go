@@ -13,7 +13,9 @@ import (
 
 	"github.com/agentd/agentd/bootstrap"
 	"github.com/agentd/agentd/config"
+	"github.com/agentd/agentd/daemon"
 	"github.com/agentd/agentd/internal/bearer"
+	"github.com/agentd/agentd/internal/fsutil"
 	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/p2p"
 	"github.com/agentd/agentd/store"
@@ -104,8 +106,8 @@ func serveBootstrap(ctx context.Context, cfg config.Config, log *slog.Logger, ad
 	if err != nil {
 		return err
 	}
-	peers := resolveBootstrap(ctx, list, log)
-	st, err := store.Open(store.Options{Dir: filepath.Join(cfg.DataDir, DBDir), Logger: log})
+	peers := daemon.ResolveBootstrap(ctx, list, log)
+	st, err := store.Open(store.Options{Dir: filepath.Join(cfg.DataDir, daemon.DBDir), Logger: log})
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -116,7 +118,7 @@ func serveBootstrap(ctx context.Context, cfg config.Config, log *slog.Logger, ad
 		// AutoNAT server to confirm it: the relay would never start.
 		cfg.NAT.Reachability = config.ReachabilityPublic
 	}
-	nat, err := natConfig(cfg.NAT, peers, true)
+	nat, err := daemon.NATConfig(cfg.NAT, peers, true)
 	if err != nil {
 		return err
 	}
@@ -154,11 +156,11 @@ func serveBootstrap(ctx context.Context, cfg config.Config, log *slog.Logger, ad
 			return fmt.Errorf("api auth: %w", err)
 		}
 	}
-	ln, err := listenAPI(cfg.API.Addr)
+	ln, err := daemon.ListenAPI(cfg.API.Addr)
 	if err != nil {
 		return err
 	}
-	srv := newHTTPServer(n.Handler(bootstrap.HTTPConfig{Registry: m.Registry, Version: buildVersion().Version,
+	srv := daemon.NewHTTPServer(n.Handler(bootstrap.HTTPConfig{Registry: m.Registry, Version: buildVersion().Version,
 		Auth: auth, AuthOnLoopback: cfg.API.RequireAuthOnLoopback}), log)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
@@ -173,7 +175,7 @@ func serveBootstrap(ctx context.Context, cfg config.Config, log *slog.Logger, ad
 	}()
 	apiAddr := ln.Addr().String()
 	if addrFile != "" {
-		if err := writeFileAtomic(addrFile, []byte(apiAddr+"\n"), 0o644); err != nil {
+		if err := fsutil.WriteFileAtomic(addrFile, []byte(apiAddr+"\n"), 0o644); err != nil {
 			return fmt.Errorf("write --api-addr-file: %w", err)
 		}
 		defer func() { _ = os.Remove(addrFile) }()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/config"
+	"github.com/agentd/agentd/daemon"
 	"github.com/agentd/agentd/internal/testutil"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -41,7 +42,7 @@ func TestDHTModeFromConfig(t *testing.T) {
 		if err := cfg.Validate(); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		nc, err := nodeConfig(t.Context(), cfg, log)
+		nc, err := daemon.NodeConfig(t.Context(), cfg, log)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -58,7 +59,7 @@ func TestNATConfig(t *testing.T) {
 	cfg := config.Default()
 	cfg.NAT.Announce = []string{"/ip4/198.51.100.7/tcp/4777"}
 	cfg.NAT.Relay.ConnDuration = config.Duration(5 * time.Minute)
-	n, err := natConfig(cfg.NAT, nil, false)
+	n, err := daemon.NATConfig(cfg.NAT, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func TestNATConfig(t *testing.T) {
 		t.Fatalf("relay resources = %+v, limit %+v", r, *r.Limit)
 	}
 	boot := []peer.AddrInfo{{ID: testutil.PeerID(t)}}
-	n, err = natConfig(cfg.NAT, boot, true)
+	n, err = daemon.NATConfig(cfg.NAT, boot, true)
 	if err != nil || !n.RelayService || n.Relays == nil || len(n.Relays()) != 1 {
 		t.Fatalf("bootstrap: %+v, %v", n, err)
 	}

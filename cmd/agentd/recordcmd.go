@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentd/agentd/internal/fsutil"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/trust"
 	"github.com/urfave/cli/v2"
@@ -184,7 +185,7 @@ func recordSign(c *cli.Context) error {
 	}
 	ann := append(sa.MarshalAnnounce(), '\n')
 	if f := c.String(flagOut); f != "" {
-		if err := writeFileAtomic(f, ann, 0o644); err != nil {
+		if err := fsutil.WriteFileAtomic(f, ann, 0o644); err != nil {
 			return fmt.Errorf("write %s: %w", f, err)
 		}
 		_, _ = fmt.Fprintf(c.App.ErrWriter, "signed agent %s (seq %d, expires %s) into %s\n",

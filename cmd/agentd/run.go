@@ -28,7 +28,7 @@ func runCommand() *cli.Command {
 		Name:  "run",
 		Usage: "run the daemon until SIGINT or SIGTERM",
 		Description: "Loads the configuration, loads or creates the identity in the data directory,\n" +
-			"opens the database (<data dir>/" + DBDir + "), starts the libp2p host on --listen\n" +
+			"opens the database (<data dir>/" + daemon.DBDir + "), starts the libp2p host on --listen\n" +
 			"(default TCP and QUIC on port 4777) and the node: the Kademlia DHT under /agentd,\n" +
 			"GossipSub announcements and heartbeats, LAN discovery (UDP multicast and mDNS, off\n" +
 			"with --no-lan), the live view, the resolver. It joins the\n" +

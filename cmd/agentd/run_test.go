@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/agentd/agentd/api"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/api"
+	"github.com/agentd/agentd/daemon"
 	"github.com/agentd/agentd/trust"
 )
 
@@ -196,7 +197,7 @@ func TestCloseWithinGivesUp(t *testing.T) {
 	release := make(chan struct{})
 	finished := make(chan struct{})
 	cancel()
-	err := closeWithin(ctx, func(context.Context) error {
+	err := daemon.CloseWithin(ctx, func(context.Context) error {
 		defer close(finished)
 		<-release
 		return nil

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentd/agentd/internal/fsutil"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/skillcenter"
 	"github.com/agentd/agentd/trust"
@@ -175,7 +176,7 @@ func skillcenterServe(c *cli.Context) error {
 	addrFile := c.String(scFlagAddrFile)
 	if addrFile != "" {
 		if addrFile, err = filepath.Abs(addrFile); err == nil {
-			err = writeFileAtomic(addrFile, []byte(addr+"\n"), 0o644)
+			err = fsutil.WriteFileAtomic(addrFile, []byte(addr+"\n"), 0o644)
 		}
 		if err != nil {
 			_ = hs.Close()
@@ -369,13 +370,13 @@ func skillcenterSign(c *cli.Context) error {
 		_, err = c.App.Writer.Write(signed)
 		return err
 	case "":
-		if err := writeFileAtomic(path, signed, 0o644); err != nil {
+		if err := fsutil.WriteFileAtomic(path, signed, 0o644); err != nil {
 			return err
 		}
 		_, err = fmt.Fprintf(c.App.Writer, "signed %s with key %s\n", path, trust.Fingerprint(&key.PublicKey))
 		return err
 	default:
-		if err := writeFileAtomic(out, signed, 0o644); err != nil {
+		if err := fsutil.WriteFileAtomic(out, signed, 0o644); err != nil {
 			return err
 		}
 		_, err = fmt.Fprintf(c.App.Writer, "signed %s with key %s into %s\n", path, trust.Fingerprint(&key.PublicKey), out)
