@@ -254,9 +254,10 @@ func (u *udpProto) sendJoin(msg *record.SkillMessage, st record.AckStatus, membe
 	}
 }
 
-// sceneGroupID is the group of a scene, as view.RequestScene names it.
+// sceneGroupID is record.SceneGroupID, or none when that is not a valid
+// groupId (a scene id near the length limit).
 func sceneGroupID(scene string) string {
-	g := "group-" + scene
+	g := record.SceneGroupID(scene)
 	if !record.ValidIdent(g) {
 		return ""
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/Masterminds/semver/v3"
 	"github.com/a2aproject/a2a-go/a2a"
@@ -165,13 +166,11 @@ func truncText(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	for n > 0 && !utf8RuneStart(s[n]) {
+	for n > 0 && !utf8.RuneStart(s[n]) {
 		n--
 	}
 	return s[:n]
 }
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 // A2AProtocolVersion is the A2A version of the cards agentd answers: 0.3,
 // the version github.com/a2aproject/a2a-go v0.3.3 implements. A2A 1.0

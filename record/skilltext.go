@@ -974,3 +974,7 @@ func PackDiscoverResponse(requesterID string, entries []SkillEntry, timestamp in
 	}
 	return append(out, cur), nil
 }
+
+// SceneGroupID is the group agentd names for a scene in a JOIN_SCENE
+// answer (REST, WebSocket and the LAN's JOIN_SCENE_RESPONSE alike).
+func SceneGroupID(scene string) string { return "group-" + scene }

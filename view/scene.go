@@ -112,7 +112,7 @@ func (v *View) RequestScene(scene string, caps []string) (SceneJoin, error) {
 	sk := best.skill
 	j := SceneJoin{
 		SceneID:        scene,
-		GroupID:        "group-" + scene,
+		GroupID:        record.SceneGroupID(scene),
 		ConnectionInfo: parseEndpoint(firstNonEmpty(sk.Endpoint, a.Transport.Endpoint), a.Transport.Type),
 		SkillInfo:      SkillInfo{SkillID: sk.SkillID, Version: sk.Version, Capabilities: sk.CapabilityIDs()},
 		AgentID:        a.AgentID, PeerID: a.PeerID, Status: best.st,
