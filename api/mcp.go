@@ -27,9 +27,9 @@ const surfaceMCP = "mcp"
 func (s *Server) mcpHandler() http.Handler {
 	inproc := &http.Client{Transport: inProcess{h: s.handler}}
 	base := "http://" + s.inProcessHost()
-	backend := func(req *mcp.CallToolRequest) (mcpserver.Backend, error) {
+	backend := func(extra *mcp.RequestExtra) (mcpserver.Backend, error) {
 		opts := []client.Option{client.WithHTTPClient(inproc)}
-		if h := req.Extra; h != nil && h.Header != nil {
+		if h := extra; h != nil && h.Header != nil {
 			if tok, ok := strings.CutPrefix(h.Header.Get("Authorization"), "Bearer "); ok && tok != "" {
 				opts = append(opts, client.WithToken(tok))
 			}

@@ -43,9 +43,10 @@ type Backend interface {
 
 var _ Backend = (*client.Client)(nil)
 
-// BackendFor returns the backend a tool call uses: the same one every
+// BackendFor returns the backend a request (a tool call, a resource
+// read) uses, from the request's extra information: the same one every
 // time over stdio, one carrying the caller's credentials over HTTP.
-type BackendFor func(req *mcp.CallToolRequest) (Backend, error)
+type BackendFor func(extra *mcp.RequestExtra) (Backend, error)
 
 // Name is the MCP implementation name agentd announces.
 const Name = "agentd"
@@ -268,7 +269,7 @@ func (t *tools) readAgent(ctx context.Context, req *mcp.ReadResourceRequest) (*m
 	if !ok || record.ValidateAgentID(id) != nil {
 		return nil, mcp.ResourceNotFoundError(req.Params.URI)
 	}
-	b, err := t.backend(&mcp.CallToolRequest{Extra: req.Extra})
+	b, err := t.backend(req.Extra)
 	if err != nil {
 		return nil, err
 	}
@@ -413,7 +414,7 @@ func (t *tools) list(ctx context.Context, req *mcp.CallToolRequest, _ NoInput) (
 // backend's or f's, is the tool's error.
 func call[Out any](t *tools, req *mcp.CallToolRequest, f func(Backend) (Out, error)) (*mcp.CallToolResult, Out, error) {
 	var zero Out
-	b, err := t.backend(req)
+	b, err := t.backend(req.Extra)
 	if err != nil {
 		return nil, zero, toolError(err)
 	}

@@ -47,7 +47,7 @@ func mcpCommand() *cli.Command {
 				}
 				return nil
 			}
-			srv := mcpserver.New(buildVersion().Version, func(*mcp.CallToolRequest) (mcpserver.Backend, error) { return cl, nil }, watch)
+			srv := mcpserver.New(buildVersion().Version, func(*mcp.RequestExtra) (mcpserver.Backend, error) { return cl, nil }, watch)
 			defer srv.Close()
 			srv.StartWatch()
 			err = srv.Run(c.Context, &mcp.IOTransport{Reader: readCloser{c.App.Reader}, Writer: writeCloser{c.App.Writer}})
