@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/Masterminds/semver/v3"
+	"github.com/agentd/agentd/internal/fsutil"
 	"github.com/agentd/agentd/record"
 )
 
@@ -176,19 +177,11 @@ func loadEntry(sdir, name string) (*Entry, error) {
 }
 
 func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
+	b, err := fsutil.ReadFile(path, limit)
+	if errors.Is(err, fsutil.ErrTooLarge) {
+		err = fmt.Errorf("%w: %w", ErrResponseTooLarge, err)
 	}
-	defer func() { _ = f.Close() }()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s: %w: larger than %d bytes", path, ErrResponseTooLarge, limit)
-	}
-	return b, nil
+	return b, err
 }
 
 // Dir returns the catalog's directory.

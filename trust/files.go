@@ -9,11 +9,12 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/agentd/agentd/internal/fsutil"
 )
 
 var (
@@ -56,21 +57,7 @@ func expand(paths []string, exts map[string]bool) ([]string, error) {
 	return out, nil
 }
 
-func readBounded(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = f.Close() }() // read-only
-	b, err := io.ReadAll(io.LimitReader(f, maxTrustFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(b) > maxTrustFileBytes {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxTrustFileBytes)
-	}
-	return b, nil
-}
+func readBounded(path string) ([]byte, error) { return fsutil.ReadFile(path, maxTrustFileBytes) }
 
 func loadCertPaths(paths []string) ([]*x509.Certificate, error) {
 	files, err := expand(paths, certExts)

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -227,25 +226,7 @@ func certInstall(c *cli.Context) error {
 // readCertInput reads a certificate, CSR or key file (or standard input
 // for "-"), bounded.
 func readCertInput(c *cli.Context, path string) ([]byte, error) {
-	var r io.Reader
-	if path == "-" {
-		r = c.App.Reader
-	} else {
-		f, err := os.Open(path)
-		if err != nil {
-			return nil, err
-		}
-		defer func() { _ = f.Close() }() // read-only
-		r = f
-	}
-	b, err := io.ReadAll(io.LimitReader(r, maxCertInputBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(b) > maxCertInputBytes {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxCertInputBytes)
-	}
-	return b, nil
+	return readArg(c, path, maxCertInputBytes)
 }
 
 // certInfo describes one certificate for people and for --json.

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -82,25 +81,16 @@ func recordCommand() *cli.Command {
 // readInput reads the FILE argument ("-" is standard input), bounded by the
 // largest agent file.
 func readInput(c *cli.Context, name string) ([]byte, error) {
-	var r io.Reader
+	return readArg(c, name, record.MaxAgentFileBytes)
+}
+
+// readArg reads a file named on the command line, "-" for standard input,
+// at most limit bytes.
+func readArg(c *cli.Context, name string, limit int64) ([]byte, error) {
 	if name == "-" {
-		r = c.App.Reader
-	} else {
-		f, err := os.Open(name)
-		if err != nil {
-			return nil, err
-		}
-		defer func() { _ = f.Close() }() // read-only
-		r = f
+		return fsutil.ReadAll(c.App.Reader, displayName(name), limit)
 	}
-	data, err := io.ReadAll(io.LimitReader(r, record.MaxAgentFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", name, err)
-	}
-	if len(data) > record.MaxAgentFileBytes {
-		return nil, fmt.Errorf("%s: larger than %d bytes, the limit for an agent file", name, record.MaxAgentFileBytes)
-	}
-	return data, nil
+	return fsutil.ReadFile(name, limit)
 }
 
 func displayName(name string) string {
