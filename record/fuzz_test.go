@@ -56,8 +56,16 @@ func FuzzParseAnnounceUnbound(f *testing.F) {
 	f.Add(unboundAnnounce(f, false))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		sa, _, err := ParseAnnounceUnbound(data)
+		if IsSignedAnnounce(data) && !IsAnnounce(data) {
+			t.Fatal("a signed Announce that is not an Announce")
+		}
 		if err != nil {
 			return
+		}
+		if !IsSignedAnnounce(data) {
+			// agentd register and register_agent would load it as an agent
+			// description and sign it anew instead of sending it as signed.
+			t.Fatal("an Announce the parser accepts is not recognised as signed")
 		}
 		if !sa.Unbound() {
 			strict, _, err := ParseAnnounce(data)
