@@ -222,7 +222,7 @@ func (s *Server) registerMessage(ctx context.Context, body []byte, r *http.Reque
 		}
 		return sa, false, nil
 	}
-	if err := s.n.Verifier().VerifyAgent(sa, trust.VerifyOptions{}); err != nil {
+	if err := s.n.Verifier().VerifyAgent(sa, trust.VerifyOptions{Transport: string(store.SourceRegistry)}); err != nil {
 		return nil, false, err
 	}
 	if err := s.n.View().Learn(sa, store.SourceRegistry, true); err != nil {

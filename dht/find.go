@@ -182,7 +182,7 @@ func (d *DHT) checkRecord(fr *FetchedRecord, nonce []byte, from peer.ID, q Fetch
 	default:
 		return nil, ReasonBadChallenge, fmt.Errorf("%w: unknown signer %q", ErrBadChallenge, fr.Signer)
 	}
-	if err := d.v.VerifyAgent(sa, trust.VerifyOptions{From: from}); err != nil {
+	if err := d.v.VerifyAgent(sa, trust.VerifyOptions{From: from, Transport: "dht"}); err != nil {
 		return nil, string(trust.ReasonOf(err)), err
 	}
 	if !q.Matches(&sa.Agent) {
@@ -373,7 +373,7 @@ func (d *DHT) GetRecord(ctx context.Context, id string) (*record.SignedAgent, er
 		d.m.Reject("dht", string(trust.ReasonOf(err)))
 		return nil, fmt.Errorf("dht value %s: %w", key, err)
 	}
-	if err := d.v.VerifyAgent(sa, trust.VerifyOptions{}); err != nil {
+	if err := d.v.VerifyAgent(sa, trust.VerifyOptions{Transport: "dht"}); err != nil {
 		d.m.Reject("dht", string(trust.ReasonOf(err)))
 		return nil, fmt.Errorf("dht value %s: %w", key, err)
 	}

@@ -587,7 +587,7 @@ func (g *Gossip) PublishAnnounce(ctx context.Context, sa *record.SignedAgent) er
 	// it), but not decoded again from the bytes just encoded from it; its
 	// signatures were usually verified moments ago by the same verifier
 	// (node.host_), whose cache answers.
-	if err := g.v.VerifyAgent(sa, trust.VerifyOptions{From: g.h.ID()}); err != nil {
+	if err := g.v.VerifyAgent(sa, trust.VerifyOptions{From: g.h.ID(), Transport: "local"}); err != nil {
 		return fmt.Errorf("%w (%s): %v", ErrRejected, verifyReason(err), err)
 	}
 	pre := &accepted{msg: &Message{Version: record.ProtocolVersion, Kind: KindAnnounce, Agent: sa}}

@@ -406,7 +406,7 @@ func (g *Gossip) absorb(answers [][]LiveRecord) int {
 	news := 0
 	for _, lr := range merged {
 		sa := lr.Record
-		if err := g.v.VerifyAgent(sa, trust.VerifyOptions{}); err != nil {
+		if err := g.v.VerifyAgent(sa, trust.VerifyOptions{Transport: "sync"}); err != nil {
 			g.m.Reject("sync", string(verifyReason(err)))
 			continue
 		}

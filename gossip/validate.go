@@ -129,7 +129,7 @@ func (g *Gossip) check(topic, scene, shard string, data []byte, author peer.ID) 
 		return nil, pubsub.ValidationReject, verifyReason(err), err
 	}
 	if m.Kind == KindAnnounce {
-		err = g.v.VerifyAgent(m.Agent, trust.VerifyOptions{From: author})
+		err = g.v.VerifyAgent(m.Agent, trust.VerifyOptions{From: author, Transport: "gossip"})
 	} else {
 		err = g.v.VerifyBeat(m.Beat, author)
 	}

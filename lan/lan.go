@@ -596,7 +596,7 @@ func (l *LAN) forget(agentID string) {
 
 // verify runs the trust decision on a record obtained for the LAN.
 func (l *LAN) verify(sa *record.SignedAgent, from peer.ID) error {
-	return l.d.Verifier.VerifyAgent(sa, trust.VerifyOptions{From: from})
+	return l.d.Verifier.VerifyAgent(sa, trust.VerifyOptions{From: from, Transport: "lan"})
 }
 
 // Discover is implemented in discover.go.

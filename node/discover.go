@@ -52,6 +52,57 @@ func (e *DiscoveryError) Error() string { return e.Code + ": " + e.Message }
 // marked stale. The first step that finds something answers; every result
 // says which step that was and how old the answer is.
 func (n *Node) Discover(ctx context.Context, q Query) ([]Result, error) {
+	return n.discover(ctx, q, nil)
+}
+
+// Trace is the path one lookup took through the resolver.
+type Trace struct {
+	Steps []Step `json:"steps"`
+	// AnsweredBy is the step that answered ("" when none did).
+	AnsweredBy string `json:"answered_by,omitempty"`
+	// Took is the whole lookup's duration.
+	Took time.Duration `json:"took_ns"`
+}
+
+// Step is one resolver step of a traced lookup.
+type Step struct {
+	// Name is local, lan, dht, shard (the scoped node's newly joined
+	// shard), skillcenter or cache.
+	Name string `json:"name"`
+	// Took is how long the step ran.
+	Took time.Duration `json:"took_ns"`
+	// Found is how many matching agents it produced.
+	Found int `json:"found"`
+	// Error is why it failed, when it did.
+	Error string `json:"error,omitempty"`
+	// Note says why a step passed on although it found agents, or why it
+	// was skipped.
+	Note string `json:"note,omitempty"`
+}
+
+// DiscoverTrace is Discover that also reports the resolver's path: each
+// step that ran, how long it took, what it found and which one answered.
+func (n *Node) DiscoverTrace(ctx context.Context, q Query) ([]Result, *Trace, error) {
+	tr := &Trace{Steps: []Step{}}
+	start := time.Now()
+	res, err := n.discover(ctx, q, tr)
+	tr.Took = time.Since(start)
+	return res, tr, err
+}
+
+// step records one resolver step in t (nil: not traced).
+func (t *Trace) step(name string, began time.Time, found int, err error, note string) {
+	if t == nil {
+		return
+	}
+	s := Step{Name: name, Took: time.Since(began), Found: found, Note: note}
+	if err != nil {
+		s.Error = err.Error()
+	}
+	t.Steps = append(t.Steps, s)
+}
+
+func (n *Node) discover(ctx context.Context, q Query, tr *Trace) ([]Result, error) {
 	start := time.Now()
 	m, err := q.Compile()
 	if err != nil {
@@ -66,7 +117,10 @@ func (n *Node) Discover(ctx context.Context, q Query) ([]Result, error) {
 	var tried []string
 	var netErr error
 	var catStale []Result
-	done := func(src store.Source, res []Result) ([]Result, error) {
+	done := func(step string, src store.Source, res []Result) ([]Result, error) {
+		if tr != nil {
+			tr.AnsweredBy = step
+		}
 		n.m.Lookups.WithLabelValues(string(src), "hit").Inc()
 		n.m.LookupLatency.WithLabelValues(string(src)).Observe(time.Since(start).Seconds())
 		return res, nil
@@ -78,10 +132,16 @@ func (n *Node) Discover(ctx context.Context, q Query) ([]Result, error) {
 	// the next query is answered here. What the view has is the answer of
 	// last resort before the cache.
 	tried = append(tried, "local")
+	began := time.Now()
 	viewRes := n.fromView(m, q.Limit)
 	whole := q.LocalOnly || n.covers(q.Capability) || (q.Capability == "" && q.Skill == "")
+	note := ""
+	if len(viewRes) > 0 && !whole {
+		note = "the capability is outside this node's interest: the view may not hold every agent offering it, so the network is asked"
+	}
+	tr.step("local", began, len(viewRes), nil, note)
 	if len(viewRes) > 0 && whole {
-		return done(viewRes[0].Source, viewRes)
+		return done("local", viewRes[0].Source, viewRes)
 	}
 	n.touchInterest(q.Capability)
 	if !q.LocalOnly {
@@ -89,6 +149,7 @@ func (n *Node) Discover(ctx context.Context, q Query) ([]Result, error) {
 		if n.lan != nil {
 			if ok, _ := n.lan.Available(); ok {
 				tried = append(tried, "lan")
+				began := time.Now()
 				lctx, lcancel := context.WithTimeout(ctx, n.cfg.LANTimeout)
 				recs, foreign, err := n.lan.Discover(lctx, q.Filter)
 				lcancel()
@@ -101,8 +162,9 @@ func (n *Node) Discover(ctx context.Context, q Query) ([]Result, error) {
 						res = append(res, Result{Agent: a, Source: store.SourceLAN})
 					}
 				}
+				tr.step("lan", began, len(res), err, "")
 				if len(res) > 0 {
-					return done(store.SourceLAN, res)
+					return done("lan", store.SourceLAN, res)
 				}
 			}
 		}
@@ -114,35 +176,48 @@ func (n *Node) Discover(ctx context.Context, q Query) ([]Result, error) {
 		readyBy := time.Now().Add(shardReadyWait)
 		if n.dht != nil && ctx.Err() == nil {
 			tried = append(tried, "dht")
+			began := time.Now()
 			res, err := n.fromDHT(ctx, q, m)
 			if err != nil {
 				netErr = err
 			}
+			tr.step("dht", began, len(res), err, "")
 			if joining {
+				began := time.Now()
 				rctx, rcancel := context.WithDeadline(ctx, readyBy)
+				before := len(res)
+				note := "the capability's shard was joined; its first peers did not answer in time"
 				if n.gsp.WaitShardReady(rctx, record.Shard(q.Capability)) {
 					res = mergeResults(res, n.fromView(m, 0), q.Limit)
+					note = "agents the newly joined shard's peers sent"
 				}
 				rcancel()
+				tr.step("shard", began, len(res)-before, nil, note)
 			}
 			if len(res) > 0 {
-				return done(store.SourceDHT, res)
+				return done("dht", store.SourceDHT, res)
 			}
 		}
 		if len(viewRes) > 0 {
-			return done(viewRes[0].Source, viewRes)
+			return done("local", viewRes[0].Source, viewRes)
 		}
 		// 4. The SkillCenter catalog. Asked even when the deadline has
 		// passed: its cache then answers at once, and what it serves
 		// expired (the catalog could not be asked) joins step 5.
 		if n.cat != nil {
 			tried = append(tried, "skillcenter")
+			began := time.Now()
 			fresh, stale, err := n.fromCatalog(ctx, q.Filter)
 			if err != nil {
 				netErr = err
 			}
+			note := ""
+			if len(stale) > 0 {
+				note = fmt.Sprintf("%d expired catalog entries kept for the cache step", len(stale))
+			}
+			tr.step("skillcenter", began, len(fresh), err, note)
 			if len(fresh) > 0 {
-				return done(store.SourceSkillCenter, limitResults(fresh, q.Limit))
+				return done("skillcenter", store.SourceSkillCenter, limitResults(fresh, q.Limit))
 			}
 			catStale = stale
 		}
@@ -150,12 +225,15 @@ func (n *Node) Discover(ctx context.Context, q Query) ([]Result, error) {
 	// 5. The cache, including expired entries inside the grace window,
 	// then the expired catalog answers.
 	tried = append(tried, "cache")
+	began = time.Now()
 	var cached []Result
 	if !n.cfg.NoStaleCache {
 		cached = n.fromCache(ctx, q.Filter)
 	}
-	if res := limitResults(append(cached, catStale...), q.Limit); len(res) > 0 {
-		return done(store.SourceCache, res)
+	res := limitResults(append(cached, catStale...), q.Limit)
+	tr.step("cache", began, len(res), nil, "")
+	if len(res) > 0 {
+		return done("cache", store.SourceCache, res)
 	}
 	n.m.Lookups.WithLabelValues("none", "miss").Inc()
 	switch {

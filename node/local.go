@@ -101,7 +101,7 @@ func (n *Node) RegisterSigned(ctx context.Context, sa *record.SignedAgent) (*rec
 	if err != nil {
 		return nil, err
 	}
-	if err := n.ver.VerifyAgent(co, trust.VerifyOptions{}); err != nil {
+	if err := n.ver.VerifyAgent(co, trust.VerifyOptions{Transport: "local"}); err != nil {
 		if isForeignKey(err) {
 			return nil, fmt.Errorf("%w: %v", ErrForeignKey, err)
 		}
@@ -124,7 +124,7 @@ func (n *Node) RegisterSigned(ctx context.Context, sa *record.SignedAgent) (*rec
 // host_ stores, applies and announces a signed local record.
 func (n *Node) host_(ctx context.Context, sa *record.SignedAgent) (*record.SignedAgent, error) {
 	// The node's own signature passes its verifier (and pins its key).
-	if err := n.ver.VerifyAgent(sa, trust.VerifyOptions{}); err != nil {
+	if err := n.ver.VerifyAgent(sa, trust.VerifyOptions{Transport: "local"}); err != nil {
 		if isForeignKey(err) {
 			return nil, fmt.Errorf("%w: %v", ErrForeignKey, err)
 		}

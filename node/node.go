@@ -22,6 +22,7 @@ import (
 	"github.com/agentd/agentd/dht"
 	"github.com/agentd/agentd/gossip"
 	"github.com/agentd/agentd/internal/backoff"
+	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/liveness"
 	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/p2p"
@@ -96,6 +97,7 @@ type Node struct {
 	host host.Host
 	st   store.Store
 	ver  *trust.Verifier
+	jrnl *journal.Journal // what was heard of each agent and decided (Explain)
 	view *view.View
 	dht  *dht.DHT
 	book *bootstrap.Book
@@ -173,6 +175,8 @@ func New(cfg Config, opts Options) (n *Node, err error) {
 	if opts.Chain != nil {
 		tc.Chain = opts.Chain
 	}
+	n.jrnl = journal.New(0)
+	tc.Journal = n.jrnl
 	n.ver, err = trust.NewVerifier(tc, n.st)
 	if err != nil {
 		return nil, err
@@ -190,6 +194,7 @@ func New(cfg Config, opts Options) (n *Node, err error) {
 	n.vet = newVetter(n)
 	n.vetN = &network.NotifyBundle{ConnectedF: n.vet.connected}
 	n.view = view.New(view.Config{
+		Journal:           n.jrnl,
 		HeartbeatInterval: cfg.HeartbeatInterval, UnhealthyAfter: cfg.UnhealthyAfter,
 		Timeout: cfg.Timeout, CacheTTL: cfg.CacheTTL,
 		MaxAgentsPerPeer: cfg.MaxAgentsPerPeer,

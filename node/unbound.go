@@ -30,7 +30,7 @@ func (n *Node) LearnUnbound(sa *record.SignedAgent, src store.Source) (*record.S
 	if err != nil {
 		return nil, err
 	}
-	if err := n.ver.VerifyAgent(st, trust.VerifyOptions{AllowUnbound: true}); err != nil {
+	if err := n.ver.VerifyAgent(st, trust.VerifyOptions{AllowUnbound: true, Transport: string(src)}); err != nil {
 		return nil, err
 	}
 	if err := n.view.LearnUnbound(st, src); err != nil {

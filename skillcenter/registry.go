@@ -60,7 +60,7 @@ func newRegistry(ver *trust.Verifier, lease time.Duration, maxN int, now func() 
 
 // put verifies and registers sa. The same record again renews its lease.
 func (r *registry) put(sa *record.SignedAgent) error {
-	if err := r.ver.VerifyAgent(sa, trust.VerifyOptions{}); err != nil {
+	if err := r.ver.VerifyAgent(sa, trust.VerifyOptions{Transport: "skillcenter"}); err != nil {
 		return err
 	}
 	now := r.now()

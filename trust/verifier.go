@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/record"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -196,6 +197,9 @@ type Config struct {
 	RotationGrace time.Duration
 	// Now returns the current time; default time.Now.
 	Now func() time.Time
+	// Journal, when set, records every verdict of VerifyAgent and
+	// VerifyBeat per agent (agentd explain).
+	Journal *journal.Journal
 }
 
 // Verifier is the one trust decision every transport calls. It is safe for
@@ -355,6 +359,9 @@ type VerifyOptions struct {
 	// such an agent register: a registry's POST /agents and WebSocket, the
 	// LAN. From must be empty then: no peer vouches for the record.
 	AllowUnbound bool
+	// Transport names where the record came from, for the journal
+	// (gossip, sync, dht, lan, registry, local, …).
+	Transport string
 }
 
 // Allowed reports whether the policy admits agentID at all: under the
@@ -371,6 +378,19 @@ func (v *Verifier) Allowed(agentID string) bool {
 // chain) and the key pinned for its agent_id. On success under the open
 // policy the key is pinned if it was not yet.
 func (v *Verifier) VerifyAgent(sa *record.SignedAgent, opts VerifyOptions) error {
+	err := v.verifyAgent(sa, opts)
+	if j := v.cfg.Journal; j != nil {
+		a := &sa.Agent
+		vd := journal.Verdict{At: v.cfg.Now(), Transport: opts.Transport, Kind: journal.KindRecord, Seq: a.Seq, PeerID: a.PeerID, Accepted: err == nil}
+		if err != nil {
+			vd.Reason, vd.Detail = string(ReasonOf(err)), err.Error()
+		}
+		j.Note(a.AgentID, vd, a.AllCapabilities())
+	}
+	return err
+}
+
+func (v *Verifier) verifyAgent(sa *record.SignedAgent, opts VerifyOptions) error {
 	if sa.Unbound() && (!opts.AllowUnbound || opts.From != "") {
 		return reject(ReasonUnbound, "the record has no peer_id: a record without peer binding is accepted only by a registry (POST /agents, its WebSocket) or on the LAN, never from another peer").field("peer_id")
 	}
@@ -634,7 +654,22 @@ func (v *Verifier) AgentKey(agentID string) (*ecdsa.PublicKey, bool) {
 // must be known (its key pinned) and the signature must verify with that key
 // (or with the previous key inside its grace period). from, when set, must
 // be the beat's peer_id.
+//
+// Beats travel by gossip only; the journal records them so.
 func (v *Verifier) VerifyBeat(sb *record.SignedBeat, from peer.ID) error {
+	err := v.verifyBeat(sb, from)
+	if j := v.cfg.Journal; j != nil {
+		b := &sb.Beat
+		vd := journal.Verdict{At: v.cfg.Now(), Transport: "gossip", Kind: journal.KindBeat, Seq: b.Seq, PeerID: b.PeerID, Accepted: err == nil}
+		if err != nil {
+			vd.Reason, vd.Detail = string(ReasonOf(err)), err.Error()
+		}
+		j.Note(b.AgentID, vd, nil)
+	}
+	return err
+}
+
+func (v *Verifier) verifyBeat(sb *record.SignedBeat, from peer.ID) error {
 	if from != "" && from.String() != sb.Beat.PeerID {
 		return reject(ReasonPeerMismatch, "beat names peer %s but came from %s", sb.Beat.PeerID, from)
 	}

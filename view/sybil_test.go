@@ -104,7 +104,7 @@ func TestClaimedIntervalIsBounded(t *testing.T) {
 	if got := counter(m.Rejects.WithLabelValues("view", "interval_clamped")); got != 1 {
 		t.Fatalf("interval_clamped = %v", got)
 	}
-	f.clk.Add(f.v.timeoutFor(12*5*time.Second) + time.Second)
+	f.clk.Add(f.v.TimeoutFor(12*5*time.Second) + time.Second)
 	f.v.sweep()
 	if _, ok := f.v.Get(k.id.AgentID); ok {
 		t.Fatal("an agent silent past the bound's timeout is still live")

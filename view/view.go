@@ -32,6 +32,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/store"
@@ -92,6 +93,9 @@ type Config struct {
 	// registry or announced on the LAN) in the live view together
 	// (default 4096); they count under no peer.
 	MaxUnbound int
+	// Journal, when set, records the view's refusals and departures per
+	// agent (agentd explain).
+	Journal *journal.Journal
 }
 
 func (c *Config) defaults() {
@@ -511,6 +515,18 @@ func (v *View) PeerVetted(peerID string) {
 	}
 }
 
+// Held reports whether a record of agentID is held until its peer is
+// reached (Config.Vetted), with that peer and since when.
+func (v *View) Held(agentID string) (peerID string, since time.Time, ok bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	p, ok := v.pending[agentID]
+	if !ok {
+		return "", time.Time{}, false
+	}
+	return p.sa.Agent.PeerID, p.at, true
+}
+
 // Pending returns the number of records held for vetting.
 func (v *View) Pending() int {
 	v.mu.Lock()
@@ -654,6 +670,20 @@ func (v *View) learn(sa *record.SignedAgent, src store.Source, live bool) error 
 // learnHeard applies a record last heard from age ago, whose agent beats
 // every interval (0: unknown, the default interval applies).
 func (v *View) learnHeard(sa *record.SignedAgent, src store.Source, live bool, age, interval time.Duration) error {
+	err := v.learnHeard0(sa, src, live, age, interval)
+	if err != nil && v.cfg.Journal != nil {
+		// A replay is a copy already applied (another path, a refetch): not
+		// news, and not a refusal an operator needs to see.
+		if r := trust.ReasonOf(err); r != trust.ReasonReplay {
+			a := &sa.Agent
+			v.cfg.Journal.Note(a.AgentID, journal.Verdict{At: v.cfg.Now(), Transport: "view", Kind: journal.KindRecord, Seq: a.Seq, PeerID: a.PeerID,
+				Reason: string(r), Detail: err.Error()}, nil)
+		}
+	}
+	return err
+}
+
+func (v *View) learnHeard0(sa *record.SignedAgent, src store.Source, live bool, age, interval time.Duration) error {
 	a := &sa.Agent
 	now := v.cfg.Now()
 	if interval <= 0 {
@@ -689,7 +719,7 @@ func (v *View) learnHeard(sa *record.SignedAgent, src store.Source, live bool, a
 		return nil
 	}
 	prefix := v.prefixOf(a.PeerID)
-	silent := live && age > v.timeoutFor(interval)
+	silent := live && age > v.TimeoutFor(interval)
 	if err := v.putStore(sa, src, now); err != nil && !errors.Is(err, store.ErrOlder) {
 		// ErrOlder: the cache holds a newer record, yet the view may not
 		// (restart); the view's own seq check below decides.
@@ -1071,6 +1101,8 @@ func (v *View) sweep() {
 		if now.Sub(p.at) > v.cfg.Timeout {
 			delete(v.pending, id)
 			expired++
+			v.cfg.Journal.Note(id, journal.Verdict{At: now, Transport: "view", Kind: journal.KindRecord, Seq: p.sa.Agent.Seq, PeerID: p.sa.Agent.PeerID,
+				Reason: string(ReasonUnvetted), Detail: fmt.Sprintf("held %s for peer %s to be reached; it never was", v.cfg.Timeout, p.sa.Agent.PeerID)}, nil)
 		}
 	}
 	for p := range v.down {
@@ -1084,7 +1116,7 @@ func (v *View) sweep() {
 		}
 		silent := now.Sub(s.lastHeard)
 		interval := max(s.interval, v.cfg.HeartbeatInterval)
-		if silent > v.timeoutFor(interval) {
+		if silent > v.TimeoutFor(interval) {
 			v.delLocked(s)
 			gone = append(gone, id)
 			events = append(events, v.agentEvent(EventDeregistered, s, now, ReasonTimeout))
@@ -1432,7 +1464,10 @@ func (v *View) effective(s *agentState) record.Status {
 // timeoutFor is the liveness timeout of an agent that beats every
 // interval: the configured timeout, scaled up for agents that announced a
 // longer interval than the default.
-func (v *View) timeoutFor(interval time.Duration) time.Duration {
+// TimeoutFor is how long an agent beating every interval stays in the
+// view without news: Config.Timeout, scaled up for intervals longer
+// than the default.
+func (v *View) TimeoutFor(interval time.Duration) time.Duration {
 	interval = max(interval, v.cfg.HeartbeatInterval)
 	timeout := v.cfg.Timeout
 	if scaled := time.Duration(float64(v.cfg.Timeout) * float64(interval) / float64(v.cfg.HeartbeatInterval)); scaled > timeout {
@@ -1460,6 +1495,9 @@ func (v *View) agentEvent(t EventType, s *agentState, now time.Time, reason stri
 
 func (v *View) emit(events []Event) {
 	for _, e := range events {
+		if e.Type == EventDeregistered {
+			v.cfg.Journal.NoteLeft(e.AgentID, e.Time, e.Reason)
+		}
 		v.hub.publish(e)
 	}
 }
