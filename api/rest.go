@@ -369,6 +369,12 @@ func parseAgentQuery(raw string) (agentQuery, error) {
 	if err != nil {
 		return agentQuery{}, err
 	}
+	return parseAgentFilter(q)
+}
+
+// parseAgentFilter reads the filters of listParams from parsed parameters.
+func parseAgentFilter(q queryParams) (agentQuery, error) {
+	var err error
 	var aq agentQuery
 	f := &aq.filter
 	for _, p := range []struct {

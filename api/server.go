@@ -260,6 +260,7 @@ func (s *Server) routes() {
 	add("PUT /agents/{id}/status", rest(ScopeWrite), s.handleSetStatus)
 	add("GET /capabilities", rest(ScopeRead), s.handleCapabilities)
 	add("GET /peers", rest(ScopeRead), s.handlePeers)
+	add("GET /explain", rest(ScopeRead), s.handleExplain)
 
 	add("POST /rpc", routeOpts{surface: surfaceRPC, scope: scopeAny}, s.handleRPC)
 	add("GET /ws", routeOpts{surface: surfaceWS, scope: ScopeRead, stream: true}, s.handleWS)

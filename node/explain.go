@@ -321,7 +321,7 @@ func (n *Node) explainVerdict(ex *Explanation, rec *record.SignedAgent, hasQuery
 	case ex.Live != nil && len(ex.Mismatched) > 0:
 		ex.Verdict = ExplainFiltered
 		ex.Summary = fmt.Sprintf("Agent %s is live here, but the query's filters exclude it: %s.", id, strings.Join(ex.Mismatched, ", "))
-		next("drop or correct the filters the record does not match (%s); `agentd discover --agent-id %s --json` shows its record", strings.Join(ex.Mismatched, ", "), id)
+		next("drop or correct the filters the record does not match (%s); GET /agents/%s shows its record", strings.Join(ex.Mismatched, ", "), id)
 	case ex.Live != nil:
 		ex.Verdict = ExplainVisible
 		l := ex.Live
@@ -367,7 +367,7 @@ func (n *Node) explainVerdict(ex *Explanation, rec *record.SignedAgent, hasQuery
 		default:
 			ex.Summary = fmt.Sprintf("Agent %s is only in the cache (received %s, fresh until %s): nothing live has been heard of it.", id, ex.Cached.ReceivedAt.UTC().Format(time.RFC3339), ex.Cached.ExpiresAt.UTC().Format(time.RFC3339))
 		}
-		next("check that the agent's node is running and connected: on that node, `agentd peers` and `agentd discover --agent-id %s`", id)
+		next("check that the agent's node is running and connected: on that node, `agentd peers` and `agentd explain %s`", id)
 		if rec != nil && !rec.Agent.ExpiresAt().After(time.Now()) {
 			next("its record expired at %s (issued_at + ttl_seconds); the agent must re-announce", rec.Agent.ExpiresAt().UTC().Format(time.RFC3339))
 		}
@@ -377,7 +377,7 @@ func (n *Node) explainVerdict(ex *Explanation, rec *record.SignedAgent, hasQuery
 		if len(n.host.Network().Peers()) == 0 {
 			next("this node has no peer: check the bootstrap list (`agentd run --bootstrap …`) or LAN discovery (`/readyz` shows each transport)")
 		} else {
-			next("on the agent's node, check that it is registered (`agentd discover --agent-id %s`) and that the two nodes share a peer (`agentd peers`)", id)
+			next("on the agent's node, check that it is registered (`agentd explain %s` there says visible) and that the two nodes share a peer (`agentd peers`)", id)
 		}
 		if n.Scoped() {
 			next("this node hears only its interest: query one of the agent's capabilities (`agentd discover --capability C`) and it joins the interest")

@@ -118,6 +118,7 @@ func clientCommands() []*cli.Command {
 			Flags:       daemonClientFlags(),
 			Action:      clientList,
 		},
+		explainCommand(),
 		{
 			Name:        "peers",
 			Usage:       "list the running daemon's connected peers",
