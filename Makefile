@@ -27,7 +27,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 .DEFAULT_GOAL := build
 
-.PHONY: help build static bootstrap-load run test race bench fuzz lint golangci-lint tidy simnet simnet-smoke simnet-curve bench-scale clean
+.PHONY: help build static bootstrap-load run test race bench fuzz lint golangci-lint tidy simnet simnet-smoke simnet-curve bench-scale console-screenshots clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
@@ -116,6 +116,12 @@ tidy: ## fail if `go mod tidy` would change go.mod or go.sum (changes nothing)
 # -race they are skipped: the synctest bubble runs on one P and they take
 # minutes; TestSmokeRace covers the harness there). TestSmoke is the 20-node,
 # 20-second churn run with looser thresholds than the 100-node target.
+# console-screenshots drives the console (/ui) in headless Chromium against
+# two daemons with real agents, as make test does, and saves each page.
+console-screenshots: ## regenerate docs/console/*.png: the operator console's pages in headless Chromium
+	@mkdir -p docs/console
+	AGENTD_SCREENSHOTS=$(CURDIR)/docs/console $(GO) test -count=1 -run '^TestConsoleInBrowser$$' ./daemon
+
 simnet-smoke: ## simnet scenarios in virtual time: 20-node smoke, partition, mass join, repeatability (~1 min)
 	$(GO) test -count=1 -timeout 10m ./simnet
 

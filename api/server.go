@@ -221,6 +221,7 @@ const (
 	surfaceMetrics = "metrics"
 	surfaceDocs    = "docs"
 	surfaceOther   = "other"
+	surfaceUI      = "ui"
 )
 
 // Route scopes: what a request must hold to reach a handler.
@@ -269,6 +270,7 @@ func (s *Server) routes() {
 	add("GET /api/skills/{id}", routeOpts{surface: surfaceSkills, scope: ScopeRead}, s.handleSkill)
 	add("POST /api/skills/search", routeOpts{surface: surfaceSkills, scope: ScopeRead}, s.handleSkillSearch)
 
+	s.uiRoutes(mux)
 	mux.Handle("/", s.wrap(routeOpts{surface: surfaceOther, scope: scopeOpen}, s.handleNoRoute))
 	s.handler = http.HandlerFunc(s.serveHTTP)
 
@@ -306,6 +308,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			"this API serves loopback clients only; the Host header must be localhost or a loopback address"))
 		return
 	}
+	wsTokenFromSubprotocol(r)
 	s.mux.ServeHTTP(rec, r)
 }
 

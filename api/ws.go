@@ -167,7 +167,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) error {
 	s.mu.Unlock()
 	defer s.wg.Done()
 
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{Subprotocol}})
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{Subprotocol, uiSubprotocol}})
 	if err != nil {
 		s.log.Debug("WebSocket upgrade failed", "err", err)
 		return nil // Accept answered the client

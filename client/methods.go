@@ -256,6 +256,7 @@ type Peer struct {
 	Connection string        `json:"connection"`
 	Latency    time.Duration `json:"latency_ns"`
 	Agents     []string      `json:"agents,omitempty"`
+	Protocols  []string      `json:"protocols,omitempty"`
 }
 
 // Peers lists the daemon's connected peers.

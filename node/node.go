@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -520,6 +521,9 @@ type PeerInfo struct {
 	Connection string        `json:"connection"`
 	Latency    time.Duration `json:"latency_ns"`
 	Agents     []string      `json:"agents,omitempty"` // live agents hosted by the peer
+	// Protocols are the protocols the peer said it speaks (identify),
+	// sorted.
+	Protocols []string `json:"protocols,omitempty"`
 }
 
 // Peers lists connected peers.
@@ -542,6 +546,12 @@ func (n *Node) Peers() []PeerInfo {
 		}
 		for _, sa := range n.view.ByPeer(p) {
 			pi.Agents = append(pi.Agents, sa.Agent.AgentID)
+		}
+		if ps, err := n.host.Peerstore().GetProtocols(p); err == nil {
+			for _, id := range ps {
+				pi.Protocols = append(pi.Protocols, string(id))
+			}
+			slices.Sort(pi.Protocols)
 		}
 		out = append(out, pi)
 	}
