@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -68,6 +69,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+
 	remote, err := cb.Register(ctx, agent("summarizer", "text.summarize"))
 	if err != nil {
 		t.Fatal(err)
@@ -101,6 +103,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	run("a registration shows up", chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`tr[data-agent=%q]`, late.Agent.AgentID))), shot("agents"))
+
 	if err := cb.Unregister(ctx, late.Agent.AgentID, record.ReasonShutdown); err != nil {
 		t.Fatal(err)
 	}
@@ -137,6 +140,23 @@ func TestConsoleInBrowser(t *testing.T) {
 	run("simnet page", chromedp.Navigate(ui+"#simnet"), chromedp.WaitVisible(chromedp.CSS("#simnet-file")),
 		chromedp.SetUploadFiles(chromedp.CSS("#simnet-file"), []string{report}),
 		chromedp.WaitVisible(chromedp.CSS(`#simnet-charts [data-series="recall"] polyline`)), shot("simnet"))
+	// Text from outside (here a report whose failure names markup) shows
+	// as text and never runs.
+	raw, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	markup := `<img src=x onerror="document.body.dataset.pwned=1">`
+	hostile := filepath.Join(t.TempDir(), "hostile.json")
+	if err := os.WriteFile(hostile, []byte(strings.Replace(string(raw), `"scenario": {`, `"failures": [`+strconv.Quote(markup)+`], "scenario": {`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run("a hostile report", chromedp.SetUploadFiles(chromedp.CSS("#simnet-file"), []string{hostile}),
+		chromedp.WaitVisible(chromedp.CSS(`#simnet-charts`)))
+	if got := text("#simnet-out"); !strings.Contains(got, "FAIL: "+markup) {
+		t.Fatalf("the report's failure shows as %q", got)
+	}
+	run("markup stays text", chromedp.WaitNotPresent(chromedp.CSS("main img")), chromedp.WaitNotPresent(chromedp.CSS("body[data-pwned]")))
 
 	br.noProblems()
 }
