@@ -46,6 +46,10 @@ func FuzzHandler(f *testing.F) {
 		{"GET", "/capabilities?prefix=cap", ""},
 		{"GET", "/schemas/query", ""},
 		{"OPTIONS", "/agents", ""},
+		{"GET", "/explain?agent_id=" + fuzzKeepID + "&capability=cap-keep&version=%3E%3D2&local_only=true", ""},
+		{"GET", "/explain?capability=cap-keep&q=keep&tag=a&timeout_ms=5", ""},
+		{"GET", "/ui/app.js", ""},
+		{"GET", "/ui/..%2fopenapi.json", ""},
 	} {
 		f.Add(seed.method, seed.path, []byte(seed.body))
 	}

@@ -76,12 +76,10 @@ func safeHost(h string) bool {
 	if h == "" || len(h) > 255 {
 		return false
 	}
-	for _, c := range h {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune(".-:[]", c)) {
-			return false
-		}
-	}
-	return true
+	return strings.IndexFunc(h, func(c rune) bool {
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		return !alnum && !strings.ContainsRune(".-:[]", c)
+	}) < 0
 }
 
 // wsTokenFromSubprotocol moves a bearer token offered as a WebSocket

@@ -119,7 +119,7 @@ type ExplainVerdict struct {
 // Explain asks the daemon why an agent is or is not visible to it, or how
 // it resolves a query.
 func (c *Client) Explain(ctx context.Context, q ExplainQuery) (*Explanation, error) {
-	v := q.Query.values()
+	v := q.values()
 	v.Del("limit")
 	v.Del("include_stale")
 	if q.AgentID != "" {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/store"
 )
@@ -158,6 +159,7 @@ func (n *Node) discover(ctx context.Context, q Query, tr *Trace) ([]Result, erro
 				}
 				res := n.learnAll(recs, store.SourceLAN, m, q.Limit)
 				for _, a := range foreign {
+					n.jrnl.Note(a.AgentID, journal.Verdict{Transport: "lan", Kind: journal.KindEntry, Accepted: true}, nil)
 					if (q.Limit == 0 || len(res) < q.Limit) && m.Matches(a) {
 						res = append(res, Result{Agent: a, Source: store.SourceLAN})
 					}
@@ -299,6 +301,11 @@ func (n *Node) fromDHT(ctx context.Context, q Query, m *store.Matcher) ([]Result
 func (n *Node) fromCatalog(ctx context.Context, f store.Filter) (fresh, stale []Result, err error) {
 	ms, err := n.cat.Resolve(ctx, f)
 	for _, m := range ms {
+		if !m.Stale {
+			// Unsigned: nothing was verified, but the operator asking
+			// "where did this agent come from" wants to know.
+			n.jrnl.Note(m.Agent.AgentID, journal.Verdict{Transport: "skillcenter", Kind: journal.KindEntry, Accepted: true}, nil)
+		}
 		r := Result{Agent: m.Agent, Source: store.SourceSkillCenter, Age: m.Age, Stale: m.Stale}
 		if m.Stale {
 			stale = append(stale, r)

@@ -349,6 +349,12 @@ func TestFallbackOrderWithServeProcess(t *testing.T) {
 			t.Fatalf("result %+v", r)
 		}
 	}
+	// Explain says where the agent came from and which step answered.
+	ex, err := n.Explain(ctx, node.ExplainQuery{Filter: store.Filter{AgentID: res[0].Agent.AgentID, Capability: "org-data-read"}})
+	if err != nil || ex.Verdict != node.ExplainVisible || ex.Resolver.AnsweredBy != "skillcenter" ||
+		len(ex.Heard) != 1 || ex.Heard[0].Transport != "skillcenter" || ex.Heard[0].Kind != "entry" {
+		t.Fatalf("explain a catalog agent: %v %+v", err, ex)
+	}
 
 	// Stop the process (SIGTERM: a clean exit) and let the cache expire.
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
