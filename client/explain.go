@@ -114,6 +114,7 @@ type ExplainVerdict struct {
 	PeerID    string    `json:"peer_id"`
 	Reason    string    `json:"reason"`
 	Detail    string    `json:"detail"`
+	Count     uint64    `json:"count"`
 }
 
 // Explain asks the daemon why an agent is or is not visible to it, or how

@@ -459,7 +459,7 @@ function heardView(ex) {
 function refusalsView(ex) {
   if (!ex.refusals || !ex.refusals.length) return "";
   return [h("h2", {}, "Refused"), table(["when", "transport", "kind", "seq", "reason", "detail"], ex.refusals.slice().reverse().map((r) =>
-    h("tr", {}, h("td", {}, ago(r.at)), h("td", {}, r.transport), h("td", {}, r.kind), h("td", {}, String(r.seq || "-")), h("td", {}, badge(r.reason, "bad")), h("td", {}, r.detail))))];
+    h("tr", {}, h("td", {}, ago(r.at)), h("td", {}, r.transport), h("td", {}, r.kind), h("td", {}, String(r.seq || "-")), h("td", {}, badge(r.reason, "bad"), r.count > 1 ? " ×" + r.count : ""), h("td", {}, r.detail))))];
 }
 
 function trustView(ex) {

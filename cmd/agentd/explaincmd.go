@@ -134,7 +134,11 @@ func formatExplanation(ex *client.Explanation, now time.Time) *strings.Builder {
 	if len(ex.Refusals) > 0 {
 		b.WriteString("\nrefused:\n")
 		for _, r := range ex.Refusals {
-			fmt.Fprintf(&b, "  %s  %s %s seq %d: %s — %s\n", ago(r.At), r.Transport, r.Kind, r.Seq, r.Reason, r.Detail)
+			times := ""
+			if r.Count > 1 {
+				times = fmt.Sprintf(" (%d times in a row)", r.Count)
+			}
+			fmt.Fprintf(&b, "  %s  %s %s seq %d: %s%s — %s\n", ago(r.At), r.Transport, r.Kind, r.Seq, r.Reason, times, r.Detail)
 		}
 	}
 	if t := ex.Trust; t != nil {

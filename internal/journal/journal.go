@@ -5,7 +5,12 @@
 // GET /explain) where the metrics only count refusals by reason.
 //
 // The journal is bounded: it holds at most MaxAgents agents, forgetting the
-// one updated longest ago, and at most MaxRefusals refusals per agent. Its
+// one updated longest ago, and per agent at most MaxRefusals refusals (a
+// run of refusals for the same reason takes one slot, with a count),
+// MaxCapabilities capabilities and a short detail per refusal. A peer that
+// floods refused records under fresh agent ids pins at most about 3.5 KB
+// per id, 29 MB at DefaultMaxAgents (TestJournalWorstCaseMemory); gossip's
+// peer scoring penalises every such message. Its
 // cost on the hot path is one map lookup and a list move under a mutex per
 // verified record or heartbeat, next to a signature verification that
 // costs a hundred times more. A nil *Journal records nothing.
@@ -14,6 +19,7 @@ package journal
 import (
 	"container/list"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -21,7 +27,12 @@ import (
 // Defaults of New.
 const (
 	DefaultMaxAgents = 8192
-	MaxRefusals      = 16
+	MaxRefusals      = 6
+	// MaxCapabilities bounds the capabilities remembered per agent (a
+	// refused record may claim any number).
+	MaxCapabilities = 8
+	// maxDetail bounds a refusal's detail, in bytes.
+	maxDetail = 160
 )
 
 // Kinds of what was heard.
@@ -45,6 +56,10 @@ type Verdict struct {
 	// Reason is the refusal reason, the label of agentd_rejects_total.
 	Reason string `json:"reason,omitempty"`
 	Detail string `json:"detail,omitempty"`
+	// Count is how many refusals in a row this one stands for: a refusal
+	// of the same transport, kind and reason as the last one updates it
+	// (time, seq, peer, detail) instead of taking a slot.
+	Count uint64 `json:"count,omitempty"`
 }
 
 // Heard sums up what one transport delivered of an agent that passed
@@ -114,16 +129,27 @@ func (j *Journal) Note(agentID string, v Verdict, caps []string) {
 	if v.At.IsZero() {
 		v.At = time.Now()
 	}
-	if len(v.Detail) > 300 {
-		v.Detail = v.Detail[:300] + "…"
+	if len(v.Detail) > maxDetail {
+		v.Detail = strings.ToValidUTF8(v.Detail[:maxDetail], "") + "…"
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	e := j.touchLocked(agentID)
+	if len(caps) > MaxCapabilities {
+		caps = slices.Clone(caps[:MaxCapabilities]) // not the caller's whole array
+	}
 	if caps != nil {
 		e.caps = caps
 	}
 	if !v.Accepted {
+		if n := len(e.refusals); n > 0 {
+			if last := &e.refusals[n-1]; last.Transport == v.Transport && last.Kind == v.Kind && last.Reason == v.Reason {
+				v.Count = last.Count + 1
+				*last = v
+				return
+			}
+		}
+		v.Count = 1
 		if len(e.refusals) >= MaxRefusals {
 			copy(e.refusals, e.refusals[1:])
 			e.refusals = e.refusals[:MaxRefusals-1]
