@@ -3,10 +3,12 @@ package gossip
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/trust"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
@@ -50,6 +52,7 @@ func (g *Gossip) validate(ctx context.Context, topic, scene, shard string, msg *
 				g.recent.release(contentKey(msg.GetFrom(), msg.Data), topic)
 				g.pen.add(msg.ReceivedFrom)
 				g.m.Reject(metricsTransport, ReasonUnvettedAuthor)
+				g.note(a.msg, trust.Reason(ReasonUnvettedAuthor), fmt.Errorf("the author %s could not be reached; its announcement is not forwarded", msg.GetFrom()))
 				g.log.Debug("announcement of an author not reached: not forwarded", "author", msg.GetFrom(), "via", msg.ReceivedFrom)
 				return pubsub.ValidationIgnore
 			}
@@ -126,6 +129,7 @@ func (g *Gossip) check(topic, scene, shard string, data []byte, author peer.ID) 
 		g.log.Warn("peer speaks a newer minor protocol version", "peer_id", author, "version", m.Version, "ours", record.ProtocolVersion)
 	}
 	if err := topicMatch(m, scene, shard); err != nil {
+		g.note(m, verifyReason(err), err)
 		return nil, pubsub.ValidationReject, verifyReason(err), err
 	}
 	if m.Kind == KindAnnounce {
@@ -169,9 +173,33 @@ func (g *Gossip) check(topic, scene, shard string, data []byte, author peer.ID) 
 	if err != nil {
 		g.recent.release(key, topic)
 		reason := verifyReason(err)
+		if reason != trust.ReasonReplay { // a copy already applied is not news
+			g.note(m, reason, err)
+		}
 		return nil, pubsub.ValidationIgnore, reason, err
 	}
 	return a, pubsub.ValidationAccept, "", nil
+}
+
+// note records in the verifier's journal a refusal of a decoded message
+// that the verifier did not make (agentd explain).
+func (g *Gossip) note(m *Message, reason trust.Reason, err error) {
+	j := g.v.Journal()
+	if j == nil || m == nil {
+		return
+	}
+	v := journal.Verdict{Transport: metricsTransport, Reason: string(reason), Detail: err.Error()}
+	var id string
+	var caps []string
+	switch {
+	case m.Agent != nil:
+		a := &m.Agent.Agent
+		id, v.Kind, v.Seq, v.PeerID, caps = a.AgentID, journal.KindRecord, a.Seq, a.PeerID, a.AllCapabilities()
+	case m.Beat != nil:
+		b := &m.Beat.Beat
+		id, v.Kind, v.Seq, v.PeerID = b.AgentID, journal.KindBeat, b.Seq, b.PeerID
+	}
+	j.Note(id, v, caps)
 }
 
 // topicMatch checks an announcement against the scene or shard of the

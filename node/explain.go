@@ -434,8 +434,10 @@ func adviseRefusal(reason, id string, next func(string, ...any)) {
 		next("its peer or address prefix already has as many agents in this node's view as one may have (max_agents_per_peer)")
 	case "peer_down":
 		next("its peer was confirmed unreachable; a record signed after that brings it back")
-	case "unvetted_expired":
+	case "unvetted_expired", "unvetted_author":
 		next("its peer was never reached from this node: check reachability (NAT, relays) between the two nodes")
+	case "shard_mismatch", "scene_mismatch":
+		next("its node published it on a topic its capabilities or scenes do not belong to: a misbehaving or outdated agentd; upgrade it")
 	default:
 		next("the refusal reason %q is counted in agentd_rejects_total; docs/trust.md lists every reason", reason)
 	}

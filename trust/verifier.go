@@ -342,6 +342,10 @@ func NewVerifier(cfg Config, pins PinStore) (*Verifier, error) {
 	return v, nil
 }
 
+// Journal returns the journal the verifier notes its verdicts in (nil:
+// none), for the transports' own refusals of the same agents.
+func (v *Verifier) Journal() *journal.Journal { return v.cfg.Journal }
+
 // Policy returns the configured policy.
 func (v *Verifier) Policy() Policy { return v.cfg.Policy }
 
