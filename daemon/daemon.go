@@ -411,7 +411,7 @@ func Start(ctx context.Context, cfg config.Config, o Options) (_ *Daemon, err er
 			return nil
 		})
 	}
-	log.Info("agentd running", "api", "http://"+d.apiAddr, "health", "http://"+d.apiAddr+"/healthz",
+	log.Info("agentd running", "api", "http://"+d.apiAddr, "health", "http://"+d.apiAddr+"/healthz", "console", "http://"+d.apiAddr+"/ui/",
 		"agent_id", id.AgentID, "peer_id", id.PeerID.String(), "version", o.Version)
 	return d, nil
 }

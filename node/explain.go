@@ -410,7 +410,7 @@ func (n *Node) explainQueryVerdict(ex *Explanation, next func(string, ...any)) {
 	if strings.HasPrefix(ex.ResolverError, record.CodeDiscoveryTimeout) {
 		next("the lookup timed out; a longer --timeout lets the DHT finish")
 	}
-	next("check the spelling of the capability or skill id; `agentd discover` without filters lists what this node sees")
+	next("check the spelling of the capability or skill id; `agentd list` lists what this node sees")
 }
 
 // adviseRefusal turns a refusal reason into what to do.
