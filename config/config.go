@@ -164,6 +164,10 @@ type DHTConfig struct {
 	Mode string `yaml:"mode" json:"mode"`
 	// ClientMode is the older spelling of mode: client; true wins over mode.
 	ClientMode bool `yaml:"clientMode" json:"clientMode"`
+	// ValuePutRate paces the puts of hosted records' DHT values, per
+	// second (agentd's addition; default 50). A node keeps this many times
+	// ValueMaxAge (10 min) values alive in the DHT.
+	ValuePutRate int `yaml:"valuePutRate" json:"valuePutRate"`
 }
 
 // SkillCenterConfig is seed 001 §13.2 `skillCenter:`.
@@ -248,7 +252,7 @@ func Default() Config {
 		BroadcastInterval: Duration(5 * time.Second), Timeout: Duration(30 * time.Second),
 	}
 	c.Discovery.MDNS = MDNSConfig{Enabled: true, TTL: Duration(10 * time.Second)}
-	c.Discovery.DHT = DHTConfig{Enabled: true, ReplicationFactor: 20, Mode: DHTModeAuto}
+	c.Discovery.DHT = DHTConfig{Enabled: true, ReplicationFactor: 20, Mode: DHTModeAuto, ValuePutRate: 50}
 	c.NAT = NATConfig{Reachability: ReachabilityAuto, PortMapping: true, HolePunching: true, AutoRelay: true, ConnsPerIP: 64,
 		// go-libp2p's relay defaults (128 slots, 8 per IP) are an IPFS
 		// volunteer relay's; a bootstrap node of agentd is the relay of

@@ -218,6 +218,9 @@ func (d DiscoveryConfig) validate(v *validator) {
 	}
 
 	h := d.DHT
+	if h.ValuePutRate <= 0 || h.ValuePutRate > 10000 {
+		v.add("discovery.dht.valuePutRate", "%d is out of range (1-10000 puts a second)", h.ValuePutRate)
+	}
 	if h.ReplicationFactor < 1 || h.ReplicationFactor > 100 {
 		v.add("discovery.dht.replicationFactor", "%d is out of range (1-100)", h.ReplicationFactor)
 	}

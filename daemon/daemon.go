@@ -36,6 +36,7 @@ import (
 	"github.com/agentd/agentd/skillcenter"
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/trust"
+	"golang.org/x/time/rate"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 	manet "github.com/multiformats/go-multiaddr/net"
@@ -85,6 +86,7 @@ func NodeConfig(ctx context.Context, cfg config.Config, log *slog.Logger) (node.
 		Trust: trust.Config{Policy: trust.Policy(cfg.Trust.Policy), AllowList: allow,
 			RotationGrace: cfg.Trust.RotationGrace.D()},
 	}
+	nc.DHT.ValuePutRate = rate.Limit(cfg.Discovery.DHT.ValuePutRate)
 	switch cfg.Discovery.DHT.EffectiveMode() {
 	case config.DHTModeClient:
 		nc.DHT.ClientMode = true

@@ -59,6 +59,14 @@ const (
 	// DefaultRetryInterval is the first retry delay after a provide or put
 	// that reached no remote peer; it doubles up to the reprovide interval.
 	DefaultRetryInterval = 5 * time.Second
+	// DefaultValuePutRate paces the puts of hosted records' values (each a
+	// lookup and up to 20 stores), per second, with DefaultValuePutBurst.
+	// A node keeps DefaultValuePutRate × ValueMaxAge values alive (30 000
+	// at the defaults); beyond that a value may lapse between two puts.
+	DefaultValuePutRate  = rate.Limit(50)
+	DefaultValuePutBurst = 10
+	// maxPutsInFlight bounds the value puts running at once.
+	maxPutsInFlight = 32
 )
 
 // Config configures a DHT. Zero values take the defaults above.
@@ -129,6 +137,12 @@ type Config struct {
 	// RetryInterval is the first retry delay after a failed provide or put
 	// (default 5 s), doubling up to ReprovideInterval.
 	RetryInterval time.Duration
+	// ValuePutRate paces the puts of hosted records' values (default 50
+	// a second, bursts of ValuePutBurst = 10): new and changed records
+	// first, then the republish round, which starts again RepublishInterval
+	// after the last one started, or when it ends if it took longer.
+	ValuePutRate  rate.Limit
+	ValuePutBurst int
 }
 
 func (c *Config) setDefaults() {
@@ -157,6 +171,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.ServeBurst == 0 {
 		c.ServeBurst = DefaultServeBurst
+	}
+	if c.ValuePutRate == 0 {
+		c.ValuePutRate = DefaultValuePutRate
+	}
+	if c.ValuePutBurst == 0 {
+		c.ValuePutBurst = DefaultValuePutBurst
 	}
 	if c.ServeMaxConcurrent == 0 {
 		c.ServeMaxConcurrent = DefaultServeMaxConcurrent
@@ -205,6 +225,9 @@ func (c *Config) validate() error {
 	}
 	if c.ServeMaxConcurrent < 1 {
 		return fmt.Errorf("dht config: ServeMaxConcurrent must be at least 1, got %d", c.ServeMaxConcurrent)
+	}
+	if c.ValuePutRate <= 0 || c.ValuePutBurst < 1 {
+		return fmt.Errorf("dht config: ValuePutRate must be positive and ValuePutBurst at least 1, got %v and %d", c.ValuePutRate, c.ValuePutBurst)
 	}
 	if c.OwnAgentID != "" {
 		if err := record.ValidateAgentID(c.OwnAgentID); err != nil {

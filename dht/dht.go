@@ -100,6 +100,8 @@ type Status struct {
 	LastProvideMin int
 	// PendingRetries counts keys and values waiting for a retry.
 	PendingRetries int
+	// QueuedPuts counts values waiting for their paced put or being put.
+	QueuedPuts int
 }
 
 // DHT is agentd's Kademlia node. Create it with New, then Start; Close

@@ -365,7 +365,7 @@ func TestGetRecordWithoutConnectionToOwner(t *testing.T) {
 	sa := owner.host(t, 1, skillSpec{"skill-g": {"cap-g"}})
 	eventually(t, 20*time.Second, "values published", func() bool {
 		st := owner.d.Status()
-		return st.PublishedValues == 2 && st.PendingRetries == 0
+		return st.PublishedValues == 2 && st.PendingRetries == 0 && st.QueuedPuts == 0
 	})
 	// Cut the asker off from the owner entirely.
 	if err := c.mn.UnlinkPeers(owner.h.ID(), asker.h.ID()); err != nil {

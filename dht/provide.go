@@ -13,6 +13,7 @@ import (
 	"github.com/agentd/agentd/record"
 	lprecord "github.com/libp2p/go-libp2p-record"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"golang.org/x/time/rate"
 )
 
 // provideParallel bounds the keys provided (or values put) at once by the
@@ -40,6 +41,13 @@ type loopState struct {
 	failKeys   map[[32]byte]record.Key
 	failValues map[string]value
 	retry      backoff.Backoff
+
+	// Value puts are paced (Config.ValuePutRate): puts waits for its
+	// turn, inflight are running, lim hands out the turns.
+	puts       putQueue
+	inflight   map[string]bool
+	lim        *rate.Limiter
+	roundStart time.Time // when the last republish round was queued
 }
 
 // run is the reprovide/republish loop. It owns every provide and put.
@@ -49,8 +57,16 @@ func (d *DHT) run(ctx context.Context) {
 		keys: map[[32]byte]record.Key{}, values: map[string]value{},
 		refs: map[[32]byte]int{}, srcKeys: map[string][]record.Key{},
 		failKeys: map[[32]byte]record.Key{}, failValues: map[string]value{},
-		retry: backoff.Backoff{Base: d.cfg.RetryInterval, Max: d.cfg.ReprovideInterval},
+		retry:    backoff.Backoff{Base: d.cfg.RetryInterval, Max: d.cfg.ReprovideInterval},
+		puts:     newPutQueue(),
+		inflight: map[string]bool{},
+		lim:      rate.NewLimiter(d.cfg.ValuePutRate, d.cfg.ValuePutBurst),
 	}
+	// Puts still running when ctx ends send their result nowhere.
+	putDone := make(chan putResult, maxPutsInFlight)
+	pace := time.NewTimer(time.Hour)
+	pace.Stop()
+	defer pace.Stop()
 	reprovide := time.NewTicker(d.cfg.ReprovideInterval)
 	defer reprovide.Stop()
 	republish := time.NewTicker(d.cfg.RepublishInterval)
@@ -70,23 +86,33 @@ func (d *DHT) run(ctx context.Context) {
 		case <-reprovide.C:
 			d.provideKeys(ctx, st, mapValues(st.keys), true)
 		case <-republish.C:
-			d.putValues(ctx, st, mapValues(st.values))
+			// A round still being put (more values than the rate puts
+			// in an interval) is not queued again on top of itself.
+			if st.puts.routineLen() == 0 {
+				st.roundStart = time.Now()
+				d.putValues(st, mapValues(st.values), false)
+			}
 		case <-retry.C:
 			d.retryFailed(ctx, st)
 		case <-d.reannounce:
 			d.provideKeys(ctx, st, mapValues(st.keys), true)
-			d.putValues(ctx, st, mapValues(st.values))
+			d.putValues(st, mapValues(st.values), false)
+		case r := <-putDone:
+			d.putFinished(st, r)
+		case <-pace.C:
 		case <-prune.C:
 			d.limiter.prune(time.Now())
 		}
 		if ctx.Err() != nil {
 			return
 		}
+		d.drainPuts(ctx, st, putDone, pace)
 		pending := len(st.failKeys) + len(st.failValues)
 		d.mu.Lock()
 		d.status.ProvidedKeys = len(st.keys)
 		d.status.PublishedValues = len(st.values)
 		d.status.PendingRetries = pending
+		d.status.QueuedPuts = st.puts.len() + len(st.inflight)
 		d.mu.Unlock()
 		if pending > 0 {
 			retry.Reset(st.retry.Next())
@@ -111,7 +137,7 @@ func (d *DHT) retryFailed(ctx context.Context, st *loopState) {
 		d.provideKeys(ctx, st, keys, false)
 	}
 	if len(vals) > 0 {
-		d.putValues(ctx, st, vals)
+		d.putValues(st, vals, true)
 	}
 }
 
@@ -182,7 +208,7 @@ func (d *DHT) applyChange(ctx context.Context, st *loopState) {
 		d.provideKeys(ctx, st, added, false)
 	}
 	if len(puts) > 0 {
-		d.putValues(ctx, st, puts)
+		d.putValues(st, puts, true)
 	}
 }
 
@@ -342,10 +368,26 @@ func fanOut(peers []peer.ID, f func(peer.ID) error) int {
 	return n
 }
 
-// putValues puts values, provideParallel at a time; values that reached
-// no remote peer are kept for retry.
-func (d *DHT) putValues(ctx context.Context, st *loopState, vals []value) {
-	if len(vals) == 0 {
+// putValues queues values to be put: urgent ones (new and changed
+// records, retries) before the republish round's.
+func (d *DHT) putValues(st *loopState, vals []value, urgent bool) {
+	for _, v := range vals {
+		st.puts.push(v.key, urgent)
+	}
+}
+
+// putResult is the outcome of one value put.
+type putResult struct {
+	v      value
+	stored int
+	err    error
+}
+
+// drainPuts starts the queued puts the rate allows, at most
+// maxPutsInFlight at a time, and arms pace for the next turn. Each put runs
+// in its own goroutine (owned by d.wg, ended by ctx) and reports on done.
+func (d *DHT) drainPuts(ctx context.Context, st *loopState, done chan<- putResult, pace *time.Timer) {
+	if st.puts.len() == 0 {
 		return
 	}
 	if kad, _, err := d.running(); err == nil && kad.RoutingTable().Size() == 0 {
@@ -353,50 +395,158 @@ func (d *DHT) putValues(ctx context.Context, st *loopState, vals []value) {
 		// again when the node rejoins), without encoding and checking
 		// each value for nothing — a start with 100 000 hosted records
 		// spent a second of CPU here.
-		for _, v := range vals {
-			if cur, ok := st.values[v.key]; ok && cur.seq == v.seq {
-				st.failValues[v.key] = v
+		for {
+			k, ok := st.puts.pop()
+			if !ok {
+				break
+			}
+			if v, ok := st.values[k]; ok {
+				st.failValues[k] = v
 			}
 		}
 		return
 	}
-	stored := make([]int, len(vals))
-	errs := make([]error, len(vals))
-	sem := make(chan struct{}, provideParallel)
-	var wg sync.WaitGroup
-	for i, v := range vals {
-		wg.Add(1)
+	var busy []string // keys with a put running: queued again after it
+	for len(st.inflight) < maxPutsInFlight {
+		k, ok := st.puts.peek()
+		if !ok {
+			break
+		}
+		v, still := st.values[k]
+		if !still {
+			st.puts.pop()
+			continue
+		}
+		if st.inflight[k] {
+			st.puts.pop()
+			busy = append(busy, k)
+			continue
+		}
+		if !st.lim.Allow() {
+			break
+		}
+		st.puts.pop()
+		st.inflight[k] = true
+		d.wg.Add(1)
 		go func() {
-			defer wg.Done()
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				errs[i] = ctx.Err()
-				return
-			}
-			defer func() { <-sem }()
+			defer d.wg.Done()
 			pctx, cancel := context.WithTimeout(ctx, d.cfg.ProvideTimeout)
-			defer cancel()
-			stored[i], errs[i] = d.putValue(pctx, v)
+			n, err := d.putValue(pctx, v)
+			cancel()
+			select {
+			case done <- putResult{v: v, stored: n, err: err}:
+			case <-ctx.Done():
+			}
 		}()
 	}
-	wg.Wait()
-	if ctx.Err() != nil {
+	for _, k := range busy {
+		st.puts.push(k, true)
+	}
+	if st.puts.len() > 0 && len(st.inflight) < maxPutsInFlight {
+		r := st.lim.Reserve()
+		wait := r.Delay()
+		r.Cancel()
+		pace.Reset(max(wait, time.Millisecond))
+	}
+}
+
+// putFinished records a put's outcome: a value that reached no remote
+// peer is kept for retry. A value replaced meanwhile (a newer seq) was
+// queued again by the change.
+func (d *DHT) putFinished(st *loopState, r putResult) {
+	delete(st.inflight, r.v.key)
+	cur, still := st.values[r.v.key]
+	if !still || cur.seq != r.v.seq {
 		return
 	}
-	for i, v := range vals {
-		cur, still := st.values[v.key]
-		if !still || cur.seq != v.seq {
-			continue
-		}
-		if errs[i] != nil || stored[i] == 0 {
-			d.log.Debug("dht put value failed", "key", v.key, "stored", stored[i], "err", errs[i])
-			st.failValues[v.key] = v
-			continue
-		}
-		d.log.Debug("dht put value", "key", v.key, "seq", v.seq, "stored", stored[i])
-		delete(st.failValues, v.key)
+	switch {
+	case r.err != nil:
+		d.countPut("error")
+	case r.stored == 0:
+		d.countPut("no_peers")
+	default:
+		d.countPut("ok")
+		d.log.Debug("dht put value", "key", r.v.key, "seq", r.v.seq, "stored", r.stored)
+		delete(st.failValues, r.v.key)
+		return
 	}
+	d.log.Debug("dht put value failed", "key", r.v.key, "stored", r.stored, "err", r.err)
+	st.failValues[r.v.key] = r.v
+}
+
+// putQueue is the FIFO of value keys waiting for their put: urgent keys
+// first. A key is queued once; an urgent push of a key waiting in the
+// routine list moves it ahead.
+type putQueue struct {
+	urgent, routine []string
+	// queued: the keys waiting, true when urgent.
+	queued map[string]bool
+}
+
+func newPutQueue() putQueue { return putQueue{queued: map[string]bool{}} }
+
+func (q *putQueue) push(k string, urgent bool) {
+	if was, ok := q.queued[k]; ok && (was || !urgent) {
+		return
+	}
+	q.queued[k] = urgent
+	if urgent {
+		q.urgent = append(q.urgent, k)
+	} else {
+		q.routine = append(q.routine, k)
+	}
+}
+
+// peek returns the next key without taking it.
+func (q *putQueue) peek() (string, bool) {
+	for _, l := range []*[]string{&q.urgent, &q.routine} {
+		for len(*l) > 0 {
+			k := (*l)[0]
+			urgent, ok := q.queued[k]
+			if ok && urgent == (l == &q.urgent) {
+				return k, true
+			}
+			*l = (*l)[1:] // taken already, or moved to the urgent list
+		}
+	}
+	q.compact()
+	return "", false
+}
+
+// pop takes the next key.
+func (q *putQueue) pop() (string, bool) {
+	k, ok := q.peek()
+	if !ok {
+		return "", false
+	}
+	delete(q.queued, k)
+	if len(q.urgent) > 0 && q.urgent[0] == k {
+		q.urgent = q.urgent[1:]
+	} else {
+		q.routine = q.routine[1:]
+	}
+	return k, true
+}
+
+// compact releases the lists' arrays once they are drained.
+func (q *putQueue) compact() {
+	if len(q.queued) == 0 {
+		q.urgent, q.routine = nil, nil
+		q.queued = map[string]bool{}
+	}
+}
+
+func (q *putQueue) len() int { return len(q.queued) }
+
+// routineLen is how many keys of the republish round still wait.
+func (q *putQueue) routineLen() int {
+	n := 0
+	for _, u := range q.queued {
+		if !u {
+			n++
+		}
+	}
+	return n
 }
 
 // putValue validates v, finds the closest peers of its key and sends each
@@ -421,6 +571,13 @@ func (d *DHT) putValue(ctx context.Context, v value) (int, error) {
 	rec := lprecord.MakePutRecord(v.key, val)
 	rec.TimeReceived = time.Now().UTC().Format(time.RFC3339Nano)
 	return fanOut(peers, func(p peer.ID) error { return pm.PutValue(ctx, p, rec) }), nil
+}
+
+func (d *DHT) countPut(outcome string) {
+	if d.m == nil {
+		return
+	}
+	d.m.ValuePuts.WithLabelValues(outcome).Inc()
 }
 
 func (d *DHT) countProvide(outcome string) {

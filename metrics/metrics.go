@@ -35,6 +35,8 @@ type Metrics struct {
 	Fetches *prometheus.CounterVec
 	// Provides counts DHT provide operations by outcome.
 	Provides *prometheus.CounterVec
+	// ValuePuts counts puts of hosted records' DHT values by outcome.
+	ValuePuts *prometheus.CounterVec
 	// LANPackets counts LAN datagrams by mechanism (udp, mdns) and outcome.
 	LANPackets *prometheus.CounterVec
 	// HTTPRequests counts API requests by surface and status code.
@@ -94,6 +96,9 @@ func New(withRuntime bool) *Metrics {
 		Provides: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentd_dht_provides_total", Help: "DHT provide operations, by outcome.",
 		}, []string{"outcome"}),
+		ValuePuts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentd_dht_value_puts_total", Help: "Puts of hosted records' DHT values (/agentd/<agent id>), by outcome; paced by dht.valuePutRate.",
+		}, []string{"outcome"}),
 		LANPackets: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentd_lan_packets_total", Help: "LAN packets by mechanism and outcome.",
 		}, []string{"mechanism", "outcome"}),
@@ -131,7 +136,7 @@ func New(withRuntime bool) *Metrics {
 		m.DownClaims.WithLabelValues(o)
 	}
 	r.MustRegister(m.Rejects, m.Lookups, m.LookupLatency, m.GossipDelivered, m.GossipPublished,
-		m.Peers, m.Records, m.LiveAgents, m.Fetches, m.Provides, m.LANPackets, m.HTTPRequests,
+		m.Peers, m.Records, m.LiveAgents, m.Fetches, m.Provides, m.ValuePuts, m.LANPackets, m.HTTPRequests,
 		m.Suspicions, m.DownClaims, m.ShardSyncs, m.Probes)
 	return m
 }
