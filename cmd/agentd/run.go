@@ -37,7 +37,8 @@ func runCommand() *cli.Command {
 			"bootstrap node and hole punches where the NATs allow (docs/nat.md). It serves\n" +
 			"the local API on --api (default 127.0.0.1:4778). SIGINT or SIGTERM shuts it down:\n" +
 			"hosted agents are unregistered (reason SHUTDOWN), then the API server, the node, the\n" +
-			"host and the database close, within 10 s; a second signal exits at once.",
+			"host and the database close, within 10 s; a second signal exits at once.\n" +
+			"With AGENTD_PPROF=127.0.0.1:6060 it also serves Go's profiler (/debug/pprof/) there.",
 		Flags: withGlobal(append(nodeFlags(),
 			&cli.StringFlag{Name: flagAPIAddrFile, Usage: "write the bound API address (host:port) to `FILE` once serving, and remove it on exit; useful with --api 127.0.0.1:0"},
 		)...),
@@ -56,6 +57,13 @@ func runCommand() *cli.Command {
 			if os.Getenv("GOGC") == "" {
 				// See daemonGOGC.
 				debug.SetGCPercent(daemonGOGC)
+			}
+			if addr := os.Getenv(envPprof); addr != "" {
+				_, stop, err := startPprof(addr, log)
+				if err != nil {
+					return usagef("%v", err)
+				}
+				defer stop()
 			}
 			opts := daemon.Options{Logger: log, Version: buildVersion().Version}
 			if f := c.String(flagAPIAddrFile); f != "" {
