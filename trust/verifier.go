@@ -386,10 +386,12 @@ func (v *Verifier) VerifyAgent(sa *record.SignedAgent, opts VerifyOptions) error
 	if j := v.cfg.Journal; j != nil {
 		a := &sa.Agent
 		vd := journal.Verdict{At: v.cfg.Now(), Transport: opts.Transport, Kind: journal.KindRecord, Seq: a.Seq, PeerID: a.PeerID, Accepted: err == nil}
+		var caps []string // an accepted record's capabilities are in the view
 		if err != nil {
 			vd.Reason, vd.Detail = string(ReasonOf(err)), err.Error()
+			caps = a.AllCapabilities()
 		}
-		j.Note(a.AgentID, vd, a.AllCapabilities())
+		j.Note(a.AgentID, vd, caps)
 	}
 	return err
 }

@@ -79,7 +79,8 @@ type Entry struct {
 	Heard   []Heard `json:"heard"`
 	// Refusals are the last refusals, oldest first.
 	Refusals []Verdict `json:"refusals"`
-	// Capabilities are those of the last record seen (accepted or not).
+	// Capabilities are those of the last refused record (an accepted
+	// record's are in the live view).
 	Capabilities []string `json:"capabilities,omitempty"`
 	// Left says when and why the agent last left the live view (nil: it
 	// has not, since the journal knows it).
