@@ -193,7 +193,7 @@ func (n *Node) Explain(ctx context.Context, q ExplainQuery) (*Explanation, error
 }
 
 // explainAgent fills what the node holds about one agent and returns its
-// best record (live, held or cached), nil when there is none.
+// best record (live or cached), nil when there is none.
 func (n *Node) explainAgent(ctx context.Context, ex *Explanation, id string) *record.SignedAgent {
 	ex.AgentID = id
 	var rec *record.SignedAgent
