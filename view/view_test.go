@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/trust"
 	"github.com/libp2p/go-libp2p/core/peer"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 )
 
@@ -535,4 +537,83 @@ func TestDropPeer(t *testing.T) {
 	if err := f.v.Synced(sa, 0, 0); err != nil {
 		t.Fatalf("after the mark lapsed: %v", err)
 	}
+}
+
+// The sweep walks remote agents only and counts hosted ones from
+// localByStatus: the live-agents gauge must match a walk of every agent
+// through registrations, status changes, a remote agent becoming hosted,
+// time-outs and removals.
+func TestLiveCountsWithoutWalkingHostedAgents(t *testing.T) {
+	clk := &clock{t: time.Now()}
+	st, err := store.Open(store.Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	m := metrics.New(false)
+	v := New(Config{Now: clk.Now}, st, nil, m, nil)
+	t.Cleanup(func() { _ = v.Close() })
+	gauge := func(s record.Status) int {
+		var d dto.Metric
+		if err := m.LiveAgents.WithLabelValues(string(s)).Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		return int(d.GetGauge().GetValue())
+	}
+	check := func(what string) {
+		t.Helper()
+		v.sweep()
+		var want [5]int
+		v.mu.Lock()
+		remote := 0
+		for _, s := range v.agents {
+			want[v.effective(s).Rank()]++
+			if !s.local {
+				remote++
+			}
+		}
+		if remote != len(v.remote) {
+			t.Fatalf("%s: %d remote agents, the remote set holds %d", what, remote, len(v.remote))
+		}
+		v.mu.Unlock()
+		for _, s := range []record.Status{record.StatusHealthy, record.StatusDegraded, record.StatusUnhealthy, record.StatusMaintenance} {
+			if got := gauge(s); got != want[s.Rank()] {
+				t.Fatalf("%s: %s gauge %d, a walk counts %d", what, s, got, want[s.Rank()])
+			}
+		}
+	}
+	var hosted []*agentKeys
+	for range 3 {
+		k := newAgent(t)
+		hosted = append(hosted, k)
+		v.ApplyLocal(k.sign(t, 1, clk.Now(), nil, map[string]float64{"cap.h": 0.5}))
+	}
+	check("three hosted")
+	v.SetLocalStatus(hosted[0].id.AgentID, record.StatusDegraded)
+	v.SetLocalStatus(hosted[1].id.AgentID, record.StatusMaintenance)
+	check("hosted statuses")
+	r1, r2 := newAgent(t), newAgent(t)
+	for _, k := range []*agentKeys{r1, r2} {
+		sa := k.sign(t, 1, clk.Now(), nil, map[string]float64{"cap.r": 0.5})
+		if err := v.CheckAnnounce(sa); err != nil {
+			t.Fatal(err)
+		}
+		v.Announce(sa, k.id.PeerID, "")
+	}
+	v.SetStatus(r1.id.AgentID, record.StatusDegraded)
+	check("two remote")
+	v.ApplyLocal(r2.sign(t, 2, clk.Now(), nil, map[string]float64{"cap.r": 0.5})) // now hosted here
+	check("a remote agent hosted")
+	clk.Add(20 * time.Second)
+	check("remote unhealthy")
+	clk.Add(20 * time.Second)
+	check("remote timed out")
+	if _, ok := v.Get(r1.id.AgentID); ok {
+		t.Fatal("the silent remote agent did not time out")
+	}
+	if _, ok := v.Get(hosted[2].id.AgentID); !ok {
+		t.Fatal("a hosted agent timed out")
+	}
+	v.RemoveLocal(hosted[0].id.AgentID, record.ReasonShutdown)
+	check("a hosted agent removed")
 }
