@@ -582,6 +582,9 @@ func (g *Gossip) PublishAnnounce(ctx context.Context, sa *record.SignedAgent) er
 	if err != nil {
 		return err
 	}
+	if topics = heard(topics); len(topics) == 0 {
+		return nil // nobody would receive it; a topic's first peer gets hosted records then (republishLocals, sync)
+	}
 	// sa is checked as a receiver would check it (a record the network
 	// would refuse is refused here, and no peer penalises this node for
 	// it), but not decoded again from the bytes just encoded from it; its
@@ -678,6 +681,13 @@ func (g *Gossip) Listened(shards ...string) bool {
 }
 
 func (g *Gossip) publish(ctx context.Context, kind Kind, data []byte, topics []*topicState, a *accepted) error {
+	// A topic no peer subscribes to is skipped: pubsub would sign the
+	// message, check its own signature and send it to nobody. A node that
+	// re-signs 100 000 hosted records after a restart, alone, spent 30 %
+	// of its CPU that way.
+	if topics = heard(topics); len(topics) == 0 {
+		return nil
+	}
 	// Check first, for an error that says why; pubsub runs the validator
 	// again on publication, which then only says "validation failed". The
 	// scene topics were chosen from the record's own scenes, so the
@@ -720,6 +730,17 @@ func (g *Gossip) publish(ctx context.Context, kind Kind, data []byte, topics []*
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// heard returns the topics that some peer subscribes to.
+func heard(topics []*topicState) []*topicState {
+	out := topics[:0:0]
+	for _, ts := range topics {
+		if len(ts.t.ListPeers()) > 0 {
+			out = append(out, ts)
+		}
+	}
+	return out
 }
 
 type ownPublish struct {
