@@ -36,10 +36,10 @@ import (
 	"github.com/agentd/agentd/skillcenter"
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/trust"
-	"golang.org/x/time/rate"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 	manet "github.com/multiformats/go-multiaddr/net"
+	"golang.org/x/time/rate"
 )
 
 // DBDir is the Badger directory inside the data directory.

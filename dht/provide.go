@@ -35,8 +35,8 @@ func (v value) bytes() []byte { return v.rec.MarshalAnnounce() }
 // loopState is owned by the run goroutine.
 type loopState struct {
 	keys       map[[32]byte]record.Key
-	refs       map[[32]byte]int        // how many sources want each key
-	rvKeys     []record.Key // the rendezvous keys counted in refs (a hosted record's are its DHTKeys)
+	refs       map[[32]byte]int // how many sources want each key
+	rvKeys     []record.Key     // the rendezvous keys counted in refs (a hosted record's are its DHTKeys)
 	values     map[string]value
 	failKeys   map[[32]byte]record.Key
 	failValues map[string]value
@@ -55,7 +55,7 @@ func (d *DHT) run(ctx context.Context) {
 	defer d.wg.Done()
 	st := &loopState{
 		keys: map[[32]byte]record.Key{}, values: map[string]value{},
-		refs: map[[32]byte]int{},
+		refs:     map[[32]byte]int{},
 		failKeys: map[[32]byte]record.Key{}, failValues: map[string]value{},
 		retry:    backoff.Backoff{Base: d.cfg.RetryInterval, Max: d.cfg.ReprovideInterval},
 		puts:     newPutQueue(),

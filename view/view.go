@@ -223,8 +223,8 @@ type View struct {
 	remote        map[string]*agentState
 	localByStatus [5]int
 	perPeer       map[string]int // remote agents by the record's peer_id
-	perPrefix map[string]int // remote agents by their peer's address prefix
-	pending   map[string]*pendingRec
+	perPrefix     map[string]int // remote agents by their peer's address prefix
+	pending       map[string]*pendingRec
 	// down: peers confirmed unreachable (DropPeer), when; until proof of
 	// life (a beat or record it signed since, a connection: PeerUp) no
 	// record of theirs enters the view from a neighbour's sync.
