@@ -216,7 +216,7 @@ type View struct {
 
 	mu     sync.Mutex
 	agents map[string]*agentState
-	// remote holds the agents of agents that are not hosted here: the
+	// remote holds the agents that are not hosted here: the
 	// liveness sweep walks them only, and counts the hosted ones by status
 	// in localByStatus (by record.Status.Rank), so a registry node holding
 	// 100 000 hosted agents does not walk them twice a second.
