@@ -39,6 +39,7 @@ type Backend interface {
 	Unregister(ctx context.Context, agentID string, reason record.UnregisterReason) error
 	SetStatus(ctx context.Context, agentID string, st record.Status) error
 	Peers(ctx context.Context) ([]client.Peer, error)
+	Explain(ctx context.Context, q client.ExplainQuery) (*client.Explanation, error)
 }
 
 var _ Backend = (*client.Client)(nil)
@@ -126,6 +127,11 @@ func New(version string, backend BackendFor, watch Watch) *Server {
 	mcp.AddTool(s, &mcp.Tool{Name: "list_peers", Title: "List peers",
 		Description: "The daemon's connected peers: address, direct or relayed, latency, the agents they host.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, t.peers)
+	mcp.AddTool(s, &mcp.Tool{Name: "explain_agent", Title: "Why is (or isn't) an agent visible?",
+		Description: "Explain why the daemon does or does not see an agent (agent_id), or how it resolves a query (capability, skill, …), " +
+			"or whether a query matches an agent (both): a verdict (visible, held, refused, expired, gone, filtered, unknown; found, not_found), " +
+			"which transports delivered the agent and when, every refusal with its reason, the resolver's steps with timings, and what to do next.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(true)}}, t.explain)
 	return srv
 }
 
@@ -423,6 +429,64 @@ func call[Out any](t *tools, req *mcp.CallToolRequest, f func(Backend) (Out, err
 		return nil, zero, toolError(err)
 	}
 	return nil, out, nil
+}
+
+// ExplainInput names an agent, a query, or both.
+type ExplainInput struct {
+	AgentID    string   `json:"agent_id,omitempty" jsonschema:"the agent to explain (a UUID)"`
+	Capability string   `json:"capability,omitempty" jsonschema:"a capability id, e.g. product.search"`
+	Skill      string   `json:"skill,omitempty" jsonschema:"a skill id"`
+	Scene      string   `json:"scene,omitempty" jsonschema:"a scene"`
+	Type       string   `json:"type,omitempty" jsonschema:"a skill type: enterprise-skill, tool-skill or integration-skill"`
+	Tags       []string `json:"tags,omitempty" jsonschema:"tags the agent must carry"`
+	Version    string   `json:"version,omitempty" jsonschema:"a semantic version range, e.g. >=1.2.0 <2.0.0"`
+	Text       string   `json:"text,omitempty" jsonschema:"free text"`
+	LocalOnly  bool     `json:"local_only,omitempty" jsonschema:"resolve from the daemon's view and cache only"`
+}
+
+// ExplainOutput is the daemon's explanation, abridged for a model.
+type ExplainOutput struct {
+	Verdict string   `json:"verdict" jsonschema:"visible, held, refused, expired, gone, filtered, unknown (an agent); found, not_found (a query)"`
+	Summary string   `json:"summary"`
+	Next    []string `json:"next" jsonschema:"what to do, most useful first"`
+	Heard   []string `json:"heard,omitempty" jsonschema:"what each transport delivered: transport, kind, count, when last"`
+	Refused []string `json:"refused,omitempty" jsonschema:"the last refusals: when, transport, reason, detail"`
+	Steps   []string `json:"resolver_steps,omitempty" jsonschema:"the resolver's path: step, duration, agents found"`
+	Found   []string `json:"found,omitempty" jsonschema:"agent ids the resolver answered"`
+}
+
+func (t *tools) explain(ctx context.Context, req *mcp.CallToolRequest, in ExplainInput) (*mcp.CallToolResult, ExplainOutput, error) {
+	return call(t, req, func(b Backend) (ExplainOutput, error) {
+		q := client.ExplainQuery{AgentID: in.AgentID, Query: client.Query{Capability: in.Capability, Skill: in.Skill, Scene: in.Scene,
+			Type: in.Type, Tags: in.Tags, Version: in.Version, Text: in.Text, LocalOnly: in.LocalOnly}}
+		ex, err := b.Explain(ctx, q)
+		if err != nil {
+			return ExplainOutput{}, err
+		}
+		out := ExplainOutput{Verdict: ex.Verdict, Summary: ex.Summary, Next: ex.Next}
+		if out.Next == nil {
+			out.Next = []string{}
+		}
+		for _, h := range ex.Heard {
+			out.Heard = append(out.Heard, fmt.Sprintf("%s %s ×%d, last %s", h.Transport, h.Kind, h.Count, h.Last.UTC().Format(time.RFC3339)))
+		}
+		for _, r := range ex.Refusals {
+			out.Refused = append(out.Refused, fmt.Sprintf("%s %s %s: %s (%s)", r.At.UTC().Format(time.RFC3339), r.Transport, r.Kind, r.Reason, r.Detail))
+		}
+		if ex.Resolver != nil {
+			for _, st := range ex.Resolver.Steps {
+				line := fmt.Sprintf("%s %s, %d found", st.Name, st.Took.Round(time.Microsecond), st.Found)
+				if st.Error != "" {
+					line += ": " + st.Error
+				}
+				out.Steps = append(out.Steps, line)
+			}
+		}
+		for _, r := range ex.Results {
+			out.Found = append(out.Found, r.AgentID)
+		}
+		return out, nil
+	})
 }
 
 // RegisterInput is an agent description as a file holds it.

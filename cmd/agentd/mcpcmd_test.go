@@ -67,7 +67,7 @@ func exerciseTools(t *testing.T, s *mcp.ClientSession, updates <-chan string) {
 		}
 	}
 	slices.Sort(names)
-	want := []string{"discover_agents", "get_agent", "list_agents", "list_peers", "register_agent", "set_status", "unregister_agent"}
+	want := []string{"discover_agents", "explain_agent", "get_agent", "list_agents", "list_peers", "register_agent", "set_status", "unregister_agent"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)
 	}
@@ -136,6 +136,13 @@ func exerciseTools(t *testing.T, s *mcp.ClientSession, updates <-chan string) {
 	if res := callTool(t, s, "list_peers", nil, &peers); res.IsError || peers.Peers == nil {
 		t.Fatalf("list_peers: %s %+v", toolText(res), peers)
 	}
+	var ex mcpserver.ExplainOutput
+	if res := callTool(t, s, "explain_agent", map[string]any{"agent_id": reg.AgentID}, &ex); res.IsError || ex.Verdict != "visible" || len(ex.Heard) == 0 {
+		t.Fatalf("explain_agent: %s %+v", toolText(res), ex)
+	}
+	if res := callTool(t, s, "explain_agent", map[string]any{"capability": "product.search", "local_only": true}, &ex); res.IsError || ex.Verdict != "found" || len(ex.Steps) == 0 || len(ex.Found) != 1 {
+		t.Fatalf("explain_agent of a capability: %s %+v", toolText(res), ex)
+	}
 
 	// Refusals are tool errors that start with the seed's error code.
 	for _, c := range []struct {
@@ -147,6 +154,8 @@ func exerciseTools(t *testing.T, s *mcp.ClientSession, updates <-chan string) {
 		{"discover_agents", map[string]any{"limit": 5000}, record.CodeMalformedPayload},
 		{"discover_agents", map[string]any{"version": "not a range"}, record.CodeMalformedPayload},
 		{"get_agent", map[string]any{"agent_id": "not-a-uuid"}, record.CodeMalformedPayload},
+		{"explain_agent", map[string]any{}, record.CodeMalformedPayload},
+		{"explain_agent", map[string]any{"agent_id": "not-a-uuid"}, record.CodeMalformedPayload},
 		{"register_agent", map[string]any{"spec": "agent_type: x\n"}, record.CodeMalformedPayload},
 		{"register_agent", map[string]any{"spec": ""}, record.CodeMalformedPayload},
 		{"set_status", map[string]any{"agent_id": reg.AgentID, "status": "SLEEPY"}, record.CodeMalformedPayload},
