@@ -116,6 +116,9 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	run("a registered event", chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`tr[data-event="registry.agent.registered"][data-agent=%q]`, again.Agent.AgentID))), shot("events"))
+	run("filter the events", chromedp.SendKeys(chromedp.CSS("#event-filter"), "text.rank"),
+		chromedp.WaitNotPresent(chromedp.CSS(fmt.Sprintf(`tr[data-agent=%q]`, late.Agent.AgentID))),
+		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`tr[data-agent=%q]`, again.Agent.AgentID))))
 
 	// Search: the resolver's path for a capability.
 	run("search page", chromedp.Navigate(ui+"#search"), chromedp.WaitVisible(chromedp.CSS("#search-form")),
@@ -124,6 +127,10 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`#verdict[data-verdict="found"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#steps [data-step="local"].answered`)),
 		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#search-out tr[data-agent=%q]`, remote.Agent.AgentID))), shot("search"))
+
+	// A link to a query runs it.
+	run("a search link", chromedp.Navigate(ui+"#search?capability=text.translate&local_only=true"),
+		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#search-out tr[data-agent=%q]`, hosted.Agent.AgentID))))
 
 	// Explain: a visible agent (heard by gossip) and one never heard of.
 	run("explain page", chromedp.Navigate(ui+"#explain/"+remote.Agent.AgentID),

@@ -279,11 +279,18 @@ const pages = {
 
   async events() {
     const hb = h("input", { type: "checkbox", id: "hb" });
+    const filter = h("input", { placeholder: "filter: capability or agent id", id: "event-filter", "aria-label": "filter events" });
     const body = h("tbody", { id: "event-rows" });
-    const draw = () => put(body, ...state.events.map(eventRow));
+    const shown = (f) => {
+      const q = filter.value.trim().toLowerCase();
+      return !q || (f.agent_id || "").toLowerCase().includes(q) || (f.capability || "").toLowerCase().includes(q) ||
+        (f.capabilities || []).some((c) => c.toLowerCase().includes(q));
+    };
+    const draw = () => put(body, ...state.events.filter(shown).map(eventRow));
+    filter.addEventListener("input", draw);
     show(h("h1", {}, "Live events"),
       h("p", { class: "muted" }, "Registrations, departures, status and capability changes as the WebSocket watch delivers them (newest first). ",
-        h("label", {}, hb, " include heartbeats")),
+        h("label", {}, hb, " include heartbeats"), " ", filter),
       h("div", { class: "events" }, h("table", {}, h("thead", {}, h("tr", {}, ["time", "event", "agent", "status", "reason", "capabilities", "source"].map((c) => h("th", {}, c)))), body)));
     hb.addEventListener("change", () => {
       if (state.ws && state.ws.readyState === WebSocket.OPEN) state.ws.send(JSON.stringify({ type: "watch", heartbeats: hb.checked }));
@@ -305,8 +312,12 @@ const pages = {
         put(out, errorBox(e));
       }
     });
+    // #search?capability=… runs at once: a link to a query.
     const hq = hashQuery();
-    if (hq) f.fill(hq);
+    if (hq) {
+      f.fill(hq);
+      f.submit();
+    }
   },
 
   async explain(arg) {
@@ -318,7 +329,7 @@ const pages = {
       try {
         const ex = await api("explain?" + params);
         put(out, verdict(ex), agentState(ex), heardView(ex), refusalsView(ex), trustView(ex),
-          ex.resolver ? resolverView(ex) : "", nextList(ex));
+          ex.resolver ? resolverView(ex) : "", refusedOffers(ex), nextList(ex));
       } catch (e) {
         put(out, errorBox(e));
       }
