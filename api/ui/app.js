@@ -396,7 +396,7 @@ function eventRow(f) {
     h("td", {}, f.agent_id ? agentLink(f.agent_id, short(f.agent_id)) : f.capability || "-"),
     h("td", {}, f.status ? statusBadge(f.status) : "-"),
     h("td", {}, f.reason || f.change || "-"),
-    h("td", {}, (f.capabilities || []).join(", ")),
+    h("td", {}, (f.capabilities && f.capabilities.length ? f.capabilities : f.capability ? [f.capability] : []).join(", ")),
     h("td", {}, f.source || "-"));
 }
 
