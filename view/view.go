@@ -1482,13 +1482,9 @@ func (v *View) effective(s *agentState) record.Status {
 	return record.StatusHealthy
 }
 
-// reviveLocked clears the UNHEALTHY mark when news arrives.
-// timeoutFor is the liveness timeout of an agent that beats every
-// interval: the configured timeout, scaled up for agents that announced a
-// longer interval than the default.
 // TimeoutFor is how long an agent beating every interval stays in the
-// view without news: Config.Timeout, scaled up for intervals longer
-// than the default.
+// view without news: Config.Timeout, scaled up for agents that announced a
+// longer interval than the default.
 func (v *View) TimeoutFor(interval time.Duration) time.Duration {
 	interval = max(interval, v.cfg.HeartbeatInterval)
 	timeout := v.cfg.Timeout
@@ -1498,6 +1494,7 @@ func (v *View) TimeoutFor(interval time.Duration) time.Duration {
 	return timeout
 }
 
+// reviveLocked clears the UNHEALTHY mark when news arrives.
 func (v *View) reviveLocked(s *agentState, now time.Time, events []Event) []Event {
 	if !s.unhealthy {
 		return events
