@@ -425,8 +425,7 @@ func parseAgentFilter(q queryParams) (agentQuery, error) {
 	if _, err := f.Compile(); err != nil {
 		return aq, err
 	}
-	aq.filtered = f.Capability != "" || f.Skill != "" || f.Scene != "" || f.Type != "" || len(f.Tags) > 0 ||
-		f.Tenant != "" || f.Version != "" || f.Text != ""
+	aq.filtered = f.Narrows()
 	return aq, nil
 }
 

@@ -98,6 +98,13 @@ type Query struct {
 	LocalOnly bool
 }
 
+// Filtered reports whether q selects by anything: a capability, skill,
+// scene, type, tag, tenant, version range or text.
+func (q Query) Filtered() bool {
+	return q.Capability != "" || q.Skill != "" || q.Scene != "" || q.Type != "" || len(q.Tags) > 0 ||
+		q.Tenant != "" || q.Version != "" || q.Text != ""
+}
+
 func (q Query) values() url.Values {
 	v := url.Values{}
 	set := func(k, s string) {

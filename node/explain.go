@@ -178,10 +178,7 @@ func (n *Node) Explain(ctx context.Context, q ExplainQuery) (*Explanation, error
 		rec = n.explainAgent(ctx, ex, f.AgentID)
 	}
 	// A query beyond the agent id runs the resolver, traced.
-	query := f
-	query.AgentID = ""
-	hasQuery := query.Capability != "" || query.Skill != "" || query.Scene != "" || query.Type != "" || len(query.Tags) > 0 ||
-		query.Tenant != "" || query.Version != "" || query.Text != ""
+	hasQuery := f.Narrows()
 	if hasQuery && rec != nil {
 		ex.Mismatched = mismatches(f, &rec.Agent)
 	}

@@ -90,6 +90,13 @@ type Filter struct {
 	Sources []Source
 }
 
+// Narrows reports whether f selects by anything but the agent id: a
+// capability, skill, scene, type, tag, tenant, version range or text.
+func (f Filter) Narrows() bool {
+	return f.Capability != "" || f.Skill != "" || f.Scene != "" || f.Type != "" || len(f.Tags) > 0 ||
+		f.Tenant != "" || f.Version != "" || f.Text != ""
+}
+
 // Tombstone remembers that an agent unregistered, so a late replay of an
 // older record or beat does not bring it back.
 type Tombstone struct {

@@ -95,20 +95,11 @@ func clientCommands() []*cli.Command {
 				"has nothing, through the LAN, the DHT and the SkillCenter fallback. Filters are ANDed;\n" +
 				"give at least one (`agentd list` lists every agent). Each answer says where it came\n" +
 				"from and how old it is. Exits 1 when nothing matches. " + clientAPIHelp,
-			Flags: daemonClientFlags(
-				&cli.StringFlag{Name: cfCapability, Usage: "capability `ID`"},
-				&cli.StringFlag{Name: cfSkill, Usage: "skill `ID`"},
-				&cli.StringFlag{Name: cfScene, Usage: "`SCENE` of the skill"},
-				&cli.StringFlag{Name: cfType, Usage: "skill `TYPE`: enterprise-skill, tool-skill or integration-skill"},
-				&cli.StringSliceFlag{Name: cfTag, Usage: "`TAG` the agent must carry (repeatable, all must match)"},
-				&cli.StringFlag{Name: cfTenant, Usage: "`TENANT` scope"},
-				&cli.StringFlag{Name: cfVersionC, Usage: "semver `CONSTRAINT`, e.g. '>=1.2.0 <2.0.0'"},
-				&cli.StringFlag{Name: cfText, Aliases: []string{"q"}, Usage: "free `TEXT` over names, descriptions and ids"},
+			Flags: daemonClientFlags(append(filterFlags(),
 				&cli.IntFlag{Name: cfLimit, Aliases: []string{"n"}, Value: 100, Usage: "at most `N` agents (1-1000)"},
-				&cli.BoolFlag{Name: cfLocal, Usage: "answer from the daemon's view and cache only, without asking the network"},
 				&cli.BoolFlag{Name: cfIncludeStale, Usage: "include expired cache entries (marked stale)"},
 				&cli.StringFlag{Name: cfFormat, Value: "table", Usage: "`FORMAT` of the answer: table, json (as --json) or a2a (a JSON array of A2A Agent Cards; docs/protocol.md)"},
-			),
+			)...),
 			Action: clientDiscover,
 		},
 		{
@@ -369,18 +360,40 @@ func clientStatusSet(c *cli.Context) error {
 
 // ---- discover, list ----
 
+// filterFlags are the query filters discover and explain take.
+func filterFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: cfCapability, Usage: "capability `ID`"},
+		&cli.StringFlag{Name: cfSkill, Usage: "skill `ID`"},
+		&cli.StringFlag{Name: cfScene, Usage: "`SCENE` of the skill"},
+		&cli.StringFlag{Name: cfType, Usage: "skill `TYPE`: enterprise-skill, tool-skill or integration-skill"},
+		&cli.StringSliceFlag{Name: cfTag, Usage: "`TAG` the agent must carry (repeatable, all must match)"},
+		&cli.StringFlag{Name: cfTenant, Usage: "`TENANT` scope"},
+		&cli.StringFlag{Name: cfVersionC, Usage: "semver `CONSTRAINT`, e.g. '>=1.2.0 <2.0.0'"},
+		&cli.StringFlag{Name: cfText, Aliases: []string{"q"}, Usage: "free `TEXT` over names, descriptions and ids"},
+		&cli.BoolFlag{Name: cfLocal, Usage: "answer from the daemon's view and cache only, without asking the network"},
+	}
+}
+
+const filterFlagNames = "--capability, --skill, --scene, --type, --tag, --tenant, --version, --text"
+
+// filterQuery reads filterFlags.
+func filterQuery(c *cli.Context) client.Query {
+	return client.Query{
+		Capability: c.String(cfCapability), Skill: c.String(cfSkill), Scene: c.String(cfScene),
+		Type: c.String(cfType), Tags: c.StringSlice(cfTag), Tenant: c.String(cfTenant),
+		Version: c.String(cfVersionC), Text: c.String(cfText), LocalOnly: c.Bool(cfLocal),
+	}
+}
+
 func clientDiscover(c *cli.Context) error {
 	if err := clientNoArgs(c); err != nil {
 		return err
 	}
-	q := client.Query{
-		Capability: c.String(cfCapability), Skill: c.String(cfSkill), Scene: c.String(cfScene),
-		Type: c.String(cfType), Tags: c.StringSlice(cfTag), Tenant: c.String(cfTenant),
-		Version: c.String(cfVersionC), Text: c.String(cfText), Limit: c.Int(cfLimit),
-		LocalOnly: c.Bool(cfLocal), IncludeStale: c.Bool(cfIncludeStale),
-	}
-	if q.Capability == "" && q.Skill == "" && q.Scene == "" && q.Type == "" && len(q.Tags) == 0 && q.Tenant == "" && q.Version == "" && q.Text == "" {
-		return usagef("discover: give at least one of --capability, --skill, --scene, --type, --tag, --tenant, --version, --text (`agentd list` lists every agent)")
+	q := filterQuery(c)
+	q.Limit, q.IncludeStale = c.Int(cfLimit), c.Bool(cfIncludeStale)
+	if !q.Filtered() {
+		return usagef("discover: give at least one of %s (`agentd list` lists every agent)", filterFlagNames)
 	}
 	if c.IsSet(cfLimit) && (q.Limit < 1 || q.Limit > 1000) {
 		return usagef("discover: --limit must be from 1 to 1000")

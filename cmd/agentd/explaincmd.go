@@ -27,18 +27,9 @@ func explainCommand() *cli.Command {
 			"and agents offering the capability that were refused. Both: whether the filters match the\n" +
 			"agent. Exits 0 when the agent is visible or the query finds agents, 1 otherwise.\n" +
 			"docs/operations.md, \"Why can't I see agent X?\".\n" + clientAPIHelp,
-		Flags: daemonClientFlags(
-			&cli.StringFlag{Name: cfCapability, Usage: "capability `ID`"},
-			&cli.StringFlag{Name: cfSkill, Usage: "skill `ID`"},
-			&cli.StringFlag{Name: cfScene, Usage: "`SCENE` of the skill"},
-			&cli.StringFlag{Name: cfType, Usage: "skill `TYPE`: enterprise-skill, tool-skill or integration-skill"},
-			&cli.StringSliceFlag{Name: cfTag, Usage: "`TAG` the agent must carry (repeatable)"},
-			&cli.StringFlag{Name: cfTenant, Usage: "`TENANT` scope"},
-			&cli.StringFlag{Name: cfVersionC, Usage: "semver `CONSTRAINT`, e.g. '>=1.2.0 <2.0.0'"},
-			&cli.StringFlag{Name: cfText, Aliases: []string{"q"}, Usage: "free `TEXT` over names, descriptions and ids"},
-			&cli.BoolFlag{Name: cfLocal, Usage: "resolve from the daemon's view and cache only, without asking the network"},
+		Flags: daemonClientFlags(append(filterFlags(),
 			&cli.DurationFlag{Name: cfTimeout, Usage: "bound the resolver's lookup to `DURATION` (at most 10s; default the daemon's lookup_timeout)"},
-		),
+		)...),
 		Action: clientExplain,
 	}
 }
@@ -47,17 +38,13 @@ func clientExplain(c *cli.Context) error {
 	if c.NArg() > 1 {
 		return usagef("explain: give at most one agent id, after the flags (got %d arguments)", c.NArg())
 	}
-	q := client.ExplainQuery{AgentID: c.Args().First(), Query: client.Query{
-		Capability: c.String(cfCapability), Skill: c.String(cfSkill), Scene: c.String(cfScene),
-		Type: c.String(cfType), Tags: c.StringSlice(cfTag), Tenant: c.String(cfTenant),
-		Version: c.String(cfVersionC), Text: c.String(cfText), LocalOnly: c.Bool(cfLocal),
-	}, Timeout: c.Duration(cfTimeout)}
+	q := client.ExplainQuery{AgentID: c.Args().First(), Query: filterQuery(c), Timeout: c.Duration(cfTimeout)}
 	if q.AgentID != "" {
 		if err := record.ValidateAgentID(q.AgentID); err != nil {
 			return usagef("explain: %v", err)
 		}
-	} else if q.Capability == "" && q.Skill == "" && q.Scene == "" && q.Type == "" && len(q.Tags) == 0 && q.Tenant == "" && q.Version == "" && q.Text == "" {
-		return usagef("explain: give an agent id, or a query (--capability, --skill, --scene, --type, --tag, --tenant, --version, --text)")
+	} else if !q.Filtered() {
+		return usagef("explain: give an agent id, or a query (%s)", filterFlagNames)
 	}
 	if q.Timeout < 0 || q.Timeout > 10*time.Second {
 		return usagef("explain: --timeout must be between 1ms and 10s")
