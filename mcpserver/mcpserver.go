@@ -297,17 +297,28 @@ func ptr[T any](v T) *T { return &v }
 
 type tools struct{ backend BackendFor }
 
+// Filters are the query filters discover_agents and explain_agent take;
+// every one given must match.
+type Filters struct {
+	Capability string   `json:"capability,omitempty" jsonschema:"a capability id the agent must offer, e.g. product.search"`
+	Skill      string   `json:"skill,omitempty" jsonschema:"a skill id the agent must have"`
+	Scene      string   `json:"scene,omitempty" jsonschema:"a scene one of its skills must take part in"`
+	Type       string   `json:"type,omitempty" jsonschema:"a skill type: enterprise-skill, tool-skill or integration-skill"`
+	Tags       []string `json:"tags,omitempty" jsonschema:"tags the agent must carry, e.g. tier=core"`
+	Version    string   `json:"version,omitempty" jsonschema:"a semantic version range the agent's version must satisfy, e.g. >=1.2.0 <2.0.0"`
+	Text       string   `json:"text,omitempty" jsonschema:"free text: every word must begin a word of the agent's names, descriptions, ids or tags"`
+}
+
+// query is the client query of f.
+func (f Filters) query() client.Query {
+	return client.Query{Capability: f.Capability, Skill: f.Skill, Scene: f.Scene, Type: f.Type, Tags: f.Tags, Version: f.Version, Text: f.Text}
+}
+
 // DiscoverInput are the filters of discover_agents.
 type DiscoverInput struct {
-	Capability   string   `json:"capability,omitempty" jsonschema:"a capability id the agent must offer, e.g. product.search"`
-	Skill        string   `json:"skill,omitempty" jsonschema:"a skill id the agent must have"`
-	Scene        string   `json:"scene,omitempty" jsonschema:"a scene one of its skills must take part in"`
-	Type         string   `json:"type,omitempty" jsonschema:"a skill type: enterprise-skill, tool-skill or integration-skill"`
-	Tags         []string `json:"tags,omitempty" jsonschema:"tags the agent must carry, e.g. tier=core"`
-	Version      string   `json:"version,omitempty" jsonschema:"a semantic version range the agent's version must satisfy, e.g. >=1.2.0 <2.0.0"`
-	Text         string   `json:"text,omitempty" jsonschema:"free text: every word must begin a word of the agent's names, descriptions, ids or tags"`
-	Limit        int      `json:"limit,omitempty" jsonschema:"at most this many agents (1-1000; default 100)"`
-	IncludeStale bool     `json:"include_stale,omitempty" jsonschema:"also expired cache entries, marked stale"`
+	Filters
+	Limit        int  `json:"limit,omitempty" jsonschema:"at most this many agents (1-1000; default 100)"`
+	IncludeStale bool `json:"include_stale,omitempty" jsonschema:"also expired cache entries, marked stale"`
 }
 
 // AgentsOutput is a list of agents.
@@ -382,8 +393,9 @@ func (t *tools) discover(ctx context.Context, req *mcp.CallToolRequest, in Disco
 		if in.Limit < 0 || in.Limit > 1000 {
 			return AgentsOutput{}, &client.Error{Code: record.CodeMalformedPayload, Field: "limit", Message: "limit must be between 1 and 1000"}
 		}
-		rs, err := b.Discover(ctx, client.Query{Capability: in.Capability, Skill: in.Skill, Scene: in.Scene, Type: in.Type, Tags: in.Tags,
-			Version: in.Version, Text: in.Text, Limit: in.Limit, IncludeStale: in.IncludeStale})
+		q := in.query()
+		q.Limit, q.IncludeStale = in.Limit, in.IncludeStale
+		rs, err := b.Discover(ctx, q)
 		return agentsOf(rs), err
 	})
 }
@@ -433,15 +445,9 @@ func call[Out any](t *tools, req *mcp.CallToolRequest, f func(Backend) (Out, err
 
 // ExplainInput names an agent, a query, or both.
 type ExplainInput struct {
-	AgentID    string   `json:"agent_id,omitempty" jsonschema:"the agent to explain (a UUID)"`
-	Capability string   `json:"capability,omitempty" jsonschema:"a capability id, e.g. product.search"`
-	Skill      string   `json:"skill,omitempty" jsonschema:"a skill id"`
-	Scene      string   `json:"scene,omitempty" jsonschema:"a scene"`
-	Type       string   `json:"type,omitempty" jsonschema:"a skill type: enterprise-skill, tool-skill or integration-skill"`
-	Tags       []string `json:"tags,omitempty" jsonschema:"tags the agent must carry"`
-	Version    string   `json:"version,omitempty" jsonschema:"a semantic version range, e.g. >=1.2.0 <2.0.0"`
-	Text       string   `json:"text,omitempty" jsonschema:"free text"`
-	LocalOnly  bool     `json:"local_only,omitempty" jsonschema:"resolve from the daemon's view and cache only"`
+	AgentID string `json:"agent_id,omitempty" jsonschema:"the agent to explain (a UUID)"`
+	Filters
+	LocalOnly bool `json:"local_only,omitempty" jsonschema:"resolve from the daemon's view and cache only"`
 }
 
 // ExplainOutput is the daemon's explanation, abridged for a model.
@@ -457,8 +463,8 @@ type ExplainOutput struct {
 
 func (t *tools) explain(ctx context.Context, req *mcp.CallToolRequest, in ExplainInput) (*mcp.CallToolResult, ExplainOutput, error) {
 	return call(t, req, func(b Backend) (ExplainOutput, error) {
-		q := client.ExplainQuery{AgentID: in.AgentID, Query: client.Query{Capability: in.Capability, Skill: in.Skill, Scene: in.Scene,
-			Type: in.Type, Tags: in.Tags, Version: in.Version, Text: in.Text, LocalOnly: in.LocalOnly}}
+		q := client.ExplainQuery{AgentID: in.AgentID, Query: in.query()}
+		q.LocalOnly = in.LocalOnly
 		ex, err := b.Explain(ctx, q)
 		if err != nil {
 			return ExplainOutput{}, err
