@@ -29,10 +29,7 @@ import (
 // search and explain pages answer. With AGENTD_SCREENSHOTS=DIR set, each
 // page is saved as DIR/<page>.png (make console-screenshots: docs/console/).
 func TestConsoleInBrowser(t *testing.T) {
-	chrome := findChromium()
-	if chrome == "" {
-		testutil.SkipEnv(t, "chromium is not installed (apt-get install chromium)")
-	}
+	br := newBrowser(t)
 	ctx := context.Background()
 	cfgA := testConfig(t)
 	cfgA.Discovery.Scope = "full"
@@ -79,7 +76,6 @@ func TestConsoleInBrowser(t *testing.T) {
 		return err == nil
 	})
 
-	br := newBrowser(t, chrome)
 	run, text, shot := br.run, br.text, br.shot
 	ui := a.APIURL() + "/ui/"
 
@@ -172,10 +168,7 @@ func TestConsoleInBrowser(t *testing.T) {
 // shows anything, then works with it: the API calls carry it, and the
 // event WebSocket offers it as a subprotocol.
 func TestConsoleWithToken(t *testing.T) {
-	chrome := findChromium()
-	if chrome == "" {
-		testutil.SkipEnv(t, "chromium is not installed (apt-get install chromium)")
-	}
+	br := newBrowser(t)
 	ctx := context.Background()
 	cfg := testConfig(t)
 	cfg.API.JWTSecret = strings.Repeat("console-secret-", 3)
@@ -191,7 +184,6 @@ func TestConsoleWithToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	br := newBrowser(t, chrome)
 	br.run("the token prompt", chromedp.Navigate(d.APIURL()+"/ui/#node"), chromedp.WaitVisible(chromedp.CSS("#need-token")),
 		chromedp.WaitVisible(chromedp.CSS("#token")))
 	br.run("enter the token", chromedp.SendKeys(chromedp.CSS("#token"), tok), chromedp.Click(chromedp.CSS("#token-form button")),
@@ -213,8 +205,14 @@ type browser struct {
 	shots    string
 }
 
-func newBrowser(t *testing.T, chrome string) *browser {
+// It skips the test where Debian's chromium is not installed (fails under
+// CI, where .ci/run installs it).
+func newBrowser(t *testing.T) *browser {
 	t.Helper()
+	chrome := findChromium()
+	if chrome == "" {
+		testutil.SkipEnv(t, "chromium is not installed (apt-get install chromium)")
+	}
 	// The browser starts on its first action, on ctx, which has no
 	// timeout (a timeout there would stop the browser); each step then
 	// gets its own.
