@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/trust"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
@@ -184,22 +183,13 @@ func (g *Gossip) check(topic, scene, shard string, data []byte, author peer.ID) 
 // note records in the verifier's journal a refusal of a decoded message
 // that the verifier did not make (agentd explain).
 func (g *Gossip) note(m *Message, reason trust.Reason, err error) {
-	j := g.v.Journal()
-	if j == nil || m == nil {
-		return
-	}
-	v := journal.Verdict{Transport: metricsTransport, Reason: string(reason), Detail: err.Error()}
-	var id string
-	var caps []string
 	switch {
+	case m == nil:
 	case m.Agent != nil:
-		a := &m.Agent.Agent
-		id, v.Kind, v.Seq, v.PeerID, caps = a.AgentID, journal.KindRecord, a.Seq, a.PeerID, a.AllCapabilities()
+		g.v.NoteRecord(m.Agent, metricsTransport, reason, err)
 	case m.Beat != nil:
-		b := &m.Beat.Beat
-		id, v.Kind, v.Seq, v.PeerID = b.AgentID, journal.KindBeat, b.Seq, b.PeerID
+		g.v.NoteBeat(m.Beat, metricsTransport, reason, err)
 	}
-	j.Note(id, v, caps)
 }
 
 // topicMatch checks an announcement against the scene or shard of the

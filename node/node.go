@@ -195,7 +195,6 @@ func New(cfg Config, opts Options) (n *Node, err error) {
 	n.vet = newVetter(n)
 	n.vetN = &network.NotifyBundle{ConnectedF: n.vet.connected}
 	n.view = view.New(view.Config{
-		Journal:           n.jrnl,
 		HeartbeatInterval: cfg.HeartbeatInterval, UnhealthyAfter: cfg.UnhealthyAfter,
 		Timeout: cfg.Timeout, CacheTTL: cfg.CacheTTL,
 		MaxAgentsPerPeer: cfg.MaxAgentsPerPeer,

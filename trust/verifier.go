@@ -343,8 +343,13 @@ func NewVerifier(cfg Config, pins PinStore) (*Verifier, error) {
 }
 
 // Journal returns the journal the verifier notes its verdicts in (nil:
-// none), for the transports' own refusals of the same agents.
-func (v *Verifier) Journal() *journal.Journal { return v.cfg.Journal }
+// none, or a nil Verifier).
+func (v *Verifier) Journal() *journal.Journal {
+	if v == nil {
+		return nil
+	}
+	return v.cfg.Journal
+}
 
 // Policy returns the configured policy.
 func (v *Verifier) Policy() Policy { return v.cfg.Policy }
@@ -383,17 +388,45 @@ func (v *Verifier) Allowed(agentID string) bool {
 // policy the key is pinned if it was not yet.
 func (v *Verifier) VerifyAgent(sa *record.SignedAgent, opts VerifyOptions) error {
 	err := v.verifyAgent(sa, opts)
-	if j := v.cfg.Journal; j != nil {
-		a := &sa.Agent
-		vd := journal.Verdict{At: v.cfg.Now(), Transport: opts.Transport, Kind: journal.KindRecord, Seq: a.Seq, PeerID: a.PeerID, Accepted: err == nil}
-		var caps []string // an accepted record's capabilities are in the view
-		if err != nil {
-			vd.Reason, vd.Detail = string(ReasonOf(err)), err.Error()
-			caps = a.AllCapabilities()
-		}
-		j.Note(a.AgentID, vd, caps)
-	}
+	v.NoteRecord(sa, opts.Transport, "", err)
 	return err
+}
+
+// NoteRecord files a verdict on a record in the journal (Config.Journal;
+// nothing without one, or on a nil Verifier): accepted when err is nil,
+// else refused for reason, or for ReasonOf(err) when reason is empty. A
+// transport's own refusals (gossip's topic checks, the view's admission)
+// go through it too.
+func (v *Verifier) NoteRecord(sa *record.SignedAgent, transport string, reason Reason, err error) {
+	if v == nil || v.cfg.Journal == nil {
+		return
+	}
+	a := &sa.Agent
+	var caps []string // an accepted record's capabilities are in the view
+	if err != nil {
+		caps = a.AllCapabilities()
+	}
+	v.cfg.Journal.Note(a.AgentID, v.verdict(transport, journal.KindRecord, a.Seq, a.PeerID, reason, err), caps)
+}
+
+// NoteBeat is NoteRecord for a heartbeat, status or unregister statement.
+func (v *Verifier) NoteBeat(sb *record.SignedBeat, transport string, reason Reason, err error) {
+	if v == nil || v.cfg.Journal == nil {
+		return
+	}
+	b := &sb.Beat
+	v.cfg.Journal.Note(b.AgentID, v.verdict(transport, journal.KindBeat, b.Seq, b.PeerID, reason, err), nil)
+}
+
+func (v *Verifier) verdict(transport, kind string, seq uint64, peerID string, reason Reason, err error) journal.Verdict {
+	vd := journal.Verdict{At: v.cfg.Now(), Transport: transport, Kind: kind, Seq: seq, PeerID: peerID, Accepted: err == nil}
+	if err != nil {
+		if reason == "" {
+			reason = ReasonOf(err)
+		}
+		vd.Reason, vd.Detail = string(reason), err.Error()
+	}
+	return vd
 }
 
 func (v *Verifier) verifyAgent(sa *record.SignedAgent, opts VerifyOptions) error {
@@ -664,14 +697,7 @@ func (v *Verifier) AgentKey(agentID string) (*ecdsa.PublicKey, bool) {
 // Beats travel by gossip only; the journal records them so.
 func (v *Verifier) VerifyBeat(sb *record.SignedBeat, from peer.ID) error {
 	err := v.verifyBeat(sb, from)
-	if j := v.cfg.Journal; j != nil {
-		b := &sb.Beat
-		vd := journal.Verdict{At: v.cfg.Now(), Transport: "gossip", Kind: journal.KindBeat, Seq: b.Seq, PeerID: b.PeerID, Accepted: err == nil}
-		if err != nil {
-			vd.Reason, vd.Detail = string(ReasonOf(err)), err.Error()
-		}
-		j.Note(b.AgentID, vd, nil)
-	}
+	v.NoteBeat(sb, "gossip", "", err)
 	return err
 }
 

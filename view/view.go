@@ -32,7 +32,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/store"
@@ -93,9 +92,6 @@ type Config struct {
 	// registry or announced on the LAN) in the live view together
 	// (default 4096); they count under no peer.
 	MaxUnbound int
-	// Journal, when set, records the view's refusals and departures per
-	// agent (agentd explain).
-	Journal *journal.Journal
 }
 
 func (c *Config) defaults() {
@@ -688,14 +684,10 @@ func (v *View) learn(sa *record.SignedAgent, src store.Source, live bool) error 
 // every interval (0: unknown, the default interval applies).
 func (v *View) learnHeard(sa *record.SignedAgent, src store.Source, live bool, age, interval time.Duration) error {
 	err := v.learnHeard0(sa, src, live, age, interval)
-	if err != nil && v.cfg.Journal != nil {
-		// A replay is a copy already applied (another path, a refetch): not
-		// news, and not a refusal an operator needs to see.
-		if r := trust.ReasonOf(err); r != trust.ReasonReplay {
-			a := &sa.Agent
-			v.cfg.Journal.Note(a.AgentID, journal.Verdict{At: v.cfg.Now(), Transport: "view", Kind: journal.KindRecord, Seq: a.Seq, PeerID: a.PeerID,
-				Reason: string(r), Detail: err.Error()}, nil)
-		}
+	// A replay is a copy already applied (another path, a refetch): not
+	// news, and not a refusal an operator needs to see.
+	if err != nil && trust.ReasonOf(err) != trust.ReasonReplay {
+		v.ver.NoteRecord(sa, "view", "", err)
 	}
 	return err
 }
@@ -1125,8 +1117,7 @@ func (v *View) sweep() {
 		if now.Sub(p.at) > v.cfg.Timeout {
 			delete(v.pending, id)
 			expired++
-			v.cfg.Journal.Note(id, journal.Verdict{At: now, Transport: "view", Kind: journal.KindRecord, Seq: p.sa.Agent.Seq, PeerID: p.sa.Agent.PeerID,
-				Reason: string(ReasonUnvetted), Detail: fmt.Sprintf("held %s for peer %s to be reached; it never was", v.cfg.Timeout, p.sa.Agent.PeerID)}, nil)
+			v.ver.NoteRecord(p.sa, "view", ReasonUnvetted, fmt.Errorf("held %s for peer %s to be reached; it never was", v.cfg.Timeout, p.sa.Agent.PeerID))
 		}
 	}
 	for p := range v.down {
@@ -1515,7 +1506,7 @@ func (v *View) agentEvent(t EventType, s *agentState, now time.Time, reason stri
 func (v *View) emit(events []Event) {
 	for _, e := range events {
 		if e.Type == EventDeregistered {
-			v.cfg.Journal.NoteLeft(e.AgentID, e.Time, e.Reason)
+			v.ver.Journal().NoteLeft(e.AgentID, e.Time, e.Reason)
 		}
 		v.hub.publish(e)
 	}
