@@ -196,12 +196,10 @@ func (n *Node) explainAgent(ctx context.Context, ex *Explanation, id string) *re
 	var rec *record.SignedAgent
 	if a, ok := n.view.Get(id); ok {
 		rec = a.Record
-		interval := max(a.Interval, n.cfg.HeartbeatInterval)
 		l := &ExplainedLive{Status: a.Status, Source: a.Source, Local: a.Local, Unbound: a.Record.Unbound(), PeerID: a.Record.Agent.PeerID,
 			Seq: a.Record.Agent.Seq, FirstSeen: a.FirstSeen, LastHeard: a.LastHeard, Interval: a.Interval,
-			UnhealthyAt: a.LastHeard.Add(time.Duration(n.cfg.UnhealthyAfter) * interval),
-			TimeoutAt:   a.LastHeard.Add(n.view.TimeoutFor(interval)),
-			ExpiresAt:   a.Record.Agent.ExpiresAt()}
+			ExpiresAt: a.Record.Agent.ExpiresAt()}
+		l.UnhealthyAt, l.TimeoutAt = n.view.Deadlines(a)
 		if a.Local {
 			l.PeerConnected = true
 		} else if p, err := peer.Decode(l.PeerID); err == nil {
@@ -247,7 +245,7 @@ func (n *Node) explainQuery(ctx context.Context, ex *Explanation, q ExplainQuery
 		ex.RefusedOffering = n.jrnl.Offering(f.Capability, 20)
 	}
 	rq := Query{Filter: f, LocalOnly: q.LocalOnly, Timeout: q.Timeout}
-	rq.Limit = 0
+	rq.Limit = 0 // every match: the agent asked about may be past a page
 	res, tr, err := n.DiscoverTrace(ctx, rq)
 	ex.Resolver = tr
 	if err != nil {

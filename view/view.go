@@ -1485,6 +1485,13 @@ func (v *View) TimeoutFor(interval time.Duration) time.Duration {
 	return timeout
 }
 
+// Deadlines says when the liveness rules act on a remote agent if nothing
+// more is heard of it: when it is marked UNHEALTHY and when it is removed.
+func (v *View) Deadlines(a Agent) (unhealthy, removed time.Time) {
+	interval := max(a.Interval, v.cfg.HeartbeatInterval)
+	return a.LastHeard.Add(time.Duration(v.cfg.UnhealthyAfter) * interval), a.LastHeard.Add(v.TimeoutFor(interval))
+}
+
 // reviveLocked clears the UNHEALTHY mark when news arrives.
 func (v *View) reviveLocked(s *agentState, now time.Time, events []Event) []Event {
 	if !s.unhealthy {
