@@ -39,6 +39,19 @@ type Config struct {
 	Log LogConfig `yaml:"log" json:"log"`
 	// NAT configures NAT traversal (agentd's addition; docs/nat.md).
 	NAT NATConfig `yaml:"nat" json:"nat"`
+	// Connections bounds the connections a node keeps open (agentd's
+	// addition; docs/operations.md, "Connections").
+	Connections ConnectionsConfig `yaml:"connections" json:"connections"`
+}
+
+// ConnectionsConfig is go-libp2p's connection manager: once a node holds
+// HighWater connections it closes the least valuable ones older than
+// GracePeriod until LowWater remain. Never closed: GossipSub's mesh peers,
+// kad-dht's nearest buckets and the peers of the live view (64 at most).
+type ConnectionsConfig struct {
+	LowWater    int      `yaml:"lowWater" json:"lowWater"`
+	HighWater   int      `yaml:"highWater" json:"highWater"`
+	GracePeriod Duration `yaml:"gracePeriod" json:"gracePeriod"`
 }
 
 // NATConfig is how a node behind a NAT stays reachable: go-libp2p's AutoNAT,
@@ -259,6 +272,7 @@ func Default() Config {
 		// every agent behind a NAT, many of them behind the same one.
 		Relay: RelayConfig{MaxReservations: 1024, MaxReservationsPerIP: 64, MaxCircuits: 16,
 			ReservationTTL: Duration(time.Hour), ConnDuration: Duration(2 * time.Minute), ConnData: 128 << 10}}
+	c.Connections = ConnectionsConfig{LowWater: 32, HighWater: 64, GracePeriod: Duration(10 * time.Second)}
 	c.Discovery.SkillCenter.Timeout = Duration(10 * time.Second)
 	c.Discovery.SkillCenter.Cache.Enabled = true
 	c.Discovery.SkillCenter.Cache.TTL = Duration(300 * time.Second)

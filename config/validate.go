@@ -154,6 +154,21 @@ func (c Config) validate(v *validator) {
 	c.Registry.validate(v)
 	c.Log.validate(v)
 	c.NAT.validate(v)
+	c.Connections.validate(v)
+}
+
+func (c ConnectionsConfig) validate(v *validator) {
+	switch {
+	case c.LowWater < 0 || c.LowWater > 100_000:
+		v.add("connections.lowWater", "%d is out of range (0 = default 32, at most 100000)", c.LowWater)
+	case c.HighWater < 0 || c.HighWater > 100_000:
+		v.add("connections.highWater", "%d is out of range (0 = default 64, at most 100000)", c.HighWater)
+	case c.LowWater > 0 && c.HighWater > 0 && c.HighWater <= c.LowWater:
+		v.add("connections.highWater", "%d must be above connections.lowWater (%d)", c.HighWater, c.LowWater)
+	}
+	if g := c.GracePeriod.D(); g != 0 && (g < time.Second || g > time.Hour) {
+		v.add("connections.gracePeriod", "%s is out of range (0 = default 10s; 1s-1h)", c.GracePeriod)
+	}
 }
 
 func (a APIConfig) validate(v *validator) {

@@ -165,8 +165,11 @@ func startNetwork(ctx context.Context, cfg config.Config, id *trust.Identity, st
 		Listen: cfg.Listen,
 		NAT:    nat,
 		// Many agents behind one NAT share its address.
-		ConnsPerIP: cfg.NAT.ConnsPerIP,
-		UserAgent:  "agentd/" + ver,
+		ConnsPerIP:  cfg.NAT.ConnsPerIP,
+		LowWater:    cfg.Connections.LowWater,
+		HighWater:   cfg.Connections.HighWater,
+		GracePeriod: cfg.Connections.GracePeriod.D(),
+		UserAgent:   "agentd/" + ver,
 		// libp2p would register its metrics on Prometheus' global
 		// registry; agentd gives each node its own (package metrics).
 		DisableMetrics: true,

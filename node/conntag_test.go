@@ -2,11 +2,14 @@ package node
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	coreconnmgr "github.com/libp2p/go-libp2p/core/connmgr"
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
 
 	"github.com/agentd/agentd/record"
@@ -20,10 +23,10 @@ type cmHost struct {
 
 func (h cmHost) ConnManager() coreconnmgr.ConnManager { return h.cm }
 
-// TestViewPeersAreTagged: the connection to a peer whose agent is in the
-// live view carries the view tag, so a trim closes other connections
-// first; the tag goes when the agent leaves the view.
-func TestViewPeersAreTagged(t *testing.T) {
+// TestViewPeersAreProtected: the connection to a peer whose agent is in
+// the live view is protected from trimming; the protection goes when the
+// agent leaves the view.
+func TestViewPeersAreProtected(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		ctx := context.Background()
 		tn := newNet(t, 1, Config{})
@@ -46,18 +49,46 @@ func TestViewPeersAreTagged(t *testing.T) {
 		p := host0.Host().ID()
 		waitFor(t, 10*time.Second, "the agent in the watcher's view", func() bool { return hears(watcher, sa.Agent.AgentID) })
 		watcher.tagViewPeers()
-		if ti := cm.GetTagInfo(p); ti == nil || ti.Tags[viewTag] != viewTagWeight {
-			t.Fatalf("connection to a view peer not tagged: %+v", ti)
+		if !cm.IsProtected(p, viewTag) {
+			t.Fatalf("connection to a view peer not protected: %+v", cm.GetTagInfo(p))
 		}
 		if err := host0.Unregister(ctx, sa.Agent.AgentID, record.ReasonMaintenance); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, 10*time.Second, "the agent gone from the watcher's view", func() bool { return !hears(watcher, sa.Agent.AgentID) })
 		watcher.tagViewPeers()
-		if ti := cm.GetTagInfo(p); ti == nil {
+		if cm.GetTagInfo(p) == nil {
 			t.Fatal("the connection is gone")
-		} else if _, ok := ti.Tags[viewTag]; ok {
-			t.Fatalf("tag kept after the peer's last agent left: %+v", ti.Tags)
+		}
+		if cm.IsProtected(p, viewTag) {
+			t.Fatal("protection kept after the peer's last agent left")
 		}
 	})
+}
+
+// TestPlanViewConns: the first max view peers by id are protected, the
+// rest tagged; peers protected before and no longer (gone from the view,
+// disconnected, or past max) are released, as are connected non-view
+// peers.
+func TestPlanViewConns(t *testing.T) {
+	ids := make([]peer.ID, 6)
+	for i := range ids {
+		ids[i] = peer.ID(fmt.Sprintf("peer-%d", i))
+	}
+	inView := func(p peer.ID) bool { return p != ids[1] }
+	gone := peer.ID("peer-gone")
+	before := map[peer.ID]struct{}{ids[1]: {}, ids[4]: {}, gone: {}, ids[0]: {}}
+	// Shuffled input: the plan sorts by id.
+	connected := []peer.ID{ids[5], ids[3], ids[1], ids[0], ids[4], ids[2]}
+	protect, tag, release := planViewConns(connected, inView, before, 3)
+	if want := []peer.ID{ids[0], ids[2], ids[3]}; !slices.Equal(protect, want) {
+		t.Errorf("protect = %v, want %v", protect, want)
+	}
+	if want := []peer.ID{ids[4], ids[5]}; !slices.Equal(tag, want) {
+		t.Errorf("tag = %v, want %v", tag, want)
+	}
+	slices.Sort(release)
+	if want := []peer.ID{ids[1], ids[4], gone}; !slices.Equal(release, want) {
+		t.Errorf("release = %v, want %v", release, want)
+	}
 }

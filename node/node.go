@@ -106,6 +106,7 @@ type Node struct {
 	vet  *vetter
 	vetN *network.NotifyBundle
 	det  *liveness.Detector // nil when DisableSuspicion
+	vc   viewConns          // view peers protected from trimming (tagViewPeers)
 	lan  LAN
 	cat  Catalog
 	m    *metrics.Metrics
@@ -691,30 +692,85 @@ func (n *Node) updateGauges() {
 	n.m.Records.WithLabelValues("cached").Set(float64(n.st.Len()))
 }
 
-// Connections to the peers whose agents are in the live view carry a
-// connection-manager tag, so that when the node has more connections than
-// its high watermark the trim keeps them and closes others first (lookups'
-// leftovers): a closed connection to such a peer is what early failure
-// detection listens for (package liveness). For comparison, GossipSub
+// Connections to the peers whose agents are in the live view are kept:
+// a closed connection to such a peer is what early failure detection
+// listens for (package liveness), and one the connection manager closed
+// would make the detector ping the peer, which dials it again. The first
+// viewProtectMax of them (by peer id, so the set is stable between
+// passes) are protected from trimming; the rest carry a tag that makes a
+// trim close other connections first (lookups' leftovers). A node's view
+// follows its interest, so this follows it too. For comparison, GossipSub
 // v0.17 protects its mesh peers (tag_tracer.go, despite its doc comment
 // speaking of a tag of 20) and kad-dht v0.42 protects the peers of its
 // routing table's first two buckets and tags the others with 5.
+//
+// The pass runs every viewTagInterval, well inside the connection
+// manager's grace period (p2p.DefaultConnGrace), so a new view peer is
+// marked before its connection can be trimmed.
 const (
 	viewTag         = "agentd-view"
 	viewTagWeight   = 20
-	viewTagInterval = 30 * time.Second
+	viewTagInterval = 5 * time.Second
+	viewProtectMax  = 64
 )
 
-// tagViewPeers sets or clears viewTag on every connected peer.
+// viewConns is what tagViewPeers protected, so that a peer leaves the
+// connection manager's protected set when it leaves the view or
+// disconnects (the manager keeps protections of disconnected peers).
+type viewConns struct {
+	mu        sync.Mutex
+	protected map[peer.ID]struct{}
+}
+
+// tagViewPeers protects, tags or releases every connected peer by whether
+// the view holds its agents. Releases go first: a peer protected before
+// and only tagged now loses the protection and gets the tag.
 func (n *Node) tagViewPeers() {
 	cm := n.host.ConnManager()
-	for _, p := range n.host.Network().Peers() {
-		if n.view.CountByPeer(p) > 0 {
-			cm.TagPeer(p, viewTag, viewTagWeight)
-		} else {
-			cm.UntagPeer(p, viewTag)
+	n.vc.mu.Lock()
+	defer n.vc.mu.Unlock()
+	protect, tag, release := planViewConns(n.host.Network().Peers(), func(p peer.ID) bool { return n.view.CountByPeer(p) > 0 }, n.vc.protected, viewProtectMax)
+	for _, p := range release {
+		cm.Unprotect(p, viewTag)
+		cm.UntagPeer(p, viewTag)
+	}
+	n.vc.protected = make(map[peer.ID]struct{}, len(protect))
+	for _, p := range protect {
+		n.vc.protected[p] = struct{}{}
+		cm.Protect(p, viewTag)
+		cm.UntagPeer(p, viewTag)
+	}
+	for _, p := range tag {
+		cm.TagPeer(p, viewTag, viewTagWeight)
+	}
+}
+
+// planViewConns splits the connected peers: the first max view peers by
+// id are to be protected, the other view peers tagged; released are the
+// peers protected before that are no longer protected (gone from the view,
+// disconnected or beyond max) and the connected peers outside the view.
+func planViewConns(connected []peer.ID, inView func(peer.ID) bool, before map[peer.ID]struct{}, max int) (protect, tag, release []peer.ID) {
+	connected = slices.Clone(connected)
+	slices.SortFunc(connected, func(a, b peer.ID) int { return strings.Compare(string(a), string(b)) })
+	kept := make(map[peer.ID]bool) // true: protected
+	for _, p := range connected {
+		switch {
+		case !inView(p):
+			release = append(release, p)
+			kept[p] = false
+		case len(protect) < max:
+			protect = append(protect, p)
+			kept[p] = true
+		default:
+			tag = append(tag, p)
 		}
 	}
+	for p := range before {
+		if _, ok := kept[p]; !ok {
+			release = append(release, p) // disconnected, or tagged now
+		}
+	}
+	return protect, tag, release
 }
 
 // every starts a goroutine of the node that runs f every d until the

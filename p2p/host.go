@@ -73,8 +73,12 @@ type Config struct {
 	// ExtraPrefixes are added to PrivatePrefixes (e.g. a public /24 that
 	// hosts many agents).
 	ExtraPrefixes []netip.Prefix
-	// LowWater / HighWater bound the connection manager (default 160/192).
+	// LowWater / HighWater bound the connection manager (default
+	// DefaultLowWater / DefaultHighWater).
 	LowWater, HighWater int
+	// GracePeriod is how long a new connection is exempt from trimming
+	// (default DefaultConnGrace).
+	GracePeriod time.Duration
 	// TransientInbound / SystemInbound raise the resource manager's
 	// inbound connection limits (default 512 / 2048).
 	TransientInbound, SystemInbound int
@@ -324,6 +328,38 @@ func ResourceManager(cfg Config) (network.ResourceManager, error) {
 		rcmgr.WithMetricsDisabled())
 }
 
+// Connection manager defaults: a node keeps DefaultLowWater connections
+// once it has more than DefaultHighWater, closing the least valuable
+// (untagged first: DHT lookups' leftovers) among those older than
+// DefaultConnGrace. GossipSub protects its mesh peers and kad-dht the
+// peers of its nearest buckets; agentd tags the peers of its live view.
+const (
+	DefaultLowWater  = 32
+	DefaultHighWater = 64
+	DefaultConnGrace = 10 * time.Second
+)
+
+// ConnManager builds the connection manager of a host; zero values take
+// the defaults above.
+func ConnManager(low, high int, grace time.Duration) (*connmgr.BasicConnMgr, error) {
+	if low == 0 {
+		low = DefaultLowWater
+	}
+	if high == 0 {
+		high = DefaultHighWater
+	}
+	if grace == 0 {
+		grace = DefaultConnGrace
+	}
+	// Trims run every half grace period (go-libp2p's rule), at most every
+	// 10 s (its default silence period).
+	cm, err := connmgr.NewConnManager(low, high, connmgr.WithGracePeriod(grace), connmgr.WithSilencePeriod(min(grace/2, 10*time.Second)))
+	if err != nil {
+		return nil, fmt.Errorf("connection manager: %w", err)
+	}
+	return cm, nil
+}
+
 // New builds a libp2p host.
 func New(cfg Config) (host.Host, error) {
 	if cfg.Key == nil {
@@ -333,16 +369,9 @@ func New(cfg Config) (host.Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resource manager: %w", err)
 	}
-	low, high := cfg.LowWater, cfg.HighWater
-	if low == 0 {
-		low = 160
-	}
-	if high == 0 {
-		high = 192
-	}
-	cm, err := connmgr.NewConnManager(low, high)
+	cm, err := ConnManager(cfg.LowWater, cfg.HighWater, cfg.GracePeriod)
 	if err != nil {
-		return nil, fmt.Errorf("connection manager: %w", err)
+		return nil, err
 	}
 	listen := cfg.Listen
 	if listen == nil {

@@ -22,7 +22,7 @@ func (sm *sim) report(setup SetupInfo) *Report {
 	r := &Report{
 		Scenario: ScenarioInfo{
 			Kind: s.Kind, Nodes: s.Nodes, BootstrapNodes: s.BootstrapNodes, DurationS: sec(s.Duration), Seed: s.Seed,
-			LatencyMS: float64(s.Latency) / 1e6, JitterMS: float64(s.Jitter) / 1e6, BandwidthBps: s.Bandwidth, ConnLow: s.ConnLow, ConnHigh: s.ConnHigh, Loss: s.Loss, Scope: scopeOf(s.Node),
+			LatencyMS: float64(s.Latency) / 1e6, JitterMS: float64(s.Jitter) / 1e6, BandwidthBps: s.Bandwidth, ConnLow: s.ConnLow, ConnHigh: s.ConnHigh, ConnGraceS: s.ConnGrace.Seconds(), Loss: s.Loss, Scope: scopeOf(s.Node),
 			QueryRate: s.QueryRate, QueryInterest: s.QueryInterest, Skills: s.Skills, Capabilities: s.Capabilities, Zipf: s.Zipf,
 			HeartbeatInterval: sec(hb), LivenessTimeoutS: sec(timeout), StaleAfterS: sec(s.StaleAfter),
 			GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),

@@ -57,6 +57,7 @@ type ScenarioInfo struct {
 	BandwidthBps      float64 `json:"bandwidth_bytes_per_s"`
 	ConnLow           int     `json:"conn_low_water,omitempty"`
 	ConnHigh          int     `json:"conn_high_water,omitempty"`
+	ConnGraceS        float64 `json:"conn_grace_s,omitempty"`
 	Loss              float64 `json:"loss,omitempty"`
 	Scope             string  `json:"scope"`
 	ChurnIntervalS    float64 `json:"churn_interval_s,omitempty"`
@@ -388,7 +389,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	if s.Loss > 0 {
 		bw += fmt.Sprintf(", %g%% packet loss", 100*s.Loss)
 	}
-	fmt.Fprintf(&b, "links: %gms ± %gms, bandwidth %s; queries %g/s; heartbeat %gs, liveness timeout %gs; scope %s; connections %d/%d\n", s.LatencyMS, s.JitterMS, bw, s.QueryRate, s.HeartbeatInterval, s.LivenessTimeoutS, s.Scope, s.ConnLow, s.ConnHigh)
+	fmt.Fprintf(&b, "links: %gms ± %gms, bandwidth %s; queries %g/s; heartbeat %gs, liveness timeout %gs; scope %s; connections %d/%d, grace %gs\n", s.LatencyMS, s.JitterMS, bw, s.QueryRate, s.HeartbeatInterval, s.LivenessTimeoutS, s.Scope, s.ConnLow, s.ConnHigh, s.ConnGraceS)
 	if r.Command != "" {
 		fmt.Fprintf(&b, "command: %s\n", r.Command)
 	}

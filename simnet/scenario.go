@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/node"
+	"github.com/agentd/agentd/p2p"
 )
 
 // Kind names a scenario.
@@ -78,8 +79,10 @@ type Scenario struct {
 	Jitter    time.Duration
 	Bandwidth float64
 	// ConnLow and ConnHigh are every node's connection manager watermarks
-	// (default agentd's production 160 and 192, package p2p).
+	// and ConnGrace its grace period (default agentd's production ones,
+	// package p2p).
 	ConnLow, ConnHigh int
+	ConnGrace         time.Duration
 	// Loss is the share of packets lost on every link (0 ≤ Loss < 0.5).
 	// Streams are reliable, as TCP and QUIC are: a lost packet costs a
 	// retransmission timeout (200 ms, doubling while the retransmission
@@ -202,8 +205,9 @@ func (s Scenario) withDefaults() (Scenario, error) {
 		}
 	}
 	if s.ConnLow == 0 && s.ConnHigh == 0 {
-		s.ConnLow, s.ConnHigh = connLowWater, connHighWater
+		s.ConnLow, s.ConnHigh = p2p.DefaultLowWater, p2p.DefaultHighWater
 	}
+	def(&s.ConnGrace, p2p.DefaultConnGrace)
 	if s.Nodes == 0 {
 		s.Nodes = 100
 	}
@@ -324,6 +328,8 @@ func (s *Scenario) validate() error {
 		return bad("bandwidth", "is %v bytes/s; below 1 KiB/s nothing useful gets through", s.Bandwidth)
 	case s.ConnLow < 1 || s.ConnHigh <= s.ConnLow || s.ConnHigh > 10_000:
 		return bad("connection watermarks", "are %d/%d; the low one must be at least 1 and below the high one (at most 10000)", s.ConnLow, s.ConnHigh)
+	case s.ConnGrace < time.Second || s.ConnGrace > time.Hour:
+		return bad("connection grace period", "is %s; must be between 1s and 1h", s.ConnGrace)
 	case s.ChurnInterval < 100*time.Millisecond:
 		return bad("churn interval", "is %s; must be at least 100ms", s.ChurnInterval)
 	case !finite(s.ChurnFraction) || s.ChurnFraction < 0 || s.ChurnFraction > 0.9:

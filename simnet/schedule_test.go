@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentd/agentd/p2p"
 )
 
 func TestPlanIsDeterministicForASeed(t *testing.T) {
@@ -236,6 +238,7 @@ func TestScenarioValidation(t *testing.T) {
 		{Scenario{Bandwidth: 10}, "bandwidth"},
 		{Scenario{ConnLow: 50, ConnHigh: 50}, "connection watermarks"},
 		{Scenario{ConnLow: 0, ConnHigh: 20}, "connection watermarks"},
+		{Scenario{ConnGrace: time.Millisecond}, "connection grace period"},
 		{Scenario{ChurnFraction: 0.95}, "churn fraction"},
 		{Scenario{QueryRate: math.Inf(1)}, "query rate"},
 		{Scenario{Duration: time.Millisecond}, "duration"},
@@ -253,8 +256,8 @@ func TestScenarioValidation(t *testing.T) {
 	if err != nil || s.Latency != 0 || s.Jitter != 0 {
 		t.Fatalf("no latency: %v, latency %s jitter %s", err, s.Latency, s.Jitter)
 	}
-	if s.ConnLow != 160 || s.ConnHigh != 192 {
-		t.Fatalf("default watermarks %d/%d, want agentd's 160/192", s.ConnLow, s.ConnHigh)
+	if s.ConnLow != p2p.DefaultLowWater || s.ConnHigh != p2p.DefaultHighWater || s.ConnGrace != p2p.DefaultConnGrace {
+		t.Fatalf("default connection manager %d/%d/%s, want agentd's %d/%d/%s", s.ConnLow, s.ConnHigh, s.ConnGrace, p2p.DefaultLowWater, p2p.DefaultHighWater, p2p.DefaultConnGrace)
 	}
 	if k, err := ParseKind("massjoin"); err != nil || k != KindMassJoin {
 		t.Fatalf("ParseKind: %v %v", k, err)

@@ -17,13 +17,13 @@ import (
 	"github.com/agentd/agentd/gossip"
 	agentdmetrics "github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/node"
+	"github.com/agentd/agentd/p2p"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/trust"
 	"github.com/agentd/agentd/view"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
 )
 
 // ErrNodeOp is wrapped by the error Run returns when a node could not be
@@ -455,7 +455,7 @@ func (sm *sim) attachHost(vn *vnode) (*simHost, error) {
 	if err != nil {
 		return nil, err
 	}
-	cm, err := connmgr.NewConnManager(sm.s.ConnLow, sm.s.ConnHigh)
+	cm, err := p2p.ConnManager(sm.s.ConnLow, sm.s.ConnHigh, sm.s.ConnGrace)
 	if err != nil {
 		return nil, fmt.Errorf("connection manager of node %d: %w", vn.idx, err)
 	}
@@ -484,12 +484,6 @@ func (sm *sim) detachHost(vn *vnode) error {
 	sh.Host.Network().StopNotify(sh.cm.Notifee())
 	return sh.cm.Close()
 }
-
-// Production connection manager watermarks (package p2p's defaults).
-const (
-	connLowWater  = 160
-	connHighWater = 192
-)
 
 // addUptimeLocked adds vn's uptime inside the measured window.
 func (sm *sim) addUptimeLocked(vn *vnode, now time.Time) {

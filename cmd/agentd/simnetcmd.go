@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentd/agentd/config"
 	"github.com/agentd/agentd/node"
+	"github.com/agentd/agentd/p2p"
 	"github.com/agentd/agentd/simnet"
 	"github.com/urfave/cli/v2"
 )
@@ -30,6 +31,7 @@ const (
 	flagSimBandwidth     = "bandwidth"
 	flagSimConnLow       = "conn-low"
 	flagSimConnHigh      = "conn-high"
+	flagSimConnGrace     = "conn-grace"
 	flagSimLoss          = "loss"
 	flagSimScope         = "scope"
 	flagSimChurnInterval = "churn-interval"
@@ -111,8 +113,9 @@ func simnetCommand() *cli.Command {
 			&cli.DurationFlag{Name: flagSimLatency, Value: 20 * time.Millisecond, Usage: "one-way link latency"},
 			&cli.DurationFlag{Name: flagSimJitter, Value: 5 * time.Millisecond, Usage: "per-link latency spread: each link gets latency ± a uniform draw up to this"},
 			&cli.Float64Flag{Name: flagSimBandwidth, Value: 0, Usage: "per-link bandwidth in bytes per second (0 = unlimited)"},
-			&cli.IntFlag{Name: flagSimConnLow, Value: 160, Usage: "connection manager low watermark of every node (agentd's default: 160)"},
-			&cli.IntFlag{Name: flagSimConnHigh, Value: 192, Usage: "connection manager high watermark of every node (agentd's default: 192)"},
+			&cli.IntFlag{Name: flagSimConnLow, Value: p2p.DefaultLowWater, Usage: "connection manager low watermark of every node (agentd's default)"},
+			&cli.IntFlag{Name: flagSimConnHigh, Value: p2p.DefaultHighWater, Usage: "connection manager high watermark of every node (agentd's default)"},
+			&cli.DurationFlag{Name: flagSimConnGrace, Value: p2p.DefaultConnGrace, Usage: "connection manager grace period of every node: a newer connection is never trimmed (agentd's default)"},
 			&cli.Float64Flag{Name: flagSimLoss, Value: 0, Usage: "share of packets lost on every link, 0 to 0.5 (streams stay reliable: each loss costs a 200 ms+ retransmission timeout, as over TCP)"},
 			&cli.StringFlag{Name: flagSimScope, Value: "interest", Usage: "what each node hears: interest (the agents of the capabilities it hosts, queries and watches, on their shard topics) or full (every agent, on the announce topic); the sybil scenario defaults to full, its worst case"},
 			&cli.DurationFlag{Name: flagSimChurnInterval, Value: 10 * time.Second, Usage: "churn: time between churn events"},
@@ -159,6 +162,7 @@ func simnetScenario(c *cli.Context) (simnet.Scenario, simnet.Thresholds, error) 
 		Bandwidth:       c.Float64(flagSimBandwidth),
 		ConnLow:         c.Int(flagSimConnLow),
 		ConnHigh:        c.Int(flagSimConnHigh),
+		ConnGrace:       c.Duration(flagSimConnGrace),
 		Loss:            c.Float64(flagSimLoss),
 		ChurnInterval:   c.Duration(flagSimChurnInterval),
 		ChurnFraction:   c.Float64(flagSimChurnFraction),
