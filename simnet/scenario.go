@@ -185,6 +185,7 @@ type Progress struct {
 	Elapsed  time.Duration // since the scenario started (0 during warm-up)
 	Duration time.Duration
 	Live     int // live agent nodes
+	Nodes    int // agent nodes the warm-up starts
 	Queries  int // queries scored so far
 	Recall   float64
 	Stale    float64

@@ -11,6 +11,7 @@ import (
 	"runtime/metrics"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentd/agentd/bootstrap"
@@ -554,10 +555,14 @@ func (sm *sim) warmup(ctx context.Context) (SetupInfo, error) {
 	sm.progress("warmup", 0)
 	sem := make(chan struct{}, sm.s.StartConcurrency)
 	var (
-		wg    sync.WaitGroup
-		errMu sync.Mutex
-		errs  []error
+		wg      sync.WaitGroup
+		errMu   sync.Mutex
+		errs    []error
+		started atomic.Int64
 	)
+	// Progress at every tenth of the nodes (a 1 000-node warm-up takes
+	// many minutes of wall time).
+	step := int64(max(sm.s.StartConcurrency, sm.s.Nodes/10))
 	for range sm.s.Nodes {
 		vn, err := sm.newVnode(false)
 		if err != nil {
@@ -584,6 +589,10 @@ func (sm *sim) warmup(ctx context.Context) (SetupInfo, error) {
 				errMu.Lock()
 				errs = append(errs, err)
 				errMu.Unlock()
+				return
+			}
+			if k := started.Add(1); k%step == 0 {
+				sm.progress("warmup", 0)
 			}
 		}()
 	}
@@ -1279,7 +1288,7 @@ func (sm *sim) progress(phase string, elapsed time.Duration) {
 		return
 	}
 	sm.mu.Lock()
-	p := Progress{Phase: phase, Elapsed: elapsed, Duration: sm.s.Duration, Queries: sm.q.Scored + sm.q.NoProvider,
+	p := Progress{Phase: phase, Elapsed: elapsed, Duration: sm.s.Duration, Nodes: sm.s.Nodes, Queries: sm.q.Scored + sm.q.NoProvider,
 		Recall: sm.q.Outcome.Recall(), Stale: sm.q.Outcome.StaleRate()}
 	for _, vn := range sm.nodes {
 		if !vn.boot && vn.state == stateUp {

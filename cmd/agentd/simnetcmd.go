@@ -425,7 +425,7 @@ func (b *progressBar) update(p simnet.Progress) {
 	defer b.mu.Unlock()
 	b.used = true
 	if p.Phase == "warmup" {
-		_, _ = fmt.Fprintf(b.w, "\rwarm-up: starting the nodes and waiting until every node sees every agent…")
+		_, _ = fmt.Fprintf(b.w, "\r\033[Kwarm-up: %d of %d nodes up; then waiting until every node sees every agent…", p.Live, p.Nodes)
 		return
 	}
 	const width = 30
@@ -456,7 +456,7 @@ func progressLogger(log *slog.Logger) func(simnet.Progress) {
 		defer mu.Unlock()
 		switch {
 		case p.Phase == "warmup":
-			log.Info("simnet warm-up: starting nodes")
+			log.Info("simnet warm-up: starting nodes", "up", p.Live, "nodes", p.Nodes)
 			return
 		case p.Phase == "run" && last >= 0 && p.Elapsed-last < 10*time.Second:
 			return
