@@ -153,9 +153,9 @@ type Scenario struct {
 	// naming it to count as stale (default Node.Timeout, or 30 s).
 	StaleAfter time.Duration
 
-	// WarmupTimeout bounds the warm-up: nodes start, register and the
-	// harness waits until every node sees every agent, at most this long
-	// (default 60 s). StartConcurrency bounds nodes starting at once during
+	// WarmupTimeout bounds the warm-up's wait: once every node has
+	// started and registered, the harness waits until every node sees
+	// every agent, at most this long (default 60 s). StartConcurrency bounds nodes starting at once during
 	// the warm-up (default 16).
 	WarmupTimeout    time.Duration
 	StartConcurrency int
