@@ -66,29 +66,31 @@ func TestViewPeersAreProtected(t *testing.T) {
 	})
 }
 
-// TestPlanViewConns: the first max view peers by id are protected, the
+// TestPlanViewConns: the first max view peers by rank are protected, the
 // rest tagged; peers protected before and no longer (gone from the view,
 // disconnected, or past max) are released, as are connected non-view
 // peers.
 func TestPlanViewConns(t *testing.T) {
 	ids := make([]peer.ID, 6)
+	rank := map[peer.ID]uint64{}
 	for i := range ids {
 		ids[i] = peer.ID(fmt.Sprintf("peer-%d", i))
+		rank[ids[i]] = uint64(10 - i) // the reverse of the ids' order
 	}
+	rank[ids[0]] = 0 // first, whatever its id
 	inView := func(p peer.ID) bool { return p != ids[1] }
 	gone := peer.ID("peer-gone")
-	before := map[peer.ID]struct{}{ids[1]: {}, ids[4]: {}, gone: {}, ids[0]: {}}
-	// Shuffled input: the plan sorts by id.
+	before := map[peer.ID]struct{}{ids[1]: {}, ids[2]: {}, gone: {}, ids[0]: {}}
 	connected := []peer.ID{ids[5], ids[3], ids[1], ids[0], ids[4], ids[2]}
-	protect, tag, release := planViewConns(connected, inView, before, 3)
-	if want := []peer.ID{ids[0], ids[2], ids[3]}; !slices.Equal(protect, want) {
+	protect, tag, release := planViewConns(connected, inView, func(p peer.ID) uint64 { return rank[p] }, before, 3)
+	if want := []peer.ID{ids[0], ids[5], ids[4]}; !slices.Equal(protect, want) {
 		t.Errorf("protect = %v, want %v", protect, want)
 	}
-	if want := []peer.ID{ids[4], ids[5]}; !slices.Equal(tag, want) {
+	if want := []peer.ID{ids[3], ids[2]}; !slices.Equal(tag, want) {
 		t.Errorf("tag = %v, want %v", tag, want)
 	}
 	slices.Sort(release)
-	if want := []peer.ID{ids[1], ids[4], gone}; !slices.Equal(release, want) {
+	if want := []peer.ID{ids[1], ids[2], gone}; !slices.Equal(release, want) {
 		t.Errorf("release = %v, want %v", release, want)
 	}
 }

@@ -9,9 +9,11 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"slices"
 	"strings"
@@ -155,6 +157,7 @@ func New(cfg Config, opts Options) (n *Node, err error) {
 		m: m, log: log, lastSeq: map[string]uint64{}, stale: map[string]struct{}{}, shardMemo: map[string]shardMemo{}, fetches: map[string]time.Time{}, leases: map[string]time.Time{},
 		fetchSem: make(chan struct{}, cfg.UnknownFetchConcurrency),
 		in:       newInterest(),
+		vc:       viewConns{seed: maphash.MakeSeed()},
 	}
 	switch cfg.Scope {
 	case ScopeInterest, ScopeFull:
@@ -696,8 +699,9 @@ func (n *Node) updateGauges() {
 // a closed connection to such a peer is what early failure detection
 // listens for (package liveness), and one the connection manager closed
 // would make the detector ping the peer, which dials it again. The first
-// viewProtectMax of them (by peer id, so the set is stable between
-// passes) are protected from trimming; the rest carry a tag that makes a
+// viewProtectMax of them — ordered by a hash of the peer id keyed with a
+// secret of this node, so the set is stable between passes and a peer
+// cannot grind an id that sorts first everywhere — are protected from trimming; the rest carry a tag that makes a
 // trim close other connections first (lookups' leftovers). A node's view
 // follows its interest, so this follows it too. For comparison, GossipSub
 // v0.17 protects its mesh peers (tag_tracer.go, despite its doc comment
@@ -719,6 +723,7 @@ const (
 // disconnects (the manager keeps protections of disconnected peers).
 type viewConns struct {
 	mu        sync.Mutex
+	seed      maphash.Seed // keys the order of view peers (set in New)
 	protected map[peer.ID]struct{}
 }
 
@@ -729,7 +734,8 @@ func (n *Node) tagViewPeers() {
 	cm := n.host.ConnManager()
 	n.vc.mu.Lock()
 	defer n.vc.mu.Unlock()
-	protect, tag, release := planViewConns(n.host.Network().Peers(), func(p peer.ID) bool { return n.view.CountByPeer(p) > 0 }, n.vc.protected, viewProtectMax)
+	protect, tag, release := planViewConns(n.host.Network().Peers(), func(p peer.ID) bool { return n.view.CountByPeer(p) > 0 },
+		func(p peer.ID) uint64 { return maphash.String(n.vc.seed, string(p)) }, n.vc.protected, viewProtectMax)
 	for _, p := range release {
 		cm.Unprotect(p, viewTag)
 		cm.UntagPeer(p, viewTag)
@@ -746,12 +752,14 @@ func (n *Node) tagViewPeers() {
 }
 
 // planViewConns splits the connected peers: the first max view peers by
-// id are to be protected, the other view peers tagged; released are the
+// rank (then id) are to be protected, the other view peers tagged; released are the
 // peers protected before that are no longer protected (gone from the view,
 // disconnected or beyond max) and the connected peers outside the view.
-func planViewConns(connected []peer.ID, inView func(peer.ID) bool, before map[peer.ID]struct{}, max int) (protect, tag, release []peer.ID) {
+func planViewConns(connected []peer.ID, inView func(peer.ID) bool, rank func(peer.ID) uint64, before map[peer.ID]struct{}, max int) (protect, tag, release []peer.ID) {
 	connected = slices.Clone(connected)
-	slices.SortFunc(connected, func(a, b peer.ID) int { return strings.Compare(string(a), string(b)) })
+	slices.SortFunc(connected, func(a, b peer.ID) int {
+		return cmp.Or(cmp.Compare(rank(a), rank(b)), strings.Compare(string(a), string(b)))
+	})
 	kept := make(map[peer.ID]bool) // true: protected
 	for _, p := range connected {
 		switch {
