@@ -25,6 +25,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("discovery:\n  dht:\n    bootstrapNodes:\n      - multiaddr: /ip4/192.0.2.1/tcp/4777\n"))
 	f.Add([]byte("cache: {ttl: 1m, refreshBeforeExpiry: 1500}\n"))
 	f.Add([]byte("a: &x [1]\nb: *x\n"))
+	f.Add([]byte("connections: {lowWater: 8, highWater: 16, gracePeriod: 30s}\n"))
 	f.Add([]byte("nat:\n  reachability: public\n  announce: [/ip4/198.51.100.7/tcp/4777]\n  connsPerIP: 8\n  relay: {enabled: true, maxReservations: 10, connDuration: 5m, connData: 1MiB}\ndiscovery:\n  dht:\n    mode: client\n    bootstrapNodes:\n      - multiaddr: /dnsaddr/bootstrap.example.org\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse("fuzz.yaml", data)
