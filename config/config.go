@@ -272,6 +272,7 @@ func Default() Config {
 		// every agent behind a NAT, many of them behind the same one.
 		Relay: RelayConfig{MaxReservations: 1024, MaxReservationsPerIP: 64, MaxCircuits: 16,
 			ReservationTTL: Duration(time.Hour), ConnDuration: Duration(2 * time.Minute), ConnData: 128 << 10}}
+	// package p2p's defaults (TestConnDefaultsMatchConfig there)
 	c.Connections = ConnectionsConfig{LowWater: 32, HighWater: 64, GracePeriod: Duration(10 * time.Second)}
 	c.Discovery.SkillCenter.Timeout = Duration(10 * time.Second)
 	c.Discovery.SkillCenter.Cache.Enabled = true

@@ -760,21 +760,21 @@ func planViewConns(connected []peer.ID, inView func(peer.ID) bool, rank func(pee
 	slices.SortFunc(connected, func(a, b peer.ID) int {
 		return cmp.Or(cmp.Compare(rank(a), rank(b)), strings.Compare(string(a), string(b)))
 	})
-	kept := make(map[peer.ID]bool) // true: protected
+	settled := make(map[peer.ID]struct{}) // protected now, or released already
 	for _, p := range connected {
 		switch {
 		case !inView(p):
 			release = append(release, p)
-			kept[p] = false
+			settled[p] = struct{}{}
 		case len(protect) < max:
 			protect = append(protect, p)
-			kept[p] = true
+			settled[p] = struct{}{}
 		default:
 			tag = append(tag, p)
 		}
 	}
 	for p := range before {
-		if _, ok := kept[p]; !ok {
+		if _, ok := settled[p]; !ok {
 			release = append(release, p) // disconnected, or tagged now
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/config"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -120,5 +121,14 @@ func TestWatchReachability(t *testing.T) {
 	}
 	if err := r.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// TestConnDefaultsMatchConfig: the config's defaults (what `agentd config
+// print` shows) are the connection manager's own.
+func TestConnDefaultsMatchConfig(t *testing.T) {
+	c := config.Default().Connections
+	if c.LowWater != DefaultLowWater || c.HighWater != DefaultHighWater || c.GracePeriod.D() != DefaultConnGrace {
+		t.Fatalf("config defaults %d/%d/%s, p2p's %d/%d/%s", c.LowWater, c.HighWater, c.GracePeriod.D(), DefaultLowWater, DefaultHighWater, DefaultConnGrace)
 	}
 }
