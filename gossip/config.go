@@ -73,6 +73,10 @@ type Config struct {
 	// topics it joins with JoinShard. Unscoped nodes subscribe to the
 	// announce topic and hear the whole network.
 	Scoped bool
+	// DisableBatches makes the node send every heartbeat alone and not
+	// list BatchProtocol, as a node of protocol v1.0 does (it still reads
+	// the batches it gets). For tests of mixed versions; off by default.
+	DisableBatches bool
 	// MaxShards bounds the shard topics this node joins (default 1024).
 	MaxShards int
 	// SubscriptionBuffer is the delivery buffer of each subscription

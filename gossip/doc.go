@@ -43,6 +43,18 @@
 // malformed (encoding/json would otherwise read it). Unknown members are
 // ignored.
 //
+// Protocol version v1.1 adds the heartbeat batch (KindBeats, EncodeBatch,
+// PublishHeartbeats):
+//
+//	{"protocol_version":"v1.1","type":"beats","beats":[{agent_id, seq, status?, timestamp, interval_ms?}, ...]}
+//
+// 1 to MaxBatchBeats heartbeats of distinct agents hosted by the message's
+// author, without peer_id or signature: the pubsub signature authenticates
+// them, and each entry is judged as a heartbeat signed by the author's peer
+// key (record.BeatSignerBatch). A node lists BatchProtocol when it reads
+// batches, and sends them on a topic only when every peer it knows there
+// lists it.
+//
 // Every pubsub message is signed by its author's host key (pubsub's
 // StrictSign), and the validator requires the author to be the peer_id
 // the record or beat names, so only the host of an agent can speak for it

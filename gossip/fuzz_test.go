@@ -18,6 +18,7 @@ import (
 func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"protocol_version":"v1.0","type":"heartbeat","beat":{"beat":{},"signature":"AA=="}}`))
 	f.Add([]byte(`{"protocol_version":"v1.9","type":"announce","announce":{"agent":{}}}`))
+	f.Add([]byte(batchGolden))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := Decode(data, 0)
 		if err != nil {
@@ -26,7 +27,11 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
-		if (m.Agent == nil) == (m.Beat == nil) || !ValidKind(m.Kind) {
+		if m.Kind == KindBeats {
+			if m.Agent != nil || m.Beat != nil || len(m.Beats) == 0 || len(m.Beats) > MaxBatchBeats {
+				t.Fatalf("decoded batch %+v", m)
+			}
+		} else if (m.Agent == nil) == (m.Beat == nil) || !ValidKind(m.Kind) || m.Beats != nil {
 			t.Fatalf("decoded %+v", m)
 		}
 		enc, err := m.Encode()

@@ -368,6 +368,9 @@ func (g *Gossip) Start(ctx context.Context) error {
 	}
 	g.h.SetStreamHandler(SyncProtocol, g.handleSync)
 	g.h.SetStreamHandler(ScopedSyncProtocol, g.handleSync)
+	if !g.cfg.DisableBatches {
+		g.h.SetStreamHandler(BatchProtocol, refuseStream)
+	}
 	g.log.Info("gossip started", "topic", AnnounceTopic, "scoped", g.cfg.Scoped, "peer_exchange", g.cfg.PeerExchange, "flood_publish", g.cfg.FloodPublish)
 	return nil
 }
@@ -465,6 +468,10 @@ func (g *Gossip) deliver(ctx context.Context, topic string, sub *pubsub.Subscrip
 		switch a.msg.Kind {
 		case KindAnnounce:
 			g.sink.Announce(a.msg.Agent, author, topic)
+		case KindBeats:
+			for _, sb := range a.beats {
+				g.sink.Beat(KindHeartbeat, sb, author, topic)
+			}
 		default:
 			g.sink.Beat(a.msg.Kind, a.msg.Beat, author, topic)
 		}
@@ -909,6 +916,7 @@ func (g *Gossip) Close() error {
 	if started {
 		g.h.RemoveStreamHandler(SyncProtocol)
 		g.h.RemoveStreamHandler(ScopedSyncProtocol)
+		g.h.RemoveStreamHandler(BatchProtocol)
 	}
 	for _, ts := range topics {
 		g.leave(ts)

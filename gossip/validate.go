@@ -33,6 +33,10 @@ const metricsTransport = "gossip"
 // accepted is the ValidatorData of an accepted message.
 type accepted struct {
 	msg *Message
+	// beats are a heartbeat batch's entries that passed every check, as
+	// beats of the author (Signer record.BeatSignerBatch): delivered one by
+	// one as heartbeats.
+	beats []*record.SignedBeat
 	// dup marks a payload already accepted on another topic: forwarded on
 	// this one, not delivered to the sink again.
 	dup bool
@@ -131,6 +135,9 @@ func (g *Gossip) check(topic, scene, shard string, data []byte, author peer.ID) 
 		g.note(m, verifyReason(err), err)
 		return nil, pubsub.ValidationReject, verifyReason(err), err
 	}
+	if m.Kind == KindBeats {
+		return g.checkBatch(topic, key, m, author, local)
+	}
 	if m.Kind == KindAnnounce {
 		err = g.v.VerifyAgent(m.Agent, trust.VerifyOptions{From: author, Transport: "gossip"})
 	} else {
@@ -178,6 +185,57 @@ func (g *Gossip) check(topic, scene, shard string, data []byte, author peer.ID) 
 		return nil, pubsub.ValidationIgnore, reason, err
 	}
 	return a, pubsub.ValidationAccept, "", nil
+}
+
+// checkBatch judges a decoded heartbeat batch by its author. pubsub has
+// verified the message's signature, so each entry is a beat of the author
+// (record.BeatSignerBatch): the verifier applies its policy to it (the
+// agent's key pinned, allow-list, certificate) and the sink its news and
+// binding rules (the author must host the agent's current record), entry
+// by entry. The batch is accepted, and forwarded, when some entry is
+// news; the others are dropped from what is delivered. An entry of an
+// unknown agent asks for its record, as a single beat does. Nothing is
+// rejected here: what an entry is worth depends on the receiver's view.
+func (g *Gossip) checkBatch(topic string, key [32]byte, m *Message, author peer.ID, local bool) (*accepted, pubsub.ValidationResult, trust.Reason, error) {
+	beats := make([]*record.SignedBeat, len(m.Beats))
+	for i := range m.Beats {
+		sb := &record.SignedBeat{Beat: m.Beats[i], Signer: record.BeatSignerBatch}
+		sb.Beat.PeerID = author.String()
+		beats[i] = sb
+	}
+	if local {
+		return &accepted{msg: m, beats: beats}, pubsub.ValidationAccept, "", nil
+	}
+	if g.recent.claim(key, topic, m) {
+		return &accepted{msg: m, dup: true}, pubsub.ValidationAccept, "", nil
+	}
+	var (
+		reason trust.Reason
+		first  error
+		keep   = beats[:0]
+	)
+	for _, sb := range beats {
+		err := g.v.VerifyBeat(sb, author)
+		if err != nil && verifyReason(err) == trust.ReasonUnknownKey {
+			g.unknown.request(sb.Beat.AgentID, author)
+		} else if err == nil {
+			if err = g.sink.CheckBeat(KindHeartbeat, sb); err != nil && verifyReason(err) != trust.ReasonReplay {
+				g.note(&Message{Kind: KindHeartbeat, Beat: sb}, verifyReason(err), err)
+			}
+		}
+		if err != nil {
+			if first == nil {
+				reason, first = verifyReason(err), err
+			}
+			continue
+		}
+		keep = append(keep, sb)
+	}
+	if len(keep) == 0 {
+		g.recent.release(key, topic)
+		return nil, pubsub.ValidationIgnore, reason, fmt.Errorf("no beat of the batch of %d is news: %w", len(beats), first)
+	}
+	return &accepted{msg: m, beats: keep}, pubsub.ValidationAccept, "", nil
 }
 
 // note records in the verifier's journal a refusal of a decoded message
@@ -253,8 +311,12 @@ func resultName(r pubsub.ValidationResult) string {
 
 // newerMinor reports whether data declares a newer minor version of ours.
 func newerMinor(data []byte) bool {
-	_, newer, err := readVersion(data)
-	return err == nil && newer
+	version, _, err := readVersion(data)
+	if err != nil {
+		return false
+	}
+	_, minor, err := record.ParseVersion(version)
+	return err == nil && minor > batchMinor
 }
 
 // ---- recent: payloads accepted per topic ----

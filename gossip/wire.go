@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/agentd/agentd/record"
@@ -22,7 +23,29 @@ const (
 	KindUnregister Kind = "unregister"
 )
 
-// ValidKind reports whether k is one of the four message kinds.
+// KindBeats is a heartbeat batch: the heartbeats of several agents hosted
+// by the message's author in one message, authenticated by its pubsub
+// signature instead of one signature per agent (docs/protocol.md,
+// "Heartbeat batches"). It is protocol version v1.1; a node of version
+// v1.0 ignores it without penalising anyone, which is why a node sends
+// batches only on topics whose peers all announce BatchProtocol.
+const KindBeats Kind = "beats"
+
+// BatchVersion is the protocol version of a heartbeat batch, and
+// batchMinor its minor number: the highest minor this package reads.
+const (
+	BatchVersion = "v1.1"
+	batchMinor   = 1
+)
+
+// MaxBatchBeats bounds the entries of one heartbeat batch. Another node's
+// live view admits at most this many agents of one peer
+// (view.DefaultMaxAgentsPerPeer), so a larger batch would carry entries
+// nobody can use.
+const MaxBatchBeats = 256
+
+// ValidKind reports whether k is one of the four message kinds of the
+// seed-001 message set (a batch is not: it carries heartbeats).
 func ValidKind(k Kind) bool {
 	switch k {
 	case KindAnnounce, KindHeartbeat, KindStatus, KindUnregister:
@@ -43,11 +66,23 @@ type envelope struct {
 	Type            Kind             `json:"type"`
 	Announce        *record.Announce `json:"announce,omitempty"`
 	Beat            *record.WireBeat `json:"beat,omitempty"`
+	Beats           []batchBeat      `json:"beats,omitempty"`
 }
 
-// Message is a decoded gossip message: exactly one of Agent (announce) and
-// Beat (heartbeat, status, unregister) is set. Signatures are decoded but
-// not verified; that is the trust.Verifier's job.
+// batchBeat is one entry of a heartbeat batch: a heartbeat without its
+// peer_id (the batch's author) and without a signature of its own.
+type batchBeat struct {
+	AgentID    string        `json:"agent_id"`
+	Seq        uint64        `json:"seq"`
+	Status     record.Status `json:"status,omitempty"`
+	Timestamp  int64         `json:"timestamp"`
+	IntervalMS int64         `json:"interval_ms,omitempty"`
+}
+
+// Message is a decoded gossip message: exactly one of Agent (announce),
+// Beat (heartbeat, status, unregister) and Beats (a heartbeat batch) is
+// set. Signatures are decoded but not verified; that is the
+// trust.Verifier's job.
 type Message struct {
 	// Version is the envelope's protocol_version.
 	Version string
@@ -57,6 +92,9 @@ type Message struct {
 	Kind       Kind
 	Agent      *record.SignedAgent
 	Beat       *record.SignedBeat
+	// Beats are the entries of a heartbeat batch, in order, without
+	// PeerID: the validator sets it to the message's author.
+	Beats []record.Beat
 }
 
 // EncodeAnnounce returns the pubsub payload announcing sa.
@@ -83,6 +121,33 @@ func EncodeBeat(kind Kind, sb *record.SignedBeat) ([]byte, error) {
 	}
 	w := sb.Wire()
 	return encode(envelope{ProtocolVersion: record.ProtocolVersion, Type: kind, Beat: &w})
+}
+
+// EncodeBatch returns the pubsub payload of a heartbeat batch: 1 to
+// MaxBatchBeats heartbeats of distinct agents, all hosted by the
+// publishing node (their PeerID is not encoded; receivers take the
+// message's author). Each must be a valid heartbeat: no reason.
+func EncodeBatch(beats []record.Beat) ([]byte, error) {
+	if len(beats) == 0 || len(beats) > MaxBatchBeats {
+		return nil, fmt.Errorf("%w: a heartbeat batch holds 1 to %d beats, not %d", record.ErrMalformed, MaxBatchBeats, len(beats))
+	}
+	e := envelope{ProtocolVersion: BatchVersion, Type: KindBeats, Beats: make([]batchBeat, len(beats))}
+	seen := make(map[string]struct{}, len(beats))
+	for i := range beats {
+		b := &beats[i]
+		if err := b.ValidateUnbound(); err != nil {
+			return nil, fmt.Errorf("beats[%d]: %w", i, err)
+		}
+		if b.Reason != "" {
+			return nil, &record.FieldError{Field: fmt.Sprintf("beats[%d].reason", i), Reason: "a batch carries heartbeats only"}
+		}
+		if _, dup := seen[b.AgentID]; dup {
+			return nil, &record.FieldError{Field: fmt.Sprintf("beats[%d].agent_id", i), Reason: "appears twice in the batch"}
+		}
+		seen[b.AgentID] = struct{}{}
+		e.Beats[i] = batchBeat{AgentID: b.AgentID, Seq: b.Seq, Status: b.Status, Timestamp: b.Timestamp, IntervalMS: b.IntervalMS}
+	}
+	return encode(e)
 }
 
 func encode(e envelope) ([]byte, error) {
@@ -133,13 +198,17 @@ func Decode(b []byte, maxBytes int) (*Message, error) {
 		return nil, &record.FieldError{Field: "message", Reason: err.Error()}
 	}
 	var raw struct {
-		Announce json.RawMessage `json:"announce"`
-		Beat     json.RawMessage `json:"beat"`
+		Announce json.RawMessage   `json:"announce"`
+		Beat     json.RawMessage   `json:"beat"`
+		Beats    []json.RawMessage `json:"beats"`
 	}
 	_ = json.Unmarshal(b, &raw) // the same text decoded above
 	m := &Message{Version: version, NewerMinor: newer, Kind: e.Type}
 	switch {
 	case e.Type == KindAnnounce:
+		if e.Beats != nil {
+			return nil, &record.FieldError{Field: "beats", Reason: "must not be present in an announce message"}
+		}
 		if e.Beat != nil {
 			return nil, &record.FieldError{Field: "beat", Reason: "must not be present in an announce message"}
 		}
@@ -160,7 +229,19 @@ func Decode(b []byte, maxBytes int) (*Message, error) {
 			return nil, err
 		}
 		m.Agent = sa
+	case e.Type == KindBeats:
+		if e.Announce != nil || e.Beat != nil {
+			return nil, &record.FieldError{Field: "type", Reason: "a beats message carries only the beats member"}
+		}
+		beats, newer, err := decodeBatch(version, raw.Beats)
+		if err != nil {
+			return nil, err
+		}
+		m.Beats, m.NewerMinor = beats, newer
 	case IsBeat(e.Type):
+		if e.Beats != nil {
+			return nil, &record.FieldError{Field: "beats", Reason: "must not be present in a " + e.Type + " message"}
+		}
 		if e.Announce != nil {
 			return nil, &record.FieldError{Field: "announce", Reason: "must not be present in a " + e.Type + " message"}
 		}
@@ -184,9 +265,46 @@ func Decode(b []byte, maxBytes int) (*Message, error) {
 	case e.Type == "":
 		return nil, &record.FieldError{Field: "type", Reason: "is required"}
 	default:
-		return nil, &record.FieldError{Field: "type", Reason: fmt.Sprintf("%q is not one of announce, heartbeat, status, unregister", record.Truncate(e.Type, 64))}
+		return nil, &record.FieldError{Field: "type", Reason: fmt.Sprintf("%q is not one of announce, heartbeat, status, unregister, beats", record.Truncate(e.Type, 64))}
 	}
 	return m, nil
+}
+
+// decodeBatch reads the entries of a heartbeat batch of protocol version
+// version (v1.1 or a later minor); newer reports a minor above v1.1.
+func decodeBatch(version string, raw []json.RawMessage) (beats []record.Beat, newer bool, err error) {
+	if _, minor, err := record.ParseVersion(version); err != nil {
+		return nil, false, err
+	} else if minor < batchMinor {
+		return nil, false, &record.FieldError{Field: "protocol_version", Reason: fmt.Sprintf("%s cannot carry a beats message (%s or later)", record.Truncate(version, 16), BatchVersion)}
+	} else {
+		newer = minor > batchMinor
+	}
+	if len(raw) == 0 || len(raw) > MaxBatchBeats {
+		return nil, false, &record.FieldError{Field: "beats", Reason: fmt.Sprintf("must hold 1 to %d beats, not %d", MaxBatchBeats, len(raw))}
+	}
+	beats = make([]record.Beat, len(raw))
+	seen := make(map[string]struct{}, len(raw))
+	for i, r := range raw {
+		path := fmt.Sprintf("beats[%d]", i)
+		if err := exactMembers(r, path, batchBeatMembers); err != nil {
+			return nil, false, err
+		}
+		var bb batchBeat
+		if err := json.Unmarshal(r, &bb); err != nil {
+			return nil, false, &record.FieldError{Field: path, Reason: err.Error()}
+		}
+		b := record.Beat{AgentID: bb.AgentID, Seq: bb.Seq, Status: bb.Status, Timestamp: bb.Timestamp, IntervalMS: bb.IntervalMS}
+		if err := b.ValidateUnbound(); err != nil {
+			return nil, false, fmt.Errorf("%s: %w", path, err)
+		}
+		if _, dup := seen[b.AgentID]; dup {
+			return nil, false, &record.FieldError{Field: path + ".agent_id", Reason: "appears twice in the batch"}
+		}
+		seen[b.AgentID] = struct{}{}
+		beats[i] = b
+	}
+	return beats, newer, nil
 }
 
 // Member names of the objects this package reads. encoding/json matches
@@ -194,12 +312,13 @@ func Decode(b []byte, maxBytes int) (*Message, error) {
 // that differs from one of these only in case is refused rather than read
 // (two parsers must never see different values in one message).
 var (
-	envelopeMembers = []string{"protocol_version", "type", "announce", "beat"}
-	announceMembers = []string{"protocol_version", "agent", "signature", "peer_signature", "timestamp"}
-	wireBeatMembers = []string{"beat", "signature"}
-	syncReqMembers  = []string{"protocol_version", "limit", "shards"}
-	syncRespMembers = []string{"protocol_version", "records", "heard", "error"}
-	heardMembers    = []string{"age_ms", "interval_ms"}
+	envelopeMembers  = []string{"protocol_version", "type", "announce", "beat", "beats"}
+	batchBeatMembers = []string{"agent_id", "seq", "status", "timestamp", "interval_ms"}
+	announceMembers  = []string{"protocol_version", "agent", "signature", "peer_signature", "timestamp"}
+	wireBeatMembers  = []string{"beat", "signature"}
+	syncReqMembers   = []string{"protocol_version", "limit", "shards"}
+	syncRespMembers  = []string{"protocol_version", "records", "heard", "error"}
+	heardMembers     = []string{"age_ms", "interval_ms"}
 )
 
 // exactMembers refuses an object member whose name equals one of names
@@ -256,14 +375,20 @@ func checkBeatKind(kind Kind, b *record.Beat) error {
 
 // Encode re-encodes a decoded message in this node's protocol version.
 func (m *Message) Encode() ([]byte, error) {
-	if m.Kind == KindAnnounce {
+	switch m.Kind {
+	case KindAnnounce:
 		return EncodeAnnounce(m.Agent)
+	case KindBeats:
+		return EncodeBatch(m.Beats)
 	}
 	return EncodeBeat(m.Kind, m.Beat)
 }
 
 // Equal reports whether two decoded messages carry the same signed content.
 func (m *Message) Equal(o *Message) bool {
+	if m.Kind == KindBeats || o.Kind == KindBeats {
+		return m.Kind == o.Kind && slices.Equal(m.Beats, o.Beats)
+	}
 	if m.Kind != o.Kind || (m.Agent == nil) != (o.Agent == nil) || (m.Beat == nil) != (o.Beat == nil) {
 		return false
 	}

@@ -25,6 +25,10 @@ type Metrics struct {
 	GossipDelivered *prometheus.CounterVec
 	// GossipPublished counts messages this node published, by type.
 	GossipPublished *prometheus.CounterVec
+	// BatchedBeats counts heartbeats published inside heartbeat batches
+	// (one per entry and topic; the batches themselves are
+	// GossipPublished{type="beats"}).
+	BatchedBeats prometheus.Counter
 	// Peers is the number of connected libp2p peers.
 	Peers prometheus.Gauge
 	// Records is the number of records in the cache, by state (fresh, stale).
@@ -81,6 +85,9 @@ func New(withRuntime bool) *Metrics {
 		GossipPublished: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentd_gossip_published_total", Help: "Gossip messages published by this node, by type.",
 		}, []string{"type"}),
+		BatchedBeats: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "agentd_gossip_batched_beats_total", Help: "Heartbeats published inside heartbeat batches, one per entry and topic.",
+		}),
 		Peers: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "agentd_peers", Help: "Connected libp2p peers.",
 		}),
@@ -128,14 +135,14 @@ func New(withRuntime bool) *Metrics {
 	}
 	// The gossip message types (gossip.Kind*): a counter exists before the
 	// first message of its type.
-	for _, k := range []string{"announce", "heartbeat", "status", "unregister"} {
+	for _, k := range []string{"announce", "heartbeat", "status", "unregister", "beats"} {
 		m.GossipDelivered.WithLabelValues(k)
 		m.GossipPublished.WithLabelValues(k)
 	}
 	for _, o := range []string{"confirmed", "refuted", "duplicate", "uninterested", "no_address", "malformed", "unsupported_version", "stale", "rate_limited", "self"} {
 		m.DownClaims.WithLabelValues(o)
 	}
-	r.MustRegister(m.Rejects, m.Lookups, m.LookupLatency, m.GossipDelivered, m.GossipPublished,
+	r.MustRegister(m.Rejects, m.Lookups, m.LookupLatency, m.GossipDelivered, m.GossipPublished, m.BatchedBeats,
 		m.Peers, m.Records, m.LiveAgents, m.Fetches, m.Provides, m.ValuePuts, m.LANPackets, m.HTTPRequests,
 		m.Suspicions, m.DownClaims, m.ShardSyncs, m.Probes)
 	return m

@@ -331,11 +331,24 @@ func (n *Node) noteSeq(agentID string, seq uint64) {
 // signBeat signs a beat with the agent key when this node holds it, else
 // (a record its client signed with its own key) with the peer key.
 func (n *Node) signBeat(agentID string, st record.Status, reason record.UnregisterReason) (*record.SignedBeat, error) {
-	b := record.Beat{
+	return n.signHostedBeat(n.newBeat(agentID, st, reason))
+}
+
+// newBeat returns a hosted agent's next beat, not signed: the next seq of
+// the agent's counter, now, and the interval this node beats at.
+func (n *Node) newBeat(agentID string, st record.Status, reason record.UnregisterReason) record.Beat {
+	return record.Beat{
 		AgentID: agentID, PeerID: n.id.PeerID.String(), Seq: n.nextBeatSeq(agentID),
 		Status: st, Reason: reason, Timestamp: time.Now().UnixMilli(),
 		IntervalMS: n.heartbeatInterval().Milliseconds(),
 	}
+}
+
+// signHostedBeat signs a hosted agent's beat with the agent key, or with
+// the peer key when the agent's record is signed by a key this node does
+// not hold (a client's own).
+func (n *Node) signHostedBeat(b record.Beat) (*record.SignedBeat, error) {
+	agentID := b.AgentID
 	if sa, ok := n.hostedRecord(agentID); ok {
 		if key, err := sa.AgentPublicKey(); err == nil && !key.Equal(&n.id.AgentKey.PublicKey) {
 			return record.SignBeatPeer(b, n.id.PeerKey)

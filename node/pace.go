@@ -20,40 +20,96 @@ import (
 // each agent's slot carries either a heartbeat or, when its record must be
 // signed again, the re-announcement, which tells peers as much. So
 // re-signing after a restart and before a record's TTL runs out share the
-// heartbeat budget instead of adding bursts to it.
+// heartbeat budget instead of adding bursts to it. When slots are closer
+// than batchWindow, the heartbeats of a window leave together as heartbeat
+// batches wherever the peers read them (gossip.PublishHeartbeats): one
+// message a second per topic instead of one signed message per agent.
 
 // beatTick is the granularity of the heartbeat loop: the agents whose slots
 // fall in one tick are sent together.
 const beatTick = 50 * time.Millisecond
+
+// batchWindow is how long a heartbeat may wait to leave with others in a
+// heartbeat batch (docs/protocol.md, "Heartbeat batches"): a node whose
+// slots are closer than this batches them, one message per topic and
+// window instead of one per agent. It is small against the 5 s interval
+// and the 15 s after which a silent agent is UNHEALTHY.
+const batchWindow = time.Second
 
 // republishAtOnce is how many hosted records a topic's first peer gets
 // re-announced at once; it learns the others from their heartbeats.
 const republishAtOnce = 16
 
 func (n *Node) heartbeatLoop() {
+	var (
+		pending []gossip.Heartbeat // heartbeats waiting to leave as batches
+		flushAt time.Time          // when the oldest of them must leave
+	)
+	flush := func() {
+		if len(pending) > 0 {
+			n.publishHeartbeats(pending)
+			pending = pending[:0]
+		}
+	}
+	// wait sleeps until t, sending the pending heartbeats on the way when
+	// their time comes first.
+	wait := func(t time.Time) bool {
+		if len(pending) > 0 && flushAt.Before(t) {
+			if !n.sleepUntil(flushAt) {
+				return false
+			}
+			flush()
+		}
+		return n.sleepUntil(t)
+	}
 	for n.ctx.Err() == nil {
 		ids := n.view.LocalIDs()
 		interval := n.heartbeatInterval()
 		start := time.Now()
 		if len(ids) == 0 {
+			flush()
 			if !n.sleepUntil(start.Add(interval)) {
 				return
 			}
 			continue
 		}
 		step := interval / time.Duration(len(ids))
+		// Batch when several slots fall in one window: a node hosting one
+		// agent, or a few, sends each heartbeat at its slot, alone.
+		batch := step < batchWindow
 		for i := 0; i < len(ids); {
-			if !n.sleepUntil(start.Add(time.Duration(i) * step)) {
+			if !wait(start.Add(time.Duration(i) * step)) {
 				return
 			}
 			now := time.Now()
 			for ; i < len(ids) && !start.Add(time.Duration(i)*step).After(now.Add(beatTick)); i++ {
-				n.beatOne(ids[i], interval)
+				hb, ok := n.beatDue(ids[i], interval)
+				switch {
+				case !ok:
+				case !batch:
+					n.publishHeartbeats([]gossip.Heartbeat{hb})
+				default:
+					if len(pending) == 0 {
+						flushAt = now.Add(batchWindow)
+					}
+					pending = append(pending, hb)
+				}
+			}
+			if len(pending) >= gossip.MaxBatchBeats {
+				flush()
 			}
 		}
-		if !n.sleepUntil(start.Add(interval)) {
+		if !wait(start.Add(interval)) {
 			return
 		}
+	}
+}
+
+// publishHeartbeats sends hosted agents' heartbeats: in batches where
+// every peer of a topic reads them, each signed alone elsewhere.
+func (n *Node) publishHeartbeats(hbs []gossip.Heartbeat) {
+	if err := n.gsp.PublishHeartbeats(n.ctx, hbs, n.signHostedBeat); err != nil && n.ctx.Err() == nil {
+		n.log.Debug("publish heartbeats failed", "heartbeats", len(hbs), "err", err)
 	}
 }
 
@@ -73,32 +129,26 @@ func (n *Node) sleepUntil(t time.Time) bool {
 	}
 }
 
-// beatOne fills one agent's heartbeat slot: the re-announcement when its
-// record is due to be signed again, else a heartbeat — unless no peer
-// listens on any of the agent's topics (a node alone, or whose shards no
-// other node joined): then nothing, and the slot costs nothing.
-func (n *Node) beatOne(id string, interval time.Duration) {
+// beatDue fills one agent's heartbeat slot: the re-announcement when its
+// record is due to be signed again (done here; ok is false), else the
+// heartbeat to send — unless no peer listens on any of the agent's topics
+// (a node alone, or whose shards no other node joined): then nothing, and
+// the slot costs nothing.
+func (n *Node) beatDue(id string, interval time.Duration) (hb gossip.Heartbeat, ok bool) {
 	sa, ok := n.hostedRecord(id)
 	if !ok {
-		return
+		return hb, false
 	}
 	if n.takeStale(id) || n.dueForResign(sa, interval) {
 		n.resignHosted(id)
-		return
+		return hb, false
 	}
 	shards := n.shardsOf(sa)
 	if n.gsp == nil || !n.gsp.Listened(shards...) {
-		return // nobody would hear it
+		return hb, false // nobody would hear it
 	}
 	a, _ := n.view.Get(id)
-	sb, err := n.signBeat(id, a.Status, "")
-	if err != nil {
-		n.log.Warn("sign heartbeat failed", "agent_id", id, "err", err)
-		return
-	}
-	if err := n.gsp.PublishBeat(n.ctx, gossip.Kind(kindHeartbeat), sb, shards...); err != nil && n.ctx.Err() == nil {
-		n.log.Debug("publish heartbeat failed", "agent_id", id, "err", err)
-	}
+	return gossip.Heartbeat{Beat: n.newBeat(id, a.Status, ""), Shards: shards}, true
 }
 
 // shardsOf returns the shards of a hosted record, computed once per

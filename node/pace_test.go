@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/gossip"
 	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/trust"
 	"github.com/google/uuid"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -26,22 +28,31 @@ func registerMany(t *testing.T, nd *tnode, n int) []*record.SignedAgent {
 	return out
 }
 
+// heartbeatsSent counts the heartbeats a node published: alone or inside
+// heartbeat batches.
+func heartbeatsSent(nd *tnode) float64 {
+	return promtest.ToFloat64(nd.m.GossipPublished.WithLabelValues(kindHeartbeat)) + promtest.ToFloat64(nd.m.BatchedBeats)
+}
+
 // TestHeartbeatsArePaced: a node's heartbeats are spread over the
 // interval, not sent in one burst per interval (virtual time: 40 agents,
-// a 10 s interval, so 4 a second); and a node nobody listens to sends
-// none.
+// a 10 s interval, so 4 a second, which leave as one heartbeat batch a
+// second); the listener holds every agent alive on them alone; and a node
+// nobody listens to sends none.
 func TestHeartbeatsArePaced(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		tn := newNet(t, 2, Config{HeartbeatInterval: 10 * time.Second})
-		nd := tn.nodes[1]
-		registerMany(t, nd, 40)
+		listener, nd := tn.nodes[0], tn.nodes[1]
+		hosted := registerMany(t, nd, 40)
 		waitFor(t, 5*time.Second, "a listener", func() bool { return nd.gsp.Listened(record.Shard("cap.p")) })
-		beats := nd.m.GossipPublished.WithLabelValues(kindHeartbeat)
-		prev := promtest.ToFloat64(beats)
+		// The first round begins an interval after the registrations,
+		// which told the listener as much as a heartbeat would.
+		time.Sleep(10 * time.Second)
+		prev := heartbeatsSent(nd)
 		var windows []float64
-		for range 30 {
-			time.Sleep(time.Second)
-			cur := promtest.ToFloat64(beats)
+		for range 12 {
+			time.Sleep(5 * time.Second)
+			cur := heartbeatsSent(nd)
 			windows = append(windows, cur-prev)
 			prev = cur
 		}
@@ -49,14 +60,63 @@ func TestHeartbeatsArePaced(t *testing.T) {
 		for _, w := range windows {
 			total += w
 		}
-		if slices.Max(windows) > 5 || total < 70 || total > 90 {
-			t.Fatalf("heartbeats per second over 30 s: %v (total %v), want about 4 every second", windows, total)
+		if slices.Min(windows) < 15 || slices.Max(windows) > 25 || total < 220 || total > 260 {
+			t.Fatalf("heartbeats per 5 s over 60 s: %v (total %v), want about 20 in every window", windows, total)
+		}
+		batches := promtest.ToFloat64(nd.m.GossipPublished.WithLabelValues("beats"))
+		if batches < 40 || batches > 80 {
+			t.Fatalf("%v heartbeat batches in 60 s, want about one a second", batches)
+		}
+		// 60 s is twice the liveness timeout: the batches alone kept every
+		// hosted agent alive at the listener.
+		for _, sa := range hosted {
+			if a, ok := live(listener.Node, sa.Agent.AgentID); !ok || a.Status != record.StatusHealthy {
+				t.Fatalf("agent %s at the listener: %+v (present %v), want HEALTHY", sa.Agent.AgentID, a, ok)
+			}
 		}
 		alone := newNet(t, 1, Config{HeartbeatInterval: 10 * time.Second}).nodes[0]
 		registerMany(t, alone, 5)
 		time.Sleep(30 * time.Second)
-		if n := promtest.ToFloat64(alone.m.GossipPublished.WithLabelValues(kindHeartbeat)); n != 0 {
+		if n := heartbeatsSent(alone); n != 0 {
 			t.Fatalf("a node without listeners published %v heartbeats", n)
+		}
+	})
+}
+
+// TestBatchesOnlyToPeersThatReadThem: a listener of the previous protocol
+// version (modelled by a node that does not list gossip.BatchProtocol)
+// gets every heartbeat alone, signed, and keeps the agents alive; once it
+// is gone the host batches again.
+func TestBatchesOnlyToPeersThatReadThem(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		gc := gossip.DefaultConfig()
+		gc.DisableBatches = true
+		old := newNet(t, 1, Config{HeartbeatInterval: 10 * time.Second, Gossip: &gc})
+		tn := old
+		tn.cfg.Gossip = nil
+		nd := tn.add(nil, nil)
+		hosted := registerMany(t, nd, 40)
+		waitFor(t, 5*time.Second, "a listener", func() bool { return nd.gsp.Listened(record.Shard("cap.p")) })
+		time.Sleep(40 * time.Second)
+		if n := promtest.ToFloat64(nd.m.GossipPublished.WithLabelValues("beats")); n != 0 {
+			t.Fatalf("%v heartbeat batches sent to a peer that does not read them", n)
+		}
+		if n := promtest.ToFloat64(nd.m.GossipPublished.WithLabelValues(kindHeartbeat)); n < 110 || n > 130 {
+			t.Fatalf("%v single heartbeats in 40 s, want about 120 (4 a second after the first interval)", n)
+		}
+		for _, sa := range hosted {
+			if a, ok := live(tn.nodes[0].Node, sa.Agent.AgentID); !ok || a.Status != record.StatusHealthy {
+				t.Fatalf("agent %s at the old listener: %+v (present %v), want HEALTHY", sa.Agent.AgentID, a, ok)
+			}
+		}
+		// A listener of this version joins and the old one leaves.
+		tn.add(nil, nil)
+		if err := tn.nodes[0].Close(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Second)
+		if n := promtest.ToFloat64(nd.m.GossipPublished.WithLabelValues("beats")); n < 5 {
+			t.Fatalf("%v heartbeat batches in 20 s after the old listener left, want about 20", n)
 		}
 	})
 }
@@ -146,6 +206,59 @@ func TestShutdownUnregistersWhatIsHeard(t *testing.T) {
 		}
 		if n := unregs(other); n < 5 {
 			t.Fatalf("%v unregisters published for 5 agents heard", n)
+		}
+	})
+}
+
+// TestBatchFromAnotherPeerIsRefused: a peer that lies — it sends heartbeat
+// batches naming agents another node hosts, under its own (valid) pubsub
+// signature — keeps none of them alive: a batch speaks only for the
+// agents whose records name its author. The host crashes, the liar goes
+// on, and the agents leave the third node's view on the seed's clock.
+func TestBatchFromAnotherPeerIsRefused(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn := newNet(t, 3, Config{HeartbeatInterval: 5 * time.Second})
+		liar, host, observer := tn.nodes[0], tn.nodes[1], tn.nodes[2]
+		hosted := registerMany(t, host, 3)
+		for _, sa := range hosted {
+			waitFor(t, 10*time.Second, "the observer hears the agents", func() bool { _, ok := live(observer.Node, sa.Agent.AgentID); return ok })
+		}
+		if err := host.Close(); err != nil {
+			t.Fatal(err)
+		}
+		lies := func() []gossip.Heartbeat {
+			var hbs []gossip.Heartbeat
+			for _, sa := range hosted {
+				b := record.Beat{AgentID: sa.Agent.AgentID, PeerID: liar.id.PeerID.String(), Seq: uint64(time.Now().UnixMilli()) + 1000,
+					Status: record.StatusHealthy, Timestamp: time.Now().UnixMilli(), IntervalMS: 5000}
+				hbs = append(hbs, gossip.Heartbeat{Beat: b, Shards: sa.Agent.Shards()})
+			}
+			return hbs
+		}
+		signed := 0
+		for range 60 {
+			err := liar.Gossip().PublishHeartbeats(context.Background(), lies(), func(b record.Beat) (*record.SignedBeat, error) {
+				signed++
+				return record.SignBeatPeer(b, liar.id.PeerKey)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second)
+		}
+		if signed != 0 {
+			t.Fatalf("the liar's heartbeats left alone (%d), not in batches: the test proves nothing", signed)
+		}
+		if n := promtest.ToFloat64(liar.m.GossipPublished.WithLabelValues("beats")); n < 50 {
+			t.Fatalf("the liar published %v batches", n)
+		}
+		for _, sa := range hosted {
+			if a, ok := live(observer.Node, sa.Agent.AgentID); ok {
+				t.Fatalf("agent %s of the crashed host still in the observer's view (%s) after 60 s of a liar's batches", sa.Agent.AgentID, a.Status)
+			}
+		}
+		if n := promtest.ToFloat64(observer.m.Rejects.WithLabelValues("gossip", string(trust.ReasonPeerMismatch))); n < 50 {
+			t.Fatalf("the observer counted %v peer_mismatch refusals, want one per batch", n)
 		}
 	})
 }

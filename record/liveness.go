@@ -55,6 +55,19 @@ func (b *Beat) Validate() error {
 	if _, err := PeerPublicKey(b.PeerID); err != nil {
 		return fieldErr("peer_id", "%v", err)
 	}
+	return b.validateRest()
+}
+
+// ValidateUnbound checks every field but peer_id, which a heartbeat batch
+// entry leaves out (its peer is the batch's author).
+func (b *Beat) ValidateUnbound() error {
+	if err := ValidateAgentID(b.AgentID); err != nil {
+		return fieldErr("agent_id", "%v", err)
+	}
+	return b.validateRest()
+}
+
+func (b *Beat) validateRest() error {
 	if b.Seq == 0 || b.Seq > MaxSeq {
 		return fieldErr("seq", "must be between 1 and 2^53-1")
 	}
@@ -81,9 +94,17 @@ func (b *Beat) Time() time.Time { return time.UnixMilli(b.Timestamp) }
 // beats with its peer key instead (BeatSignerPeer): the record's
 // peer_signature binds the agent to that peer, so receivers accept such a
 // beat only when it names the peer of the agent's current record.
+//
+// BeatSignerBatch marks a beat that carries no signature of its own: an
+// entry of a gossip heartbeat batch (docs/protocol.md, "Heartbeat
+// batches"), which the batch's pubsub signature authenticates as the
+// author's. Receivers hold it to the peer-signed rule. It never appears on
+// the wire: ParseWireBeat refuses it, and such a beat has no canonical
+// form to encode.
 const (
 	BeatSignerAgent = "agent"
 	BeatSignerPeer  = "peer"
+	BeatSignerBatch = "batch"
 )
 
 // SignedBeat is a Beat with its signature over the canonical form: by the
@@ -138,6 +159,13 @@ func SignBeatPeer(b Beat, peerPriv crypto.PrivKey) (*SignedBeat, error) {
 
 // PeerSigned reports whether the beat is signed by the peer key.
 func (sb *SignedBeat) PeerSigned() bool { return sb.Signer == BeatSignerPeer }
+
+// PeerBound reports whether the beat speaks for its peer rather than for
+// the agent's key (peer-signed or a batch entry): it counts only when that
+// peer hosts the agent's current record.
+func (sb *SignedBeat) PeerBound() bool {
+	return sb.Signer == BeatSignerPeer || sb.Signer == BeatSignerBatch
+}
 
 // VerifyPeer checks a peer-signed beat with the key embedded in its
 // peer_id.

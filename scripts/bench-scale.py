@@ -136,7 +136,7 @@ class Agentd:
         _, body = Client(self.api).do("GET", "/metrics")
         total = 0.0
         for line in body.decode().splitlines():
-            if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            if (line.startswith(name + "{") or (not labels and line.startswith(name + " "))) and all(f'{k}="{v}"' in line for k, v in labels.items()):
                 total += float(line.rsplit(" ", 1)[1])
         return total
 
@@ -347,10 +347,14 @@ def bench(n, idle, skip_etcd):
             c0, t0 = cpu_s(a.proc.pid), time.time()
             e0 = cpu_s(e.proc.pid) if e else 0
             beats = []
-            prev = a.metric("agentd_gossip_published_total", {"type": "heartbeat"})
+            # Heartbeats sent: alone, and inside heartbeat batches.
+            def sent():
+                return (a.metric("agentd_gossip_published_total", {"type": "heartbeat"})
+                        + a.metric("agentd_gossip_batched_beats_total", {}))
+            prev = sent()
             while time.time() < t0 + idle:
                 time.sleep(10)
-                cur = a.metric("agentd_gossip_published_total", {"type": "heartbeat"})
+                cur = sent()
                 beats.append(cur - prev)
                 prev = cur
             el = time.time() - t0

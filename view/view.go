@@ -583,13 +583,22 @@ func (v *View) CheckBeat(kind Kind, sb *record.SignedBeat) error {
 			v.mu.Unlock()
 			return replay("%s seq %d of %s is not newer than %d", kind, seq, id, held)
 		}
-		if sb.PeerSigned() && sb.Beat.PeerID != s.rec.Agent.PeerID {
+		if sb.PeerBound() && sb.Beat.PeerID != s.rec.Agent.PeerID {
 			v.mu.Unlock()
-			return &trust.RejectError{Reason: trust.ReasonPeerMismatch, Detail: fmt.Sprintf("peer-signed beat of %s from %s, which does not host its record", id, sb.Beat.PeerID)}
+			return &trust.RejectError{Reason: trust.ReasonPeerMismatch, Detail: fmt.Sprintf("beat of %s from %s, which does not host its record", id, sb.Beat.PeerID)}
 		}
 	}
 	v.mu.Unlock()
-	return v.checkStored(id, seq)
+	if err := v.checkStored(id, seq); err != nil || s != nil || !sb.PeerBound() {
+		return err
+	}
+	// Not in the live view (timed out, or never heard): a beat that speaks
+	// for its peer must still name the peer of the record the cache holds,
+	// or a peer could keep beats going for agents it does not host.
+	if e, err := v.st.Get(v.storeCtx(), id); err == nil && e.Record.Agent.PeerID != sb.Beat.PeerID {
+		return &trust.RejectError{Reason: trust.ReasonPeerMismatch, Detail: fmt.Sprintf("beat of %s from %s, which does not host its record", id, sb.Beat.PeerID)}
+	}
+	return nil
 }
 
 // ---- inputs ----
@@ -834,7 +843,7 @@ func (v *View) Beat(kind Kind, sb *record.SignedBeat, from peer.ID, _ string) {
 		// restart, or an agent that timed out and came back. Restore it
 		// from the cache if we can, else fetch it from its host.
 		if e, err := v.st.Get(v.storeCtx(), b.AgentID); err == nil && e.Record.Agent.Seq <= b.Seq &&
-			(!sb.PeerSigned() || e.Record.Agent.PeerID == b.PeerID) {
+			(!sb.PeerBound() || e.Record.Agent.PeerID == b.PeerID) {
 			_ = v.learn(e.Record, e.Source, true) // not news: the check below finds it
 			v.mu.Lock()
 			s = v.agents[b.AgentID]
@@ -847,7 +856,7 @@ func (v *View) Beat(kind Kind, sb *record.SignedBeat, from peer.ID, _ string) {
 			return
 		}
 	}
-	if s.local || b.Seq <= s.beatSeq || (sb.PeerSigned() && b.PeerID != s.rec.Agent.PeerID) {
+	if s.local || b.Seq <= s.beatSeq || (sb.PeerBound() && b.PeerID != s.rec.Agent.PeerID) {
 		v.mu.Unlock()
 		return
 	}

@@ -1,0 +1,168 @@
+package gossip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/agentd/agentd/record"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/protocol"
+)
+
+// BatchProtocol is the protocol id a node lists (through identify) when it
+// reads heartbeat batches (KindBeats, protocol version v1.1). No stream is
+// ever opened on it: a stream is reset at once. A node sends batches on a
+// topic only while every peer it knows on the topic lists it, so a node of
+// the previous version keeps getting one signed message per heartbeat.
+const BatchProtocol = "/agentd/beats/1.1.0"
+
+// Heartbeat is one hosted agent's heartbeat for PublishHeartbeats: the
+// beat, not yet signed, and the shards of the agent's record.
+type Heartbeat struct {
+	Beat   record.Beat
+	Shards []string
+}
+
+// PublishHeartbeats publishes heartbeats of agents this node hosts, each on
+// the topics PublishBeat would use. On a topic where two or more of them
+// go and whose peers all read batches (BatchProtocol), they leave as
+// heartbeat batches of up to MaxBatchBeats: one message and one pubsub
+// signature for many agents, where a heartbeat alone costs an agent-key
+// signature, its RFC 8785 form and a pubsub signature. Elsewhere each beat
+// is signed with sign (once, however many such topics it goes to) and
+// published alone. Each beat's PeerID must be this host's.
+func (g *Gossip) PublishHeartbeats(ctx context.Context, hbs []Heartbeat, sign func(record.Beat) (*record.SignedBeat, error)) error {
+	if g.cfg.DisableBatches {
+		return g.publishSingly(ctx, hbs, nil, sign)
+	}
+	self := g.h.ID().String()
+	var (
+		order    []*topicState                     // topics in the order first met, for a stable order of messages
+		batchOK  = map[*topicState]bool{}          // whether every peer of the topic reads batches
+		perTopic = map[*topicState][]int{}         // the heartbeats bound for each batchable topic
+		single   = make([][]*topicState, len(hbs)) // the topics each heartbeat goes to alone
+		errs     []error
+	)
+	for i := range hbs {
+		if hbs[i].Beat.PeerID != self {
+			errs = append(errs, fmt.Errorf("%w: heartbeat of agent %s names peer %s, this host is %s", ErrForeignRecord, hbs[i].Beat.AgentID, hbs[i].Beat.PeerID, self))
+			continue
+		}
+		topics, err := g.publishTopics(nil, hbs[i].Shards)
+		if err != nil {
+			return err
+		}
+		for _, ts := range heard(topics) {
+			ok, known := batchOK[ts]
+			if !known {
+				ok = g.batchable(ts)
+				batchOK[ts] = ok
+				order = append(order, ts)
+			}
+			if ok {
+				perTopic[ts] = append(perTopic[ts], i)
+			} else {
+				single[i] = append(single[i], ts)
+			}
+		}
+	}
+	for _, ts := range order {
+		idx := perTopic[ts]
+		if len(idx) == 1 {
+			single[idx[0]] = append(single[idx[0]], ts) // a batch of one saves nothing
+			continue
+		}
+		for chunk := range slices.Chunk(idx, MaxBatchBeats) {
+			beats := make([]record.Beat, len(chunk))
+			for j, i := range chunk {
+				beats[j] = hbs[i].Beat
+			}
+			if err := g.publishBatch(ctx, ts, beats); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := g.publishSingly(ctx, hbs, single, sign); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// publishSingly signs and publishes each heartbeat alone: on topics[i] for
+// hbs[i], or, when topics is nil, wherever PublishBeat would.
+func (g *Gossip) publishSingly(ctx context.Context, hbs []Heartbeat, topics [][]*topicState, sign func(record.Beat) (*record.SignedBeat, error)) error {
+	var errs []error
+	for i := range hbs {
+		if topics != nil && len(topics[i]) == 0 {
+			continue
+		}
+		sb, err := sign(hbs[i].Beat)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sign heartbeat of agent %s: %w", hbs[i].Beat.AgentID, err))
+			continue
+		}
+		if topics == nil {
+			err = g.PublishBeat(ctx, KindHeartbeat, sb, hbs[i].Shards...)
+		} else {
+			err = g.publishBeatOn(ctx, sb, topics[i])
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// publishBeatOn publishes a signed heartbeat of this host on the given
+// topics.
+func (g *Gossip) publishBeatOn(ctx context.Context, sb *record.SignedBeat, topics []*topicState) error {
+	if err := sb.Beat.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrRejected, err)
+	}
+	data, err := EncodeBeat(KindHeartbeat, sb)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrRejected, err)
+	}
+	pre := &accepted{msg: &Message{Version: record.ProtocolVersion, Kind: KindHeartbeat, Beat: sb}}
+	return g.publish(ctx, KindHeartbeat, data, topics, pre)
+}
+
+// publishBatch publishes one heartbeat batch on ts.
+func (g *Gossip) publishBatch(ctx context.Context, ts *topicState, beats []record.Beat) error {
+	data, err := EncodeBatch(beats)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrRejected, err)
+	}
+	pre := &accepted{msg: &Message{Version: BatchVersion, Kind: KindBeats, Beats: beats}}
+	if err := g.publish(ctx, KindBeats, data, []*topicState{ts}, pre); err != nil {
+		return err
+	}
+	if g.m != nil {
+		g.m.BatchedBeats.Add(float64(len(beats)))
+	}
+	return nil
+}
+
+// batchable reports whether every peer this node knows on the topic reads
+// heartbeat batches. A peer whose protocols identify has not listed yet
+// counts as one that does not.
+func (g *Gossip) batchable(ts *topicState) bool {
+	peers := ts.t.ListPeers()
+	if len(peers) == 0 {
+		return false
+	}
+	ps := g.h.Peerstore()
+	for _, p := range peers {
+		protos, err := ps.SupportsProtocols(p, protocol.ID(BatchProtocol))
+		if err != nil || len(protos) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// refuseStream is BatchProtocol's handler: the protocol is only listed,
+// never spoken.
+func refuseStream(s network.Stream) { _ = s.Reset() }
