@@ -225,7 +225,10 @@ type View struct {
 	// life (a beat or record it signed since, a connection: PeerUp) no
 	// record of theirs enters the view from a neighbour's sync.
 	down map[string]time.Time
-	proj projection
+	// departed remembers the highest seq heard from remote agents that
+	// left the view, until their last record expires (see departedLocked).
+	departed departedSeqs
+	proj     projection
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -351,6 +354,12 @@ func (v *View) CheckAnnounce(sa *record.SignedAgent) error {
 	id, seq := sa.Agent.AgentID, sa.Agent.Seq
 	v.mu.Lock()
 	s := v.agents[id]
+	if s == nil {
+		if last, ok := v.departed.seq(id, v.cfg.Now()); ok && seq <= last {
+			v.mu.Unlock()
+			return replay("record seq %d of %s, which left the view at seq %d", seq, id, last)
+		}
+	}
 	if s != nil {
 		if s.local {
 			v.mu.Unlock()
@@ -388,6 +397,9 @@ func (v *View) quotaLocked(peerID string) error {
 // addLocked and delLocked insert and remove an agent, keeping the
 // per-peer and per-prefix counts of remote agents.
 func (v *View) addLocked(s *agentState) {
+	if seq, ok := v.departed.take(s.rec.Agent.AgentID); ok {
+		s.beatSeq = max(s.beatSeq, seq)
+	}
 	v.agents[s.rec.Agent.AgentID] = s
 	if s.local {
 		v.localByStatus[v.effective(s).Rank()]++
@@ -403,8 +415,88 @@ func (v *View) delLocked(s *agentState) {
 		v.localByStatus[v.effective(s).Rank()]--
 	} else {
 		delete(v.remote, s.rec.Agent.AgentID)
+		a := &s.rec.Agent
+		v.departed.add(a.AgentID, max(s.beatSeq, a.Seq), a.Issued().Add(time.Duration(a.TTLSeconds)*time.Second))
 	}
 	v.uncountLocked(s)
+}
+
+// departedSeqs remembers, for remote agents that left the live view (timed
+// out, dropped, pruned, forgotten), the highest seq heard from each, until
+// the agent's last record expires. A beat is news only above it: pubsub
+// forgets a message id after its seen-TTL (30 s, no longer than the
+// liveness timeout), so anyone who kept an agent's signed heartbeat could
+// send it again once the agent timed out, and the view would restore the
+// cached record and keep a dead agent alive for as long as the replays
+// went on. After the record expires it cannot be restored anyway. Bounded:
+// past maxDeparted the oldest departure is forgotten first.
+type departedSeqs struct {
+	m     map[string]departedSeq
+	order []string // ids in order of departure; may hold ids taken since
+}
+
+type departedSeq struct {
+	seq   uint64
+	until time.Time
+}
+
+const maxDeparted = 1 << 16
+
+func (d *departedSeqs) add(id string, seq uint64, until time.Time) {
+	if d.m == nil {
+		d.m = map[string]departedSeq{}
+	}
+	if _, ok := d.m[id]; !ok {
+		d.order = append(d.order, id)
+	}
+	d.m[id] = departedSeq{seq: seq, until: until}
+	for len(d.m) > maxDeparted && len(d.order) > 0 {
+		delete(d.m, d.order[0])
+		d.order = d.order[1:]
+	}
+}
+
+// seq returns the departed agent's last seq, if it left and its record has
+// not expired by now.
+func (d *departedSeqs) seq(id string, now time.Time) (uint64, bool) {
+	e, ok := d.m[id]
+	if !ok || !now.Before(e.until) {
+		return 0, false
+	}
+	return e.seq, true
+}
+
+// take forgets id and returns its last seq: the agent is back.
+func (d *departedSeqs) take(id string) (uint64, bool) {
+	e, ok := d.m[id]
+	if ok {
+		delete(d.m, id)
+	}
+	return e.seq, ok
+}
+
+// prune forgets the departures whose records have expired, oldest first,
+// and compacts the order once most of it is ids taken since.
+func (d *departedSeqs) prune(now time.Time) {
+	for len(d.order) > 0 {
+		e, ok := d.m[d.order[0]]
+		if ok && now.Before(e.until) {
+			break
+		}
+		if ok {
+			delete(d.m, d.order[0])
+		}
+		d.order = d.order[1:]
+	}
+	if len(d.order) > 64 && len(d.order) > 2*len(d.m) {
+		live := make([]string, 0, len(d.m))
+		for _, id := range d.order {
+			if _, ok := d.m[id]; ok {
+				live = append(live, id)
+			}
+		}
+		d.order = live
+	}
 }
 
 // countLocked counts a remote agent under its peer and prefix;
@@ -573,6 +665,12 @@ func (v *View) CheckBeat(kind Kind, sb *record.SignedBeat) error {
 	id, seq := sb.Beat.AgentID, sb.Beat.Seq
 	v.mu.Lock()
 	s := v.agents[id]
+	if s == nil {
+		if last, ok := v.departed.seq(id, v.cfg.Now()); ok && seq <= last {
+			v.mu.Unlock()
+			return replay("%s seq %d of %s, which left the view at seq %d", kind, seq, id, last)
+		}
+	}
 	if s != nil {
 		if s.local {
 			v.mu.Unlock()
@@ -838,7 +936,11 @@ func (v *View) Beat(kind Kind, sb *record.SignedBeat, from peer.ID, _ string) {
 	}
 	s := v.agents[b.AgentID]
 	if s == nil {
+		last, departed := v.departed.seq(b.AgentID, now)
 		v.mu.Unlock()
+		if departed && b.Seq <= last {
+			return // a replay of a beat from before the agent left
+		}
 		// Known key (the verifier passed) but not in the live view: a
 		// restart, or an agent that timed out and came back. Restore it
 		// from the cache if we can, else fetch it from its host.
@@ -1132,6 +1234,7 @@ func (v *View) sweep() {
 	for p := range v.down {
 		v.downLocked(p, now)
 	}
+	v.departed.prune(now)
 	// By record.Status.Rank: a map assignment per agent cost a 100 000-agent
 	// node 1 % of a core. Hosted agents never time out: counted, not walked.
 	counts := v.localByStatus

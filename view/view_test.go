@@ -3,6 +3,7 @@ package view
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -616,4 +617,79 @@ func TestLiveCountsWithoutWalkingHostedAgents(t *testing.T) {
 	}
 	v.RemoveLocal(hosted[0].id.AgentID, record.ReasonShutdown)
 	check("a hosted agent removed")
+}
+
+// TestReplayedBeatDoesNotReviveADepartedAgent: an agent that timed out is
+// not brought back by a beat it sent before it went silent. pubsub forgets
+// a message id after its seen-TTL (30 s), so anyone who kept the original
+// signed message can send it again after the timeout; without a memory of
+// the departed agent's last seq, the view restored the cached record and
+// kept a dead agent alive for as long as the replays went on. A newer beat
+// (the agent back) still restores it.
+func TestReplayedBeatDoesNotReviveADepartedAgent(t *testing.T) {
+	f := newFixture(t)
+	k := newAgent(t)
+	sa := k.sign(t, 10, f.clk.Now(), nil, map[string]float64{"cap.a": 0.5})
+	f.v.Announce(sa, k.id.PeerID, "")
+	last := k.beat(t, 11, "", "")
+	f.v.Beat(KindHeartbeat, last, k.id.PeerID, "")
+	for range 7 {
+		f.clk.Add(5 * time.Second)
+		f.v.sweep()
+	}
+	if f.v.Len() != 0 {
+		t.Fatal("the silent agent did not time out")
+	}
+	for _, sb := range []*record.SignedBeat{last, k.beat(t, 10, "", "")} {
+		if err := f.v.CheckBeat(KindHeartbeat, sb); trust.ReasonOf(err) != trust.ReasonReplay {
+			t.Fatalf("beat seq %d of the departed agent: %v, want replay", sb.Beat.Seq, err)
+		}
+		f.v.Beat(KindHeartbeat, sb, k.id.PeerID, "") // delivery re-checks
+		if _, ok := f.v.Get(k.id.AgentID); ok {
+			t.Fatalf("a replayed beat (seq %d) revived the departed agent", sb.Beat.Seq)
+		}
+	}
+	if err := f.v.CheckAnnounce(sa); trust.ReasonOf(err) != trust.ReasonReplay {
+		t.Fatalf("the departed agent's record again: %v, want replay", err)
+	}
+	back := k.beat(t, 12, "", "")
+	if err := f.v.CheckBeat(KindHeartbeat, back); err != nil {
+		t.Fatalf("a new beat of the agent: %v", err)
+	}
+	f.v.Beat(KindHeartbeat, back, k.id.PeerID, "")
+	if a, ok := f.v.Get(k.id.AgentID); !ok || a.Status != record.StatusHealthy {
+		t.Fatalf("the agent back: %+v %v", a, ok)
+	}
+}
+
+func TestDepartedSeqsAreBounded(t *testing.T) {
+	var d departedSeqs
+	now := time.Now()
+	for i := range maxDeparted + 10 {
+		d.add(fmt.Sprint(i), uint64(i), now.Add(time.Hour))
+	}
+	if len(d.m) != maxDeparted {
+		t.Fatalf("%d departures held, bound %d", len(d.m), maxDeparted)
+	}
+	if _, ok := d.seq("0", now); ok {
+		t.Fatal("the oldest departure was kept past the bound")
+	}
+	if seq, ok := d.seq(fmt.Sprint(maxDeparted+9), now); !ok || seq != maxDeparted+9 {
+		t.Fatalf("the newest departure: %d %v", seq, ok)
+	}
+	if _, ok := d.seq("20", now.Add(2*time.Hour)); ok {
+		t.Fatal("a departure is remembered after its record expired")
+	}
+	for i := range maxDeparted {
+		d.take(fmt.Sprint(i + 10))
+	}
+	d.prune(now)
+	if len(d.m) != 0 || len(d.order) != 0 {
+		t.Fatalf("after taking every departure: %d held, %d in order", len(d.m), len(d.order))
+	}
+	d.add("x", 1, now.Add(time.Minute))
+	d.prune(now.Add(2 * time.Minute))
+	if len(d.m) != 0 {
+		t.Fatal("an expired departure survived prune")
+	}
 }
