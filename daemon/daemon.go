@@ -62,6 +62,10 @@ type Options struct {
 	// ShutdownTimeout bounds Close when its context has no deadline
 	// (default 10 s).
 	ShutdownTimeout time.Duration
+	// Serving, when set, is called once by Run when Start has returned:
+	// the stored registrations are loaded and the API serves (agentd run
+	// lowers the GC target it started with there).
+	Serving func()
 }
 
 func NodeConfig(ctx context.Context, cfg config.Config, log *slog.Logger) (node.Config, error) {
@@ -255,6 +259,9 @@ func Run(ctx context.Context, cfg config.Config, o Options) error {
 	d, err := Start(ctx, cfg, o)
 	if err != nil {
 		return err
+	}
+	if o.Serving != nil {
+		o.Serving()
 	}
 	var runErr error
 	select {

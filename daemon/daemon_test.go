@@ -2,11 +2,13 @@ package daemon_test
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,4 +144,45 @@ func TestCloseEndsMCPSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = s.Close()
+}
+
+// Run calls Options.Serving once the API answers, and returns nil when its
+// context ends.
+func TestRunCallsServingOnce(t *testing.T) {
+	cfg := testConfig(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan string, 2)
+	file := filepath.Join(t.TempDir(), "api.addr")
+	errc := make(chan error, 1)
+	go func() {
+		errc <- daemon.Run(ctx, cfg, daemon.Options{APIAddrFile: file, Serving: func() {
+			b, err := os.ReadFile(file) // written once the API serves
+			if err != nil {
+				served <- "no address file: " + err.Error()
+				return
+			}
+			served <- strings.TrimSpace(string(b))
+		}})
+	}()
+	var addr string
+	select {
+	case addr = <-served:
+	case err := <-errc:
+		t.Fatalf("Run returned before serving: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Serving was not called")
+	}
+	resp, err := http.Get("http://" + addr + "/healthz")
+	if err != nil {
+		t.Fatalf("Serving called before the API answers (%q): %v", addr, err)
+	}
+	_ = resp.Body.Close()
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if len(served) != 0 {
+		t.Fatal("Serving called twice")
+	}
 }

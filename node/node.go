@@ -321,14 +321,16 @@ func (n *Node) Start(ctx context.Context) error {
 	// free-text index is built afterwards, in the background (text
 	// queries scan until then).
 	var ids []string
+	loadStart := time.Now()
 	n.view.DeferTextIndex()
 	err := n.st.EachLocal(ctx, func(sa *record.SignedAgent) {
 		n.noteSeq(sa.Agent.AgentID, sa.Agent.Seq)
 		n.view.ApplyLocal(sa)
 		ids = append(ids, sa.Agent.AgentID)
 	})
-	n.view.ResumeTextIndex()
+	loaded := time.Since(loadStart)
 	if err != nil {
+		n.view.ResumeTextIndex()
 		return fmt.Errorf("load local registrations: %w", err)
 	}
 	n.syncInterest()
@@ -347,6 +349,12 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	if n.dht != nil {
 		n.dht.SetProvided(n.view.Locals())
+	}
+	// The free-text index is built once the rest of the start is done:
+	// it would take the cores the start waits for.
+	n.view.ResumeTextIndex()
+	if len(ids) > 0 {
+		n.log.Info("hosted registrations restored", "agents", len(ids), "decoded_in", loaded.Round(time.Millisecond), "took", time.Since(loadStart).Round(time.Millisecond))
 	}
 	n.wg.Go(n.heartbeatLoop)
 	n.wg.Go(n.joinLoop)

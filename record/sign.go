@@ -71,6 +71,7 @@ func Sign(a *Agent, agentKey *ecdsa.PrivateKey, peerPriv crypto.PrivKey) (*Signe
 	if err := json.Unmarshal(canon, &sa.Agent); err != nil {
 		return nil, fmt.Errorf("re-decode canonical agent: %w", err)
 	}
+	sa.Agent.intern()
 	if peerPriv != nil {
 		if err := sa.coSign(peerPriv); err != nil {
 			return nil, err
@@ -324,6 +325,7 @@ func FromStored(protocolVersion string, agent []byte, signature, peerSignature s
 	if err := json.Unmarshal(sa.Canonical, &sa.Agent); err != nil {
 		return nil, jsonFieldErr("agent", err)
 	}
+	sa.Agent.intern()
 	// A registry or the LAN may have cached a record without peer binding.
 	if err := sa.validate(sa.Agent.PeerID == "" && peerSignature == ""); err != nil {
 		return nil, err
@@ -440,6 +442,7 @@ func decodeAgent(raw []byte, a *Agent, signed bool) error {
 	if err := json.Unmarshal(raw, a); err != nil {
 		return jsonFieldErr("agent", err)
 	}
+	a.intern()
 	return nil
 }
 

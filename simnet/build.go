@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/agentd/agentd/gossip"
 	"github.com/agentd/agentd/node"
 )
 
@@ -79,6 +80,9 @@ func (sm *sim) report(setup SetupInfo) *Report {
 		CatchUp: sm.probe.catchUp.Load(), Interest: sm.interestAt,
 	}
 	for k, v := range sm.probe.byKind {
+		if k == gossip.KindBeats && v.count() == 0 {
+			continue // reported once a scenario's nodes host enough agents to send heartbeat batches
+		}
 		r.Gossip.ByKind[k] = v.summary()
 	}
 

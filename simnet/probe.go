@@ -59,7 +59,7 @@ func newProbe(capacity int, every uint32) *probe {
 		all:    newSamples(capacity),
 		done:   make(chan struct{}),
 	}
-	for _, k := range []string{gossip.KindAnnounce, gossip.KindHeartbeat, gossip.KindStatus, gossip.KindUnregister} {
+	for _, k := range []string{gossip.KindAnnounce, gossip.KindHeartbeat, gossip.KindStatus, gossip.KindUnregister, gossip.KindBeats} {
 		p.byKind[k] = newSamples(capacity / 4)
 	}
 	p.from.Store(time.Now().Add(100 * 365 * 24 * time.Hour).UnixNano())
@@ -82,6 +82,13 @@ func (p *probe) start() {
 				sent = time.UnixMilli(m.Beat.Beat.Timestamp)
 			case m.Agent != nil:
 				sent = m.Agent.Agent.Issued()
+			case len(m.Beats) > 0:
+				// A heartbeat batch leaves when its newest entry is made.
+				for _, b := range m.Beats {
+					if t := b.Time(); t.After(sent) {
+						sent = t
+					}
+				}
 			}
 			if sent.IsZero() {
 				p.decodeErrors.Add(1)

@@ -71,3 +71,10 @@ func rank(v []float64, q float64) float64 {
 	i := int(math.Ceil(q*float64(len(v)))) - 1
 	return v[min(max(i, 0), len(v)-1)]
 }
+
+// count returns how many durations were added.
+func (s *samples) count() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}

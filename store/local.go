@@ -95,38 +95,46 @@ func (s *db) Locals(ctx context.Context) ([]*record.SignedAgent, error) {
 }
 
 // EachLocal calls fn with every local registration, in no order, from the
-// calling goroutine, while the next ones are decoded on the other cores:
-// at start this is what a node with 100 000 hosted records waits for, and
-// the caller's work (the live view) overlaps the decoding. A corrupt
-// registration is logged and skipped, never deleted.
+// calling goroutine, while the next ones are read and decoded on the other
+// cores: at start this is what a node with 100 000 hosted records waits
+// for. One goroutine reads the registrations from Badger in chunks, the
+// others decode the chunks as they come, and the caller's work (the live
+// view) overlaps both; reading everything first and decoding afterwards
+// left a core idle for the first fifth of a 100 000-record start. A
+// corrupt registration is logged and skipped, never deleted.
 func (s *db) EachLocal(ctx context.Context, fn func(*record.SignedAgent)) error {
 	if err := s.enter(ctx); err != nil {
 		return err
 	}
 	defer s.leave()
 	type raw struct{ id, val []byte }
-	var raws []raw
-	err := s.scan(ctx, []byte(spaceLocal), true, func(k, v []byte) error {
-		raws = append(raws, raw{bytes.Clone(k[len(spaceLocal):]), bytes.Clone(v)})
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("list local registrations: %w", err)
-	}
 	const chunk = 256
-	workers := min(runtime.GOMAXPROCS(0), max(1, len(raws)/chunk))
+	workers := max(1, runtime.GOMAXPROCS(0))
+	next := make(chan []raw, 2*workers)
 	out := make(chan []*record.SignedAgent, 2*workers)
-	next := make(chan int, (len(raws)+chunk-1)/chunk)
-	for i := 0; i < len(raws); i += chunk {
-		next <- i
-	}
-	close(next)
+	var scanErr error
 	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(next)
+		batch := make([]raw, 0, chunk)
+		scanErr = s.scan(ctx, []byte(spaceLocal), true, func(k, v []byte) error {
+			batch = append(batch, raw{bytes.Clone(k[len(spaceLocal):]), bytes.Clone(v)})
+			if len(batch) == chunk {
+				next <- batch
+				batch = make([]raw, 0, chunk)
+			}
+			return nil
+		})
+		if scanErr == nil && len(batch) > 0 {
+			next <- batch
+		}
+	})
+	var decoders sync.WaitGroup
 	for range workers {
-		wg.Go(func() {
-			for i := range next {
-				batch := make([]*record.SignedAgent, 0, chunk)
-				for _, r := range raws[i:min(i+chunk, len(raws))] {
+		decoders.Go(func() {
+			for raws := range next {
+				batch := make([]*record.SignedAgent, 0, len(raws))
+				for _, r := range raws {
 					id := string(r.id)
 					_, sa, err := decodeEntryFor(id, entryKindLocal, r.val)
 					if err != nil {
@@ -140,13 +148,17 @@ func (s *db) EachLocal(ctx context.Context, fn func(*record.SignedAgent)) error 
 		})
 	}
 	go func() {
-		wg.Wait()
+		decoders.Wait()
 		close(out)
 	}()
 	for batch := range out {
 		for _, sa := range batch {
 			fn(sa)
 		}
+	}
+	wg.Wait()
+	if scanErr != nil {
+		return fmt.Errorf("list local registrations: %w", scanErr)
 	}
 	return nil
 }
