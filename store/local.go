@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -118,7 +117,7 @@ func (s *db) EachLocal(ctx context.Context, fn func(*record.SignedAgent)) error 
 		defer close(next)
 		batch := make([]raw, 0, chunk)
 		scanErr = s.scan(ctx, []byte(spaceLocal), true, func(k, v []byte) error {
-			batch = append(batch, raw{bytes.Clone(k[len(spaceLocal):]), bytes.Clone(v)})
+			batch = append(batch, raw{k[len(spaceLocal):], v}) // scan's own copies
 			if len(batch) == chunk {
 				next <- batch
 				batch = make([]raw, 0, chunk)
