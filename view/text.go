@@ -170,6 +170,9 @@ func (x *textIndex) markDirty(old, new *record.SignedAgent) bool {
 	if !x.suspended {
 		return false
 	}
+	if x.dirty == nil {
+		return true // no rebuild has taken its snapshot yet: it will see this change
+	}
 	for _, sa := range []*record.SignedAgent{old, new} {
 		if sa != nil {
 			x.dirty[sa.Agent.AgentID] = struct{}{}
@@ -178,12 +181,26 @@ func (x *textIndex) markDirty(old, new *record.SignedAgent) bool {
 	return true
 }
 
-// suspend stops indexing (see textIndex.suspended).
+// suspend stops indexing (see textIndex.suspended). Changes are not
+// recorded until a rebuild takes its snapshot (track): the snapshot holds
+// them. Recording the 100 000 registrations of a start, to index them
+// again after the rebuild had, cost the start a map of them.
 func (x *textIndex) suspend() {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if !x.suspended {
-		x.suspended, x.dirty = true, map[string]struct{}{}
+		x.suspended, x.dirty = true, nil
+	}
+}
+
+// track starts recording changes, for resume to apply to a rebuild whose
+// snapshot of the records is being taken now. The caller holds the view's
+// mutex, so no change falls between the snapshot and the recording.
+func (x *textIndex) track() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.suspended {
+		x.dirty = map[string]struct{}{}
 	}
 }
 

@@ -1501,6 +1501,7 @@ func (v *View) rebuildText(ctx context.Context) {
 	for _, s := range v.agents {
 		recs = append(recs, s.rec)
 	}
+	v.proj.text.track()
 	v.mu.Unlock()
 	fresh := newTextIndex()
 	for i, sa := range recs {
