@@ -2,8 +2,10 @@ package gossip
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/trust"
@@ -112,4 +114,81 @@ func TestEncodeBatchRejects(t *testing.T) {
 			t.Errorf("%s: EncodeBatch accepted it", name)
 		}
 	}
+}
+
+// TestBatchValidation: what a node does with heartbeat batches from a
+// peer that runs pubsub without agentd's validator. A batch under v1.0 is
+// malformed (rejected); a v1.1 batch delivers, as heartbeats of its
+// author, the entries that are news and asks for the record of an agent
+// it does not know; the same heartbeats again, in other bytes, are a
+// replay and deliver nothing.
+func TestBatchValidation(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn := newTestNet(t, 1, testConfig())
+		b := tn.nodes[0]
+		x := tn.addHost(1)
+		if err := tn.mn.LinkAll(); err != nil {
+			t.Fatal(err)
+		}
+		topics, stop := rawPubSub(t, tn.ctx, x.h, AnnounceTopic)
+		defer stop()
+		tn.connect(b, x)
+		tn.waitTopicPeers(1)
+		tn.waitMesh()
+		pub := func(data []byte) {
+			t.Helper()
+			if err := topics[AnnounceTopic].Publish(tn.ctx, data); err != nil {
+				t.Fatalf("raw publish: %v", err)
+			}
+		}
+		rec := x.record(t) // pins X's agent key at B
+		data, err := EncodeAnnounce(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub(data)
+		waitFor(t, 5*time.Second, "X's record at B", func() bool { return len(b.sink.announcesOf(x.id.AgentID, rec.Agent.Seq)) == 1 })
+
+		unknown := uuid.NewString()
+		now := time.Now().UnixMilli()
+		beats := []record.Beat{
+			{AgentID: x.id.AgentID, Seq: rec.Agent.Seq + 1, Status: record.StatusHealthy, Timestamp: now, IntervalMS: 5000},
+			{AgentID: unknown, Seq: 9, Timestamp: now},
+		}
+		old := strings.Replace(mustBatch(t, beats), `"v1.1"`, `"v1.0"`, 1)
+		pub([]byte(old))
+		waitFor(t, 5*time.Second, "the v1.0 batch refused", func() bool { return rejects(t, b.m, "gossip", "malformed") == 1 })
+
+		pub([]byte(mustBatch(t, beats)))
+		waitFor(t, 5*time.Second, "the news delivered", func() bool {
+			return len(b.sink.deliveries(func(d delivery) bool { return d.kind == KindHeartbeat })) == 1
+		})
+		d := b.sink.deliveries(func(d delivery) bool { return d.kind == KindHeartbeat })[0]
+		if d.beat.Beat.AgentID != x.id.AgentID || d.beat.Beat.PeerID != x.h.ID().String() || d.beat.Signer != record.BeatSignerBatch || d.from != x.h.ID() {
+			t.Fatalf("delivered %+v from %s", d.beat, d.from)
+		}
+		waitFor(t, 5*time.Second, "the unknown agent asked for", func() bool {
+			return slices.ContainsFunc(b.sink.unknownCalls(), func(u unknownReq) bool { return u.agentID == unknown })
+		})
+
+		// X's heartbeat again in other bytes (a batch of it alone): pubsub
+		// sees a new message, the sink's seq says it is not news.
+		pub([]byte(mustBatch(t, beats[:1])))
+		waitFor(t, 5*time.Second, "the replay ignored", func() bool { return rejects(t, b.m, "gossip", "replay") >= 1 })
+		if n := len(b.sink.deliveries(func(d delivery) bool { return d.kind == KindHeartbeat })); n != 1 {
+			t.Fatalf("%d heartbeats delivered, want 1", n)
+		}
+		if got := delivered(t, b.m, KindBeats); got != 1 {
+			t.Fatalf("delivered{beats} = %v, want 1", got)
+		}
+	})
+}
+
+func mustBatch(t *testing.T, beats []record.Beat) string {
+	t.Helper()
+	b, err := EncodeBatch(beats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
