@@ -131,6 +131,15 @@ func (g *Gossip) Shards() []string {
 	return slices.Sorted(maps.Keys(g.shards))
 }
 
+// Joined reports whether shard is joined (JoinShard), without the sorted
+// copy Shards makes: a registration asks it for each of its shards.
+func (g *Gossip) Joined(shard string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, ok := g.shards[shard]
+	return ok
+}
+
 // ShardReady reports whether shard is joined and a peer of its topic has
 // answered a sync since: the node's view then holds the shard's live
 // agents, and a query for a capability of the shard can be answered from

