@@ -23,6 +23,8 @@ keep-alive HTTP client per system unless said otherwise:
              agentd's published heartbeats per 10 s window
   mixed      p99 of capability lookups while 4 clients register and 4
              run free-text queries
+  unregister p50/p99 of DELETE /agents/{id} for 500 hosted agents, one
+             client (etcd: one transaction deleting the record's keys)
 
 Usage: scripts/bench-scale.py [--n 10000,100000] [--idle 60] [--skip-etcd]
 """
@@ -340,6 +342,29 @@ def bench(n, idle, skip_etcd):
         total += 2000
         row("lookup p50 / p99 under 4 registering + 4 searching clients",
             f"{ms(pct(mixed_l, 50))} / {ms(pct(mixed_l, 99))}")
+        # Unregistration: 500 of the agents registered by four clients.
+        gone = [b["agent_id"] for b in more[:500]]
+        ua, ue = [], []
+        c = Client(a.api)
+        for aid in gone:
+            t = time.perf_counter()
+            st, body = c.do("DELETE", f"/agents/{aid}")
+            ua.append(time.perf_counter() - t)
+            if st >= 300:
+                raise SystemExit(f"agentd unregister: HTTP {st}: {body[:200]!r}")
+        if e:
+            ce = Client(e.api)
+            for b in more[:500]:
+                aid = b["agent_id"]
+                keys = [f"/agents/{aid}"] + [f"/cap/{cap['id']}/{aid}" for s in b["skills"] for cap in s["capabilities"]]
+                t = time.perf_counter()
+                st, body = ce.do("POST", "/v3/kv/txn", {"success": [{"request_delete_range": {"key": b64(k)}} for k in keys]})
+                ue.append(time.perf_counter() - t)
+                if st != 200:
+                    raise SystemExit(f"etcd delete txn: HTTP {st}: {body[:200]!r}")
+        total -= 500
+        row("unregister 500, 1 client, p50 / p99", f"{ms(pct(ua, 50))} / {ms(pct(ua, 99))}",
+            f"{ms(pct(ue, 50))} / {ms(pct(ue, 99))}" if e else "—")
         # Idle CPU and heartbeat pacing: alone (no peer listens, so no
         # heartbeat is worth sending), then with one peer that hears the
         # whole network (--scope full).
