@@ -223,11 +223,12 @@ func sharedIPChild(t *testing.T, mode string) {
 	}
 
 	var (
-		mu     sync.Mutex
-		found  int
-		failed []string
-		wg     sync.WaitGroup
-		sem    = make(chan struct{}, 6)
+		mu          sync.Mutex
+		found       int
+		findRetried int
+		failed      []string
+		wg          sync.WaitGroup
+		sem         = make(chan struct{}, 6)
 	)
 	for i, a := range agents[1:] {
 		wg.Add(1)
@@ -235,14 +236,32 @@ func sharedIPChild(t *testing.T, mode string) {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			fs, err := a.d.Find(ctx, "skill-lan", "cap-lan", 1)
-			mu.Lock()
-			defer mu.Unlock()
-			if err == nil && len(fs) == 1 && fs[0].Provider == prov.h.ID() {
-				found++
-				return
+			ok := func(fs []dht.Found, err error) bool {
+				return err == nil && len(fs) == 1 && fs[0].Provider == prov.h.ID()
 			}
-			failed = append(failed, fmt.Sprintf("agent %d: %d results, %v", i+1, len(fs), err))
+			fs, err := a.d.Find(ctx, "skill-lan", "cap-lan", 1)
+			if !ok(fs, err) {
+				// One more try, as for the joins: under make test's load a
+				// record fetch from the provider can miss its deadline (a
+				// find drops such a provider), which is not what this test
+				// is about. Twice in a row is.
+				first := fmt.Sprintf("%d results, %v", len(fs), err)
+				time.Sleep(time.Second)
+				fs, err = a.d.Find(ctx, "skill-lan", "cap-lan", 1)
+				mu.Lock()
+				findRetried++
+				mu.Unlock()
+				if !ok(fs, err) {
+					mu.Lock()
+					failed = append(failed, fmt.Sprintf("agent %d: %s, then %d results, %v (connectedness to the provider %s, routing table %d)",
+						i+1, first, len(fs), err, a.h.Network().Connectedness(prov.h.ID()), a.d.RoutingTableSize()))
+					mu.Unlock()
+					return
+				}
+			}
+			mu.Lock()
+			found++
+			mu.Unlock()
 		}()
 	}
 	wg.Wait()
@@ -255,8 +274,8 @@ func sharedIPChild(t *testing.T, mode string) {
 		rtMin = min(rtMin, n)
 	}
 	conns := len(bootHost.Network().Peers())
-	t.Logf("RESULT mode=%s ip=%s nodes=%d bootstrap_failed=%d/%d (retried %d) bootstrap_node_conns=%d find_ok=%d/%d routing_table_min=%d avg=%.1f elapsed=%s",
-		mode, sharedIP, sharedNodes, bootFailed, len(agents), retried, conns, found, len(agents)-1, rtMin, float64(rtSum)/float64(len(agents)), time.Since(start).Round(time.Millisecond))
+	t.Logf("RESULT mode=%s ip=%s nodes=%d bootstrap_failed=%d/%d (retried %d) bootstrap_node_conns=%d find_ok=%d/%d (retried %d) routing_table_min=%d avg=%.1f elapsed=%s",
+		mode, sharedIP, sharedNodes, bootFailed, len(agents), retried, conns, found, len(agents)-1, findRetried, rtMin, float64(rtSum)/float64(len(agents)), time.Since(start).Round(time.Millisecond))
 	if mode != "agentd" {
 		return // the contrast is reported, never asserted
 	}
