@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
@@ -164,7 +165,7 @@ func sharedIPChild(t *testing.T, mode string) {
 		if i == 0 {
 			hs.sa = signed(t, id, "skill-lan", "cap-lan")
 		}
-		d, err := dht.New(h, cfg, v, hs, nil, nil)
+		d, err := dht.New(h, cfg, v, hs, nil, slog.New(findLog{t: t, agent: i}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -283,3 +284,32 @@ func sharedIPChild(t *testing.T, mode string) {
 		t.Fatalf("agents on one IP could not all join and find the provider: %d bootstrap failures, %d/%d finds; %v", bootFailed, found, len(agents)-1, failed)
 	}
 }
+
+// findLog passes to the test's log the DHT's debug lines that say why a
+// find came back empty: a provide that reached fewer peers than asked, a
+// provider dropped because its record could not be fetched, a fetched
+// record refused. They show only when the test fails.
+type findLog struct {
+	t     *testing.T
+	agent int
+}
+
+func (l findLog) Enabled(context.Context, slog.Level) bool { return true }
+
+func (l findLog) Handle(_ context.Context, r slog.Record) error {
+	switch r.Message {
+	case "dht provider dropped", "fetched record rejected", "dht provide failed", "dht provide reached no peer", "dht provided":
+	default:
+		return nil
+	}
+	var b strings.Builder
+	r.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		return true
+	})
+	l.t.Logf("agent %d dht: %s%s", l.agent, r.Message, b.String())
+	return nil
+}
+
+func (l findLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l findLog) WithGroup(string) slog.Handler      { return l }
