@@ -126,21 +126,7 @@ func TestBatchValidation(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		tn := newTestNet(t, 1, testConfig())
 		b := tn.nodes[0]
-		x := tn.addHost(1)
-		if err := tn.mn.LinkAll(); err != nil {
-			t.Fatal(err)
-		}
-		topics, stop := rawPubSub(t, tn.ctx, x.h, AnnounceTopic)
-		defer stop()
-		tn.connect(b, x)
-		tn.waitTopicPeers(1)
-		tn.waitMesh()
-		pub := func(data []byte) {
-			t.Helper()
-			if err := topics[AnnounceTopic].Publish(tn.ctx, data); err != nil {
-				t.Fatalf("raw publish: %v", err)
-			}
-		}
+		x, pub := tn.rawPeer(t, b)
 		rec := x.record(t) // pins X's agent key at B
 		data, err := EncodeAnnounce(rec)
 		if err != nil {

@@ -149,22 +149,7 @@ func TestRejectReasons(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		tn := newTestNet(t, 1, testConfig())
 		b := tn.nodes[0]
-		x := tn.addHost(1)
-		if err := tn.mn.LinkAll(); err != nil {
-			t.Fatal(err)
-		}
-		topics, stop := rawPubSub(t, tn.ctx, x.h, AnnounceTopic)
-		defer stop()
-		tn.connect(b, x)
-		tn.waitTopicPeers(1)
-		tn.waitMesh()
-		top := topics[AnnounceTopic]
-		pub := func(data []byte) {
-			t.Helper()
-			if err := top.Publish(tn.ctx, data); err != nil {
-				t.Fatalf("raw publish: %v", err)
-			}
-		}
+		x, pub := tn.rawPeer(t, b)
 
 		// too large: a well-formed envelope padded past 64 KiB.
 		pub([]byte(`{"protocol_version":"v1.0","type":"announce","pad":"` + strings.Repeat("x", record.MaxMessageBytes) + `"}`))

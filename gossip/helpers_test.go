@@ -411,6 +411,28 @@ func (nd *tnode) beat(t testing.TB, kind Kind) *record.SignedBeat {
 	return sb
 }
 
+// rawPeer adds to tn a host that runs pubsub without agentd's validator
+// (rawPubSub) on the announce topic, connects it to b, waits for the mesh,
+// and returns it with a function that publishes raw bytes from it there.
+func (tn *testNet) rawPeer(t *testing.T, b *tnode) (x *tnode, pub func([]byte)) {
+	t.Helper()
+	x = tn.addHost(len(tn.nodes))
+	if err := tn.mn.LinkAll(); err != nil {
+		t.Fatal(err)
+	}
+	topics, stop := rawPubSub(t, tn.ctx, x.h, AnnounceTopic)
+	t.Cleanup(stop)
+	tn.connect(b, x)
+	tn.waitTopicPeers(1)
+	tn.waitMesh()
+	return x, func(data []byte) {
+		t.Helper()
+		if err := topics[AnnounceTopic].Publish(tn.ctx, data); err != nil {
+			t.Fatalf("raw publish: %v", err)
+		}
+	}
+}
+
 // rawPubSub starts a GossipSub router on h without agentd's validator:
 // what an attacker (or another implementation) runs.
 func rawPubSub(t *testing.T, ctx context.Context, h host.Host, topics ...string) (map[string]*pubsub.Topic, context.CancelFunc) {
