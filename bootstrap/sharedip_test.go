@@ -20,6 +20,7 @@ import (
 	"github.com/agentd/agentd/trust"
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -245,9 +246,13 @@ func sharedIPChild(t *testing.T, mode string) {
 				// One more try, as for the joins: under make test's load a
 				// record fetch from the provider can miss its deadline (a
 				// find drops such a provider), which is not what this test
-				// is about. Twice in a row is.
+				// is about. Twice in a row is. The second find starts once
+				// the agent holds a connection to the provider, or after
+				// 2 s without one.
 				first := fmt.Sprintf("%d results, %v", len(fs), err)
-				time.Sleep(time.Second)
+				testutil.Within(2*time.Second, func() bool {
+					return a.h.Network().Connectedness(prov.h.ID()) == network.Connected
+				})
 				fs, err = a.d.Find(ctx, "skill-lan", "cap-lan", 1)
 				mu.Lock()
 				findRetried++

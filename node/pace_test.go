@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -35,6 +36,24 @@ func heartbeatsSent(nd *tnode) float64 {
 	return promtest.ToFloat64(nd.m.GossipPublished.WithLabelValues(kindHeartbeat)) + promtest.ToFloat64(nd.m.BatchedBeats)
 }
 
+// sendTimes waits until n more heartbeats than now have left nd (alone or
+// in batches), failing after deadline, and returns when it began and when
+// each of them was seen to leave (polled every testutil.DefaultPoll of
+// virtual time).
+func sendTimes(t *testing.T, nd *tnode, n int, deadline time.Duration) (start time.Time, at []time.Time) {
+	t.Helper()
+	start, last := time.Now(), heartbeatsSent(nd)
+	target := last + float64(n)
+	waitFor(t, deadline, fmt.Sprintf("%d heartbeats", n), func() bool {
+		cur := heartbeatsSent(nd)
+		for ; last < cur; last++ {
+			at = append(at, time.Now())
+		}
+		return cur >= target
+	})
+	return start, at
+}
+
 // TestHeartbeatsArePaced: a node's heartbeats are spread over the
 // interval, not sent in one burst per interval (virtual time: 40 agents,
 // a 10 s interval, so 4 a second, which leave as one heartbeat batch a
@@ -48,27 +67,26 @@ func TestHeartbeatsArePaced(t *testing.T) {
 		waitFor(t, 5*time.Second, "a listener", func() bool { return nd.gsp.Listened(record.Shard("cap.p")) })
 		// The first round begins an interval after the registrations,
 		// which told the listener as much as a heartbeat would.
-		time.Sleep(10 * time.Second)
-		prev := heartbeatsSent(nd)
-		var windows []float64
-		for range 12 {
-			time.Sleep(5 * time.Second)
-			cur := heartbeatsSent(nd)
-			windows = append(windows, cur-prev)
-			prev = cur
-		}
+		waitFor(t, 15*time.Second, "the first heartbeat", func() bool { return heartbeatsSent(nd) > 0 })
+		batches0 := promtest.ToFloat64(nd.m.GossipPublished.WithLabelValues("beats"))
+		start, sent := sendTimes(t, nd, 280, 90*time.Second)
+		windows := make([]float64, 12)
 		total := 0.0
-		for _, w := range windows {
-			total += w
+		for _, at := range sent {
+			if k := int(at.Sub(start) / (5 * time.Second)); k < len(windows) {
+				windows[k]++
+				total++
+			}
 		}
 		if slices.Min(windows) < 15 || slices.Max(windows) > 25 || total < 220 || total > 260 {
 			t.Fatalf("heartbeats per 5 s over 60 s: %v (total %v), want about 20 in every window", windows, total)
 		}
-		batches := promtest.ToFloat64(nd.m.GossipPublished.WithLabelValues("beats"))
+		elapsed := time.Since(start)
+		batches := (promtest.ToFloat64(nd.m.GossipPublished.WithLabelValues("beats")) - batches0) * float64(time.Minute) / float64(elapsed)
 		if batches < 40 || batches > 80 {
-			t.Fatalf("%v heartbeat batches in 60 s, want about one a second", batches)
+			t.Fatalf("%.0f heartbeat batches a minute, want about one a second", batches)
 		}
-		// 60 s is twice the liveness timeout: the batches alone kept every
+		// 70 s is over twice the liveness timeout: the batches alone kept every
 		// hosted agent alive at the listener.
 		for _, sa := range hosted {
 			if a, ok := live(listener.Node, sa.Agent.AgentID); !ok || a.Status != record.StatusHealthy {
@@ -98,12 +116,14 @@ func TestBatchesOnlyToPeersThatReadThem(t *testing.T) {
 		nd := tn.add(nil, nil)
 		hosted := registerMany(t, nd, 40)
 		waitFor(t, 5*time.Second, "a listener", func() bool { return nd.gsp.Listened(record.Shard("cap.p")) })
-		time.Sleep(40 * time.Second)
+		singles := func() float64 { return promtest.ToFloat64(nd.m.GossipPublished.WithLabelValues(kindHeartbeat)) }
+		took := waitFor(t, 50*time.Second, "120 single heartbeats", func() bool { return singles() >= 120 })
 		if n := promtest.ToFloat64(nd.m.GossipPublished.WithLabelValues("beats")); n != 0 {
 			t.Fatalf("%v heartbeat batches sent to a peer that does not read them", n)
 		}
-		if n := promtest.ToFloat64(nd.m.GossipPublished.WithLabelValues(kindHeartbeat)); n < 110 || n > 130 {
-			t.Fatalf("%v single heartbeats in 40 s, want about 120 (4 a second after the first interval)", n)
+		// 4 a second once the first interval (10 s) is over.
+		if took < 37*time.Second || took > 43*time.Second {
+			t.Fatalf("120 single heartbeats took %s, want about 40 s (4 a second after the first interval)", took)
 		}
 		for _, sa := range hosted {
 			if a, ok := live(tn.nodes[0].Node, sa.Agent.AgentID); !ok || a.Status != record.StatusHealthy {
@@ -115,10 +135,9 @@ func TestBatchesOnlyToPeersThatReadThem(t *testing.T) {
 		if err := tn.nodes[0].Close(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Second)
-		if n := promtest.ToFloat64(nd.m.GossipPublished.WithLabelValues("beats")); n < 5 {
-			t.Fatalf("%v heartbeat batches in 20 s after the old listener left, want about 20", n)
-		}
+		waitFor(t, 20*time.Second, "heartbeat batches after the old listener left", func() bool {
+			return promtest.ToFloat64(nd.m.GossipPublished.WithLabelValues("beats")) >= 5
+		})
 	})
 }
 
@@ -236,8 +255,22 @@ func TestBatchFromAnotherPeerIsRefused(t *testing.T) {
 			}
 			return hbs
 		}
-		signed := 0
-		for range 60 {
+		mismatches := func() float64 {
+			return promtest.ToFloat64(observer.m.Rejects.WithLabelValues("gossip", string(trust.ReasonPeerMismatch)))
+		}
+		gone := func() bool {
+			for _, sa := range hosted {
+				if _, ok := live(observer.Node, sa.Agent.AgentID); ok {
+					return false
+				}
+			}
+			return true
+		}
+		// The liar sends a batch, waits until the observer has judged it,
+		// and sends the next, until the crashed host's agents have left
+		// the observer's view (the seed's 30 s) and 50 batches more.
+		signed, told, goneAfter := 0, 0, -1
+		for ; goneAfter < 0 || told < goneAfter+50; told++ {
 			err := liar.Gossip().PublishHeartbeats(context.Background(), lies(), func(b record.Beat) (*record.SignedBeat, error) {
 				signed++
 				return record.SignBeatPeer(b, liar.id.PeerKey)
@@ -245,21 +278,22 @@ func TestBatchFromAnotherPeerIsRefused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(time.Second)
+			waitFor(t, 5*time.Second, "the observer refusing the lie (peer_mismatch)", func() bool { return mismatches() >= float64(told+1) })
+			if goneAfter < 0 && gone() {
+				goneAfter = told + 1
+			}
+			if told > 10000 {
+				t.Fatal("the crashed host's agents are still in the observer's view after 10 000 of a liar's batches")
+			}
 		}
 		if signed != 0 {
 			t.Fatalf("the liar's heartbeats left alone (%d), not in batches: the test proves nothing", signed)
 		}
-		if n := promtest.ToFloat64(liar.m.GossipPublished.WithLabelValues("beats")); n < 50 {
-			t.Fatalf("the liar published %v batches", n)
+		if !gone() {
+			t.Fatal("a crashed host's agent came back in the observer's view on a liar's batches")
 		}
-		for _, sa := range hosted {
-			if a, ok := live(observer.Node, sa.Agent.AgentID); ok {
-				t.Fatalf("agent %s of the crashed host still in the observer's view (%s) after 60 s of a liar's batches", sa.Agent.AgentID, a.Status)
-			}
-		}
-		if n := promtest.ToFloat64(observer.m.Rejects.WithLabelValues("gossip", string(trust.ReasonPeerMismatch))); n < 50 {
-			t.Fatalf("the observer counted %v peer_mismatch refusals, want one per batch", n)
+		if n := promtest.ToFloat64(liar.m.GossipPublished.WithLabelValues("beats")); n < float64(told) {
+			t.Fatalf("the liar published %v batches, want %d", n, told)
 		}
 	})
 }
