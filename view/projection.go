@@ -23,41 +23,55 @@ type Provider struct {
 	Scenes       []string         `json:"scenes,omitempty"`
 	Status       record.Status    `json:"status"`
 	Confidence   float64          `json:"confidence_hint"`
-	skillStatus  record.Status
 }
 
 // projection is the capability registry of seed 004 §4.3: capability →
 // providers. It is guarded by the view's mutex.
+//
+// It holds a reference to each providing record, not the providers
+// themselves: a Provider is ~270 bytes of fields that all point into the
+// record, so a lookup builds them from the record (providersOf) instead
+// of the projection keeping one per capability of every agent (at 100 000
+// records that was 10 % of the live heap; docs/performance.md, "Memory
+// per record").
 type projection struct {
-	byCap map[string]map[string][]Provider // capability → agent id → providers
-	text  *textIndex                       // free-text index (its own lock)
+	byCap map[string]map[string]provRef // capability → agent id → record
+	text  *textIndex                    // free-text index (its own lock)
+}
+
+// provRef is an agent in the projection: its record and its effective
+// status (a provider's status is the worse of it and its skill's).
+type provRef struct {
+	sa     *record.SignedAgent
+	status record.Status
 }
 
 func newProjection() projection {
-	return projection{byCap: map[string]map[string][]Provider{}, text: newTextIndex()}
+	return projection{byCap: map[string]map[string]provRef{}, text: newTextIndex()}
 }
 
-func providersOf(sa *record.SignedAgent, status record.Status) []Provider {
+// providersOf appends to out the providers of capability c in sa: one per
+// skill that offers c, or, when no skill does, one for the agent's
+// top-level capabilities entry.
+func providersOf(out []Provider, sa *record.SignedAgent, c string, status record.Status) []Provider {
 	a := &sa.Agent
-	var out []Provider
-	covered := map[string]bool{}
+	covered := false
 	for _, s := range a.Skills {
-		for _, c := range s.Capabilities {
-			p := Provider{
-				Capability: c.ID, AgentID: a.AgentID, AgentName: a.AgentName, PeerID: a.PeerID,
-				SkillID: s.SkillID, SkillType: s.SkillType, SkillVersion: s.Version, Version: c.Version,
-				Description: c.Description, Endpoint: s.Endpoint, Transport: a.Transport,
-				Scenes: s.Scenes, Confidence: c.Confidence(), skillStatus: s.Status,
+		for i := range s.Capabilities {
+			cp := &s.Capabilities[i]
+			if cp.ID != c {
+				continue
 			}
-			p.Status = worse(status, s.Status)
-			out = append(out, p)
-			covered[c.ID] = true
+			out = append(out, Provider{
+				Capability: cp.ID, AgentID: a.AgentID, AgentName: a.AgentName, PeerID: a.PeerID,
+				SkillID: s.SkillID, SkillType: s.SkillType, SkillVersion: s.Version, Version: cp.Version,
+				Description: cp.Description, Endpoint: s.Endpoint, Transport: a.Transport,
+				Scenes: s.Scenes, Confidence: cp.Confidence(), Status: worse(status, s.Status),
+			})
+			covered = true
 		}
 	}
-	for c, ver := range a.Capabilities {
-		if covered[c] {
-			continue
-		}
+	if ver, ok := a.Capabilities[c]; ok && !covered {
 		out = append(out, Provider{Capability: c, AgentID: a.AgentID, AgentName: a.AgentName, PeerID: a.PeerID,
 			Version: ver, Endpoint: a.Transport.Endpoint, Transport: a.Transport, Status: worse(status, "")})
 	}
@@ -80,7 +94,7 @@ func worse(agent, skill record.Status) record.Status {
 // first provider or lost their last one.
 func (p *projection) update(old, new *record.SignedAgent, status record.Status, now time.Time) []Event {
 	p.text.update(old, new)
-	gone := map[string]bool{}
+	var gone map[string]bool
 	if old != nil {
 		id := old.Agent.AgentID
 		for _, c := range old.Agent.AllCapabilities() {
@@ -91,6 +105,9 @@ func (p *projection) update(old, new *record.SignedAgent, status record.Status, 
 			delete(m, id)
 			if len(m) == 0 {
 				delete(p.byCap, c)
+				if gone == nil {
+					gone = map[string]bool{}
+				}
 				gone[c] = true
 			}
 		}
@@ -99,18 +116,18 @@ func (p *projection) update(old, new *record.SignedAgent, status record.Status, 
 	agentID := ""
 	if new != nil {
 		agentID = new.Agent.AgentID
-		for _, pr := range providersOf(new, status) {
-			m := p.byCap[pr.Capability]
+		for _, c := range new.Agent.AllCapabilities() {
+			m := p.byCap[c]
 			if m == nil {
-				m = map[string][]Provider{}
-				p.byCap[pr.Capability] = m
-				if gone[pr.Capability] {
-					delete(gone, pr.Capability)
+				m = map[string]provRef{}
+				p.byCap[c] = m
+				if gone[c] {
+					delete(gone, c)
 				} else {
-					added = append(added, pr.Capability)
+					added = append(added, c)
 				}
 			}
-			m[agentID] = append(m[agentID], pr)
+			m[agentID] = provRef{sa: new, status: status}
 		}
 	} else if old != nil {
 		agentID = old.Agent.AgentID
@@ -134,9 +151,11 @@ func (p *projection) update(old, new *record.SignedAgent, status record.Status, 
 func (p *projection) setStatus(sa *record.SignedAgent, status record.Status) []Event {
 	id := sa.Agent.AgentID
 	for _, c := range sa.Agent.AllCapabilities() {
-		ps := p.byCap[c][id]
-		for i := range ps {
-			ps[i].Status = worse(status, ps[i].skillStatus)
+		if m := p.byCap[c]; m != nil {
+			if r, ok := m[id]; ok {
+				r.status = status
+				m[id] = r
+			}
 		}
 	}
 	return nil
@@ -145,9 +164,13 @@ func (p *projection) setStatus(sa *record.SignedAgent, status record.Status) []E
 // lookup returns the providers of a capability ranked for routing (see
 // rank).
 func (p *projection) lookup(c string) []Provider {
-	var out []Provider
-	for _, ps := range p.byCap[c] {
-		out = append(out, ps...)
+	m := p.byCap[c]
+	if len(m) == 0 {
+		return nil
+	}
+	out := make([]Provider, 0, len(m))
+	for _, r := range m {
+		out = providersOf(out, r.sa, c, r.status)
 	}
 	rank(out)
 	return out
