@@ -2,6 +2,7 @@ package record
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"time"
 )
@@ -256,8 +257,10 @@ func (a *Agent) SkillTypes() []string {
 // skills, so that seed-000 peers that only read the map see every capability.
 // Existing entries are kept.
 func (a *Agent) SyncCapabilities() {
+	copied := false // a decoded record's map may be shared (intern.go): copy before adding
 	if a.Capabilities == nil {
 		a.Capabilities = map[string]string{}
+		copied = true
 	}
 	for _, s := range a.Skills {
 		for _, c := range s.Capabilities {
@@ -267,6 +270,10 @@ func (a *Agent) SyncCapabilities() {
 			v := c.Version
 			if v == "" {
 				v = s.Version
+			}
+			if !copied {
+				a.Capabilities = maps.Clone(a.Capabilities)
+				copied = true
 			}
 			a.Capabilities[c.ID] = v
 		}

@@ -1,6 +1,9 @@
 package record
 
 import (
+	"maps"
+	"reflect"
+	"slices"
 	"testing"
 	"unsafe"
 )
@@ -42,5 +45,39 @@ func BenchmarkIntern(b *testing.B) {
 	for b.Loop() {
 		a := sa.Agent
 		a.intern()
+	}
+}
+
+// TestDecodedRecordsShareCapabilities: two records with the same
+// capabilities object hold one map; syncing one record's copy with a new
+// skill leaves the other's alone.
+func TestDecodedRecordsShareCapabilities(t *testing.T) {
+	k := newKeys(t)
+	a := signedSample(t, k)
+	b, err := FromStored(ProtocolVersion, a.Canonical, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Agent.Capabilities) == 0 {
+		t.Fatal("the sample has no capabilities object")
+	}
+	if reflect.ValueOf(a.Agent.Capabilities).UnsafePointer() != reflect.ValueOf(b.Agent.Capabilities).UnsafePointer() {
+		t.Fatal("two maps for one capabilities object")
+	}
+	want := maps.Clone(a.Agent.Capabilities)
+	c := b.Agent // a copy, as code that builds a new record from a decoded one makes
+	c.Skills = append(slices.Clone(c.Skills), Skill{SkillID: "extra", Version: "1.0.0", SkillType: SkillTool, Capabilities: []Capability{{ID: "brand-new"}}})
+	c.SyncCapabilities()
+	if c.Capabilities["brand-new"] != "1.0.0" {
+		t.Fatalf("the synced copy lacks the new capability: %v", c.Capabilities)
+	}
+	if !maps.Equal(a.Agent.Capabilities, want) || !maps.Equal(b.Agent.Capabilities, want) {
+		t.Fatalf("syncing a copy changed the shared map: %v", a.Agent.Capabilities)
+	}
+	// A different object is not merged with it.
+	d := c
+	d.Capabilities = map[string]string{"other": "2.0.0"}
+	if got := shareCapabilities(d.Capabilities); !maps.Equal(got, map[string]string{"other": "2.0.0"}) {
+		t.Fatalf("shareCapabilities returned %v", got)
 	}
 }
