@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/netip"
+	"runtime"
 	"time"
 )
 
@@ -32,6 +33,11 @@ func startPprof(addr string, log *slog.Logger) (bound string, stop func(), err e
 	if err != nil {
 		return "", nil, fmt.Errorf("%s: %w", envPprof, err)
 	}
+	// Lock contention and blocking are sampled too while the profiler
+	// serves (/debug/pprof/mutex, /debug/pprof/block): 1 in 20 contended
+	// lock events, blocking events of 100 µs or more.
+	runtime.SetMutexProfileFraction(20)
+	runtime.SetBlockProfileRate(int((100 * time.Microsecond).Nanoseconds()))
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
