@@ -209,7 +209,11 @@ type Verifier struct {
 	cfg   Config
 	allow map[string]bool
 	pins  PinStore
-	mu    sync.Mutex // serialises pin updates
+	// pinMu serialises the pin updates of an agent id: one of these
+	// locks per id, chosen by hash. Agents do not share pins, so the
+	// registrations of different agents (several clients of a registry)
+	// do not wait for one another's pin write.
+	pinMu [64]sync.Mutex
 
 	// hints remember, per agent id, the key the pin holds (and the
 	// certificate notBefore it recorded) as checkPin last left it, so
@@ -521,8 +525,9 @@ func (v *Verifier) checkPin(sa *record.SignedAgent, key *ecdsa.PublicKey, cert c
 	if v.hintSaysPinned(agentID, kh, cert) {
 		return nil
 	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
+	mu := v.pinLock(agentID)
+	mu.Lock()
+	defer mu.Unlock()
 	p, ok, err := v.pins.GetPin(agentID)
 	if err != nil {
 		return fmt.Errorf("read pin: %w", err)
@@ -584,6 +589,16 @@ func (v *Verifier) checkPin(sa *record.SignedAgent, key *ecdsa.PublicKey, cert c
 	return reject(ReasonKeyMismatch, "agent %s is bound to key %s, not %s (a new key needs a rotation statement signed by the old one)", agentID, fingerprintPEM(p.KeyPEM), Fingerprint(key)).field("public_key")
 }
 
+// pinLock returns the lock that serialises the pin updates of agentID.
+func (v *Verifier) pinLock(agentID string) *sync.Mutex {
+	h := uint32(2166136261) // FNV-1a
+	for i := 0; i < len(agentID); i++ {
+		h ^= uint32(agentID[i])
+		h *= 16777619
+	}
+	return &v.pinMu[h%uint32(len(v.pinMu))]
+}
+
 // pinHint is what checkPin last left as an agent's pin: the hash of the
 // pinned key and the notBefore of the certificate that certified it.
 type pinHint struct {
@@ -620,7 +635,7 @@ func (v *Verifier) setHint(agentID string, h pinHint) {
 }
 
 // putPin writes a pin whose key hashes to kh, and its hint. Called with
-// mu held.
+// the agent's pin lock held.
 func (v *Verifier) putPin(agentID string, p Pin, kh [32]byte) error {
 	if err := v.pins.PutPin(agentID, p); err != nil {
 		v.hmu.Lock()

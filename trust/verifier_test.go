@@ -335,6 +335,59 @@ func TestConcurrentPinning(t *testing.T) {
 	}
 }
 
+// holdingPins holds the pin write of one agent until released.
+type holdingPins struct {
+	*MemPins
+	hold             string
+	entered, release chan struct{}
+}
+
+func (h *holdingPins) PutPin(agentID string, p Pin) error {
+	if agentID == h.hold {
+		close(h.entered)
+		<-h.release
+	}
+	return h.MemPins.PutPin(agentID, p)
+}
+
+// The pin write of one agent does not hold up the verification of another
+// (a registry's clients register different agents at once): while A's
+// first pin is being written, B's first sighting is decided and pinned.
+func TestPinWritesOfDifferentAgentsDoNotWait(t *testing.T) {
+	c := &clock{t: t0}
+	a := newIdent(t)
+	hp := &holdingPins{MemPins: NewMemPins(), hold: a.AgentID, entered: make(chan struct{}), release: make(chan struct{})}
+	v, err := NewVerifier(Config{Now: c.now}, hp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newIdent(t)
+	for v.pinLock(b.AgentID) == v.pinLock(a.AgentID) {
+		b = newIdent(t) // another lock than A's, as nearly every agent has
+	}
+	errA := make(chan error, 1)
+	go func() { errA <- v.VerifyAgent(signedRecord(t, a, a.AgentID, t0), VerifyOptions{}) }()
+	<-hp.entered
+	doneB := make(chan error, 1)
+	go func() { doneB <- v.VerifyAgent(signedRecord(t, b, b.AgentID, t0), VerifyOptions{}) }()
+	select {
+	case err := <-doneB:
+		if err != nil {
+			t.Fatalf("B: %v", err)
+		}
+	case <-time.After(30 * time.Second): // a deadlock guard, not a timing assertion
+		close(hp.release)
+		t.Fatal("B's verification waited for A's pin write")
+	}
+	close(hp.release)
+	if err := <-errA; err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	if _, ok := v.AgentKey(b.AgentID); !ok {
+		t.Fatal("B not pinned")
+	}
+}
+
 // countingPins counts the pin store's reads.
 type countingPins struct {
 	*MemPins
