@@ -21,6 +21,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/multiformats/go-multihash"
 )
 
 // Sentinel errors of the DHT.
@@ -122,17 +123,20 @@ type DHT struct {
 	changed    chan struct{}
 	reannounce chan struct{}
 
-	mu         sync.Mutex
-	started    bool
-	closed     bool
-	kad        *kaddht.IpfsDHT
-	pm         *pb.ProtocolMessenger
-	want       map[string]*record.SignedAgent // hosted records by agent id
-	dirty      map[string]struct{}            // agent ids changed since the loop last looked
-	rvDirty    bool                           // the rendezvous keys changed
-	rendezvous []record.Key
-	bootPeers  []peer.AddrInfo
-	status     Status
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	kad     *kaddht.IpfsDHT
+	pm      *pb.ProtocolMessenger
+	// addProvider sends one ADD_PROVIDER; nil sends it with pm. Tests
+	// replace it to make some of the closest peers miss a provide.
+	addProvider func(ctx context.Context, p peer.ID, key multihash.Multihash, self peer.AddrInfo) error
+	want        map[string]*record.SignedAgent // hosted records by agent id
+	dirty       map[string]struct{}            // agent ids changed since the loop last looked
+	rvDirty     bool                           // the rendezvous keys changed
+	rendezvous  []record.Key
+	bootPeers   []peer.AddrInfo
+	status      Status
 
 	serveMu     sync.Mutex
 	serveClosed bool

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/agentd/agentd/trust"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/multiformats/go-multihash"
 	"go.uber.org/goleak"
 )
 
@@ -556,4 +558,55 @@ func TestProvideIsIncremental(t *testing.T) {
 	want("replaced by a alone", 5, 1)
 	prov.d.Unprovide(aID)
 	want("nothing", 0, 0)
+}
+
+// A provide that reaches fewer than half of the closest peers is retried:
+// a lookup ends once the few peers closest to the key have answered, so a
+// record the closest ones missed would go unfound until the next
+// reprovide. Here the provider's ADD_PROVIDER reaches one peer of nine
+// until the others accept again; then every key is provided to all, and
+// every node finds the agent.
+func TestProvideToFewClosestPeersIsRetried(t *testing.T) {
+	c := newCluster(t, 10, 0, nil)
+	prov := c.nodes[3]
+	accepting := c.nodes[5].h.ID()
+	var missing atomic.Bool
+	missing.Store(true)
+	var refused atomic.Int64
+	_, pm, err := prov.d.running()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov.d.mu.Lock()
+	prov.d.addProvider = func(ctx context.Context, p peer.ID, key multihash.Multihash, self peer.AddrInfo) error {
+		if missing.Load() && p != accepting {
+			refused.Add(1)
+			return errors.New("test: this peer misses the provide")
+		}
+		return pm.PutProviderAddrs(ctx, p, key, self)
+	}
+	prov.d.mu.Unlock()
+	partial := func() float64 { return counterValue(prov.m.Provides.WithLabelValues("partial")) }
+	sa := prov.host(t, 1, skillSpec{"skill-few": {"cap-few"}})
+	eventually(t, 20*time.Second, "the provides that reached one peer counted as partial and pending a retry", func() bool {
+		return partial() >= 3 && prov.d.Status().PendingRetries > 0
+	})
+	if prov.d.Status().LastProvideMin > 1 {
+		t.Fatalf("a provide reached %d peers while all but one refused", prov.d.Status().LastProvideMin)
+	}
+	missing.Store(false)
+	eventually(t, 30*time.Second, "every key provided to all peers after the retries", func() bool {
+		st := prov.d.Status()
+		return st.PendingRetries == 0 && st.LastProvideMin >= len(c.nodes)-1
+	})
+	for i, n := range c.nodes {
+		if n == prov {
+			continue
+		}
+		fs, err := n.d.Find(findCtx(t), "skill-few", "cap-few", 5)
+		if err != nil || len(fs) != 1 || fs[0].Record.Agent.AgentID != sa.Agent.AgentID {
+			t.Fatalf("node %d: %d results, %v", i, len(fs), err)
+		}
+	}
+	t.Logf("refused ADD_PROVIDERs: %d, partial provides: %.0f", refused.Load(), partial())
 }

@@ -266,7 +266,8 @@ func (d *DHT) provideKeys(ctx context.Context, st *loopState, keys []record.Key,
 	}
 	type result struct {
 		k      record.Key
-		stored int
+		stored int // peers that accepted the ADD_PROVIDER
+		asked  int // the closest peers found, each sent one
 		err    error
 	}
 	res := make([]result, len(keys))
@@ -285,8 +286,8 @@ func (d *DHT) provideKeys(ctx context.Context, st *loopState, keys []record.Key,
 			defer func() { <-sem }()
 			pctx, cancel := context.WithTimeout(ctx, d.cfg.ProvideTimeout)
 			defer cancel()
-			n, err := d.provideKey(pctx, k)
-			res[i] = result{k: k, stored: n, err: err}
+			n, asked, err := d.provideKey(pctx, k)
+			res[i] = result{k: k, stored: n, asked: asked, err: err}
 		}()
 	}
 	wg.Wait()
@@ -306,6 +307,14 @@ func (d *DHT) provideKeys(ctx context.Context, st *loopState, keys []record.Key,
 		case r.stored == 0:
 			d.countProvide("no_peers")
 			d.log.Debug("dht provide reached no peer", "key", r.k.String())
+			st.failKeys[r.k.Digest] = r.k
+		case fewStored(r.stored, r.asked):
+			// A lookup ends once the few peers closest to the key have
+			// answered; if they are among those that missed the record,
+			// nobody finds it until the next reprovide. Retried like a
+			// failure, with the same backoff.
+			d.countProvide("partial")
+			d.log.Debug("dht provide reached few of the closest peers", "key", r.k.String(), "cid", r.k.CID().String(), "stored", r.stored, "asked", r.asked)
 			st.failKeys[r.k.Digest] = r.k
 		default:
 			d.countProvide("ok")
@@ -331,25 +340,37 @@ func (d *DHT) provideKeys(ctx context.Context, st *loopState, keys []record.Key,
 // provideKey adds this node as a provider of k locally, finds the k
 // closest peers and sends each an ADD_PROVIDER; it returns how many sends
 // succeeded (kad-dht's Provide hides that number).
-func (d *DHT) provideKey(ctx context.Context, k record.Key) (int, error) {
+func (d *DHT) provideKey(ctx context.Context, k record.Key) (stored, asked int, err error) {
 	kad, pm, err := d.running()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	c := k.CID()
 	if err := kad.Provide(ctx, c, false); err != nil {
-		return 0, fmt.Errorf("local provide: %w", err)
+		return 0, 0, fmt.Errorf("local provide: %w", err)
 	}
 	mh := c.Hash()
 	peers, err := kad.GetClosestPeers(ctx, string(mh))
 	if err != nil && len(peers) == 0 {
-		return 0, fmt.Errorf("closest peers: %w", err)
+		return 0, 0, fmt.Errorf("closest peers: %w", err)
 	}
 	self := peer.AddrInfo{ID: d.h.ID(), Addrs: kad.FilteredAddrs()}
 	if len(self.Addrs) == 0 {
-		return 0, errors.New("this host has no address to announce")
+		return 0, 0, errors.New("this host has no address to announce")
 	}
-	return fanOut(peers, func(p peer.ID) error { return pm.PutProviderAddrs(ctx, p, mh, self) }), nil
+	send := pm.PutProviderAddrs
+	d.mu.Lock()
+	if d.addProvider != nil {
+		send = d.addProvider
+	}
+	d.mu.Unlock()
+	return fanOut(peers, func(p peer.ID) error { return send(ctx, p, mh, self) }), len(peers), nil
+}
+
+// fewStored reports whether a provide that reached stored of the asked
+// closest peers is to be retried: fewer than half of them have the record.
+func fewStored(stored, asked int) bool {
+	return stored*2 < asked
 }
 
 // fanOut runs f for every peer concurrently and counts the successes.
