@@ -303,7 +303,7 @@ func (l findLog) Enabled(context.Context, slog.Level) bool { return true }
 
 func (l findLog) Handle(_ context.Context, r slog.Record) error {
 	switch r.Message {
-	case "dht provider dropped", "fetched record rejected", "dht provide failed", "dht provide reached no peer", "dht provided":
+	case "dht provider dropped", "fetched record rejected", "dht provide failed", "dht provide reached no peer", "dht provide reached few of the closest peers", "dht provided":
 	default:
 		return nil
 	}
