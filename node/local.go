@@ -124,6 +124,9 @@ func (n *Node) RegisterSigned(ctx context.Context, sa *record.SignedAgent) (*rec
 // host_ stores, applies and announces a signed local record.
 func (n *Node) host_(ctx context.Context, sa *record.SignedAgent) (*record.SignedAgent, error) {
 	// The node's own signature passes its verifier (and pins its key).
+	// The pin is written with the registration, in its transaction.
+	done := n.st.DeferPin(sa.Agent.AgentID)
+	defer done()
 	if err := n.ver.VerifyAgent(sa, trust.VerifyOptions{Transport: "local"}); err != nil {
 		if isForeignKey(err) {
 			return nil, fmt.Errorf("%w: %v", ErrForeignKey, err)

@@ -231,6 +231,9 @@ type db struct {
 	gate  sync.RWMutex
 	seqMu sync.Mutex
 
+	pinMu    sync.Mutex
+	heldPins map[string]*heldPin // DeferPin: agent id → pins held for PutLocal
+
 	leadMu      sync.Mutex // held by the caller committing a group (durable)
 	commitMu    sync.Mutex // guards commitQueue
 	commitQueue []*durableReq

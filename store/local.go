@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,6 +34,7 @@ func (s *db) PutLocal(ctx context.Context, sa *record.SignedAgent) error {
 		return err
 	}
 	val := encodeEntry(entryHeader{kind: entryKindLocal, received: s.opts.Now().Round(0).UTC()}, announce)
+	pin := s.heldPinValue(id) // stays held (GetPin finds it) until written
 	err = s.durable(func(txn *badger.Txn) error {
 		// The record's seq joins the counter in the same transaction
 		// (NextSeq does not sync).
@@ -46,12 +48,96 @@ func (s *db) PutLocal(ctx context.Context, sa *record.SignedAgent) error {
 				return err
 			}
 		}
+		if pin != nil {
+			if err := txn.Set(pinKey(id), pin); err != nil {
+				return err
+			}
+		}
 		return txn.Set(localKey(id), val)
 	})
 	if err != nil {
 		return fmt.Errorf("put local registration %s: %w", id, err)
 	}
+	if pin != nil {
+		s.releaseHeldPin(id, pin)
+	}
 	return nil
+}
+
+// heldPin is the state of an agent id under DeferPin.
+type heldPin struct {
+	refs int    // DeferPin calls not yet done
+	v    []byte // the latest pin PutPin got, encoded; nil when none or written
+}
+
+// DeferPin implements Store.
+func (s *db) DeferPin(agentID string) (done func()) {
+	s.pinMu.Lock()
+	if s.heldPins == nil {
+		s.heldPins = map[string]*heldPin{}
+	}
+	h := s.heldPins[agentID]
+	if h == nil {
+		h = &heldPin{}
+		s.heldPins[agentID] = h
+	}
+	h.refs++
+	s.pinMu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.pinMu.Lock()
+			h.refs--
+			v := h.v
+			if h.refs > 0 {
+				v = nil // the last done writes it
+			} else {
+				delete(s.heldPins, agentID)
+			}
+			s.pinMu.Unlock()
+			if v == nil {
+				return
+			}
+			// No registration stored it (refused, or failed): written
+			// as PutPin would have.
+			if err := s.write(func(w writer) error { return w.Set(pinKey(agentID), v, 0) }); err != nil {
+				s.log.Error("write a held pin", "agent_id", agentID, "err", err)
+			}
+		})
+	}
+}
+
+// heldPinValue returns the encoded pin held for agentID, if any.
+func (s *db) heldPinValue(agentID string) []byte {
+	s.pinMu.Lock()
+	defer s.pinMu.Unlock()
+	if h := s.heldPins[agentID]; h != nil {
+		return h.v
+	}
+	return nil
+}
+
+// releaseHeldPin forgets a held pin that is now on disk, unless PutPin
+// replaced it meanwhile.
+func (s *db) releaseHeldPin(agentID string, written []byte) {
+	s.pinMu.Lock()
+	defer s.pinMu.Unlock()
+	if h := s.heldPins[agentID]; h != nil && bytes.Equal(h.v, written) {
+		h.v = nil
+	}
+}
+
+// holdPin keeps v as agentID's pin when DeferPin holds its pins, and
+// reports whether it did.
+func (s *db) holdPin(agentID string, v []byte) bool {
+	s.pinMu.Lock()
+	defer s.pinMu.Unlock()
+	h := s.heldPins[agentID]
+	if h == nil {
+		return false
+	}
+	h.v = v
+	return true
 }
 
 // DeleteLocal removes a local registration (synced); ErrNotFound if there
@@ -252,7 +338,11 @@ func (s *db) GetPin(agentID string) (trust.Pin, bool, error) {
 	if err := checkAgentID(agentID); err != nil {
 		return trust.Pin{}, false, err
 	}
-	v, err := s.get(pinKey(agentID))
+	v := s.heldPinValue(agentID)
+	var err error
+	if v == nil {
+		v, err = s.get(pinKey(agentID))
+	}
 	if errors.Is(err, ErrNotFound) {
 		return trust.Pin{}, false, nil
 	}
@@ -267,7 +357,8 @@ func (s *db) GetPin(agentID string) (trust.Pin, bool, error) {
 	return p, true, nil
 }
 
-// PutPin implements trust.PinStore; the pin is synced before it returns.
+// PutPin implements trust.PinStore. Under DeferPin the pin is held for the
+// agent's PutLocal; otherwise it is written at once, not synced.
 func (s *db) PutPin(agentID string, p trust.Pin) error {
 	if err := s.enter(context.Background()); err != nil {
 		return err
@@ -282,6 +373,9 @@ func (s *db) PutPin(agentID string, p trust.Pin) error {
 	}
 	if len(v) > maxPinValue {
 		return &record.FieldError{Field: "pin", Reason: fmt.Sprintf("is %d bytes, limit %d", len(v), maxPinValue)}
+	}
+	if s.holdPin(agentID, v) {
+		return nil // written by the agent's PutLocal, or by DeferPin's done
 	}
 	// Not synced: a pin reaches the disk with the next synced write (the
 	// registration that follows a local agent's pin) or memtable flush.

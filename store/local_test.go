@@ -115,6 +115,88 @@ func TestNextSeq(t *testing.T) {
 	}
 }
 
+// A pin held by DeferPin is read back at once, written by the agent's
+// PutLocal in its transaction, and, when no registration follows, written
+// by done; pins of other agents are written as usual meanwhile.
+func TestDeferredPins(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openTest(t, dir, Options{})
+	pem := sharedIdentity(t).PublicKeyPEM()
+	pin := func(day int) trust.Pin {
+		return trust.Pin{KeyPEM: pem, FirstSeen: time.Date(2026, 1, day, 0, 0, 0, 0, time.UTC)}
+	}
+	onDisk := func(id string) (trust.Pin, bool) {
+		t.Helper()
+		v, err := s.get(pinKey(id))
+		if errors.Is(err, ErrNotFound) {
+			return trust.Pin{}, false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := decodePin(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p, true
+	}
+
+	// Held, then stored with the registration.
+	sa := mkRecord(t, agentSpec{})
+	id := sa.Agent.AgentID
+	done := s.DeferPin(id)
+	if err := s.PutPin(id, pin(1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := onDisk(id); ok {
+		t.Fatal("a held pin was written before the registration")
+	}
+	if p, ok, err := s.GetPin(id); err != nil || !ok || !p.FirstSeen.Equal(pin(1).FirstSeen) {
+		t.Fatalf("GetPin of a held pin: %+v %v %v", p, ok, err)
+	}
+	other := mkRecord(t, agentSpec{}).Agent.AgentID
+	if err := s.PutPin(other, pin(2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := onDisk(other); !ok {
+		t.Fatal("another agent's pin was held")
+	}
+	if err := s.PutLocal(ctx, sa); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := onDisk(id); !ok || !p.FirstSeen.Equal(pin(1).FirstSeen) {
+		t.Fatalf("pin after the registration: %+v %v", p, ok)
+	}
+	done()
+	done() // idempotent
+
+	// Held, and no registration follows: done writes it.
+	lone := mkRecord(t, agentSpec{}).Agent.AgentID
+	done = s.DeferPin(lone)
+	inner := s.DeferPin(lone) // nested: the last done writes
+	if err := s.PutPin(lone, pin(3)); err != nil {
+		t.Fatal(err)
+	}
+	inner()
+	if _, ok := onDisk(lone); ok {
+		t.Fatal("written while still deferred")
+	}
+	done()
+	if p, ok := onDisk(lone); !ok || !p.FirstSeen.Equal(pin(3).FirstSeen) {
+		t.Fatalf("pin after done: %+v %v", p, ok)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := openTest(t, dir, Options{})
+	for _, x := range []string{id, other, lone} {
+		if _, ok, err := s2.GetPin(x); !ok || err != nil {
+			t.Fatalf("pin of %s after reopen: %v %v", x, ok, err)
+		}
+	}
+}
+
 func TestPins(t *testing.T) {
 	dir := t.TempDir()
 	s := openTest(t, dir, Options{})

@@ -228,6 +228,14 @@ type Store interface {
 
 	trust.PinStore
 
+	// DeferPin holds the pins PutPin gets for agentID in memory until
+	// PutLocal of that agent writes the latest of them in its own synced
+	// transaction, or until done, which writes what is left. GetPin reads
+	// a held pin. For a local registration: its pin then costs no write of
+	// its own (on disk with the registration), and a crash before the
+	// registration is stored loses both, as neither was acknowledged.
+	DeferPin(agentID string) (done func())
+
 	// Close stops background work and closes the database.
 	Close() error
 }
