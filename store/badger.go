@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -486,7 +487,21 @@ func (b badgerLogger) Errorf(f string, a ...any) {
 	b.l.Error("badger", "detail", trimNL(fmt.Sprintf(f, a...)))
 }
 func (b badgerLogger) Warningf(f string, a ...any) {
+	if cacheAdvice(f) {
+		// Badger's cache monitor: the block cache is 2 MiB by design
+		// (records are decoded in memory; the cache only serves the
+		// store's own reads), so under a write load its advice to grow
+		// it, every minute, is noise for an operator.
+		b.l.Debug("badger", "detail", trimNL(fmt.Sprintf(f, a...)))
+		return
+	}
 	b.l.Warn("badger", "detail", trimNL(fmt.Sprintf(f, a...)))
+}
+
+// cacheAdvice reports whether a Badger warning format is its cache
+// monitor's (db.monitorCache in Badger v4).
+func cacheAdvice(format string) bool {
+	return strings.HasPrefix(format, "%s might be too small") || strings.HasPrefix(format, "Cache life expectancy")
 }
 func (b badgerLogger) Infof(f string, a ...any) {
 	if b.l.Enabled(context.Background(), slog.LevelDebug) {
