@@ -100,6 +100,11 @@ func (s *db) DeferPin(agentID string) (done func()) {
 			}
 			// No registration stored it (refused, or failed): written
 			// as PutPin would have.
+			if err := s.enter(context.Background()); err != nil {
+				s.log.Warn("held pin not written: the store is closed", "agent_id", agentID)
+				return
+			}
+			defer s.leave()
 			if err := s.write(func(w writer) error { return w.Set(pinKey(agentID), v, 0) }); err != nil {
 				s.log.Error("write a held pin", "agent_id", agentID, "err", err)
 			}

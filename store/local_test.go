@@ -195,6 +195,18 @@ func TestDeferredPins(t *testing.T) {
 			t.Fatalf("pin of %s after reopen: %v %v", x, ok, err)
 		}
 	}
+
+	// A registration that ends after the store closed: its held pin is
+	// dropped, and nothing panics.
+	late := mkRecord(t, agentSpec{}).Agent.AgentID
+	done = s2.DeferPin(late)
+	if err := s2.PutPin(late, pin(4)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	done()
 }
 
 func TestPins(t *testing.T) {
