@@ -155,7 +155,7 @@ func bindingType(b string) string {
 		return "jsonrpc"
 	}
 	t := strings.ToLower(b)
-	if len(t) > 32 || !identRe.MatchString(t) {
+	if len(t) > 32 || !identMatch(t) {
 		return "a2a"
 	}
 	return t

@@ -215,7 +215,7 @@ func (c *AgentCard) Validate() error {
 		return fieldErr("communication.protocols", "has %d entries, more than %d", len(c.Communication.Protocols), maxCardProtocols)
 	}
 	for i, p := range c.Communication.Protocols {
-		if len(p) > 32 || !identRe.MatchString(p) {
+		if len(p) > 32 || !identMatch(p) {
 			return fieldErr(fmt.Sprintf("communication.protocols[%d]", i), "must be a short identifier such as http or grpc")
 		}
 	}
@@ -227,7 +227,7 @@ func (c *AgentCard) Validate() error {
 	}
 	for i, e := range c.Communication.Endpoints {
 		path := fmt.Sprintf("communication.endpoints[%d]", i)
-		if len(e.Protocol) > 32 || !identRe.MatchString(e.Protocol) {
+		if len(e.Protocol) > 32 || !identMatch(e.Protocol) {
 			return fieldErr(path+".protocol", "must be a short identifier such as http or grpc")
 		}
 		if e.URI == "" || len(e.URI) > MaxEndpointLen || !Printable(e.URI) {

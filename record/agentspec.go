@@ -584,7 +584,7 @@ func (s *AgentSpec) Validate() error {
 			return fieldErr("agent_id", "%v", err)
 		}
 	}
-	if s.AgentName != "" && !dnsLabelRe.MatchString(s.AgentName) {
+	if s.AgentName != "" && !isDNSLabel(s.AgentName) {
 		return fieldErr("agent_name", "must be a DNS label (1-63 letters, digits or '-', not starting or ending with '-')")
 	}
 	if s.SkillType != "" && !s.SkillType.Valid() {

@@ -1,6 +1,7 @@
 package record
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -89,6 +90,20 @@ func BenchmarkParseSkillMessage(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := ParseSkillMessage(line); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkFromStored: decoding a stored record, what a start does for
+// every hosted agent before the API serves.
+func BenchmarkFromStored(b *testing.B) {
+	k := newKeys(b)
+	sa := signedSample(b, k)
+	sig, psig := base64.StdEncoding.EncodeToString(sa.Signature), base64.StdEncoding.EncodeToString(sa.PeerSignature)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := FromStored(sa.ProtocolVersion, sa.Canonical, sig, psig); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -4,8 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
-	"regexp"
-	"strconv"
+	"strings"
 
 	"github.com/Masterminds/semver/v3"
 )
@@ -19,16 +18,33 @@ const (
 	SupportedMinor = 0
 )
 
-var versionRe = regexp.MustCompile(`^v(\d{1,4})\.(\d{1,4})$`)
-
 // ParseVersion splits "v{major}.{minor}".
 func ParseVersion(v string) (major, minor int, err error) {
-	m := versionRe.FindStringSubmatch(v)
-	if m == nil {
+	// ^v(\d{1,4})\.(\d{1,4})$, written out (TestMatchersAgreeWithRegexps): every record
+	// decoded checks its version.
+	num := func(s string) (int, bool) {
+		if len(s) == 0 || len(s) > 4 {
+			return 0, false
+		}
+		n := 0
+		for i := 0; i < len(s); i++ {
+			if s[i] < '0' || s[i] > '9' {
+				return 0, false
+			}
+			n = n*10 + int(s[i]-'0')
+		}
+		return n, true
+	}
+	var ok1, ok2 bool
+	if rest, found := strings.CutPrefix(v, "v"); found {
+		if a, b, dot := strings.Cut(rest, "."); dot {
+			major, ok1 = num(a)
+			minor, ok2 = num(b)
+		}
+	}
+	if !ok1 || !ok2 {
 		return 0, 0, fieldErr("protocol_version", "%q is not of the form v{major}.{minor}", trunc(v))
 	}
-	major, _ = strconv.Atoi(m[1])
-	minor, _ = strconv.Atoi(m[2])
 	return major, minor, nil
 }
 

@@ -54,7 +54,42 @@ var (
 
 // ValidIdent reports whether s may be used as a skill, capability or scene id.
 func ValidIdent(s string) bool {
-	return len(s) > 0 && len(s) <= MaxIDLen && identRe.MatchString(s)
+	return len(s) > 0 && len(s) <= MaxIDLen && identMatch(s)
+}
+
+// identMatch reports whether s matches identRe; written out, as every
+// record's validation checks each of its ids (the regexp was an eighth of
+// decoding a stored record; TestMatchersAgreeWithRegexps).
+func identMatch(s string) bool {
+	if s == "" || !isAlnum(s[0]) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		switch c := s[i]; {
+		case isAlnum(c), c == '_', c == '.', c == '/', c == '@', c == '+', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// isDNSLabel reports whether s matches dnsLabelRe: 1 to 63 letters,
+// digits and hyphens, a letter or digit at each end.
+func isDNSLabel(s string) bool {
+	if len(s) == 0 || len(s) > 63 || !isAlnum(s[0]) || !isAlnum(s[len(s)-1]) {
+		return false
+	}
+	for i := 1; i < len(s)-1; i++ {
+		if c := s[i]; !isAlnum(c) && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+func isAlnum(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z'
 }
 
 // Validate checks every field of a complete record, as it must be before it
@@ -97,7 +132,7 @@ func (a *Agent) validate(complete bool) error {
 	} else if err := ValidateAgentID(a.AgentID); err != nil {
 		return fieldErr("agent_id", "%v", err)
 	}
-	if a.AgentName != "" && !dnsLabelRe.MatchString(a.AgentName) {
+	if a.AgentName != "" && !isDNSLabel(a.AgentName) {
 		return fieldErr("agent_name", "must be a DNS label (1-63 letters, digits or '-', not starting or ending with '-')")
 	}
 	if a.Capabilities == nil {
@@ -143,7 +178,7 @@ func (a *Agent) validate(complete bool) error {
 	if a.Transport.Type == "" {
 		return fieldErr("transport.type", "is required")
 	}
-	if len(a.Transport.Type) > 32 || !identRe.MatchString(a.Transport.Type) {
+	if len(a.Transport.Type) > 32 || !identMatch(a.Transport.Type) {
 		return fieldErr("transport.type", "must be a short identifier such as tcp, ws, unix, http or libp2p")
 	}
 	if len(a.Transport.Endpoint) > MaxEndpointLen || !Printable(a.Transport.Endpoint) {

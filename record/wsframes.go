@@ -364,7 +364,7 @@ func transportFor(endpoint string) Transport {
 	}
 	if scheme, _, ok := strings.Cut(endpoint, "://"); ok {
 		scheme = strings.ToLower(scheme)
-		if len(scheme) <= 32 && identRe.MatchString(scheme) {
+		if len(scheme) <= 32 && identMatch(scheme) {
 			return Transport{Type: scheme, Endpoint: endpoint}
 		}
 	}
