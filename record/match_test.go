@@ -48,3 +48,30 @@ func FuzzMatchers(f *testing.F) {
 	}
 	f.Fuzz(checkMatchers)
 }
+
+// ParsePublicKeyPEM caches what it parsed: the same text gives the same
+// key, another key's text another key, and refused text stays refused.
+func TestParsePublicKeyPEMCache(t *testing.T) {
+	a, b := newKeys(t), newKeys(t)
+	k1, err := ParsePublicKeyPEM(a.pubPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, err := ParsePublicKeyPEM(a.pubPEM)
+	if err != nil || k1 != k2 {
+		t.Fatalf("second parse: %v, same key %v", err, k1 == k2)
+	}
+	if !k1.Equal(&a.agent.PublicKey) {
+		t.Fatal("cached key is not the agent's")
+	}
+	kb, err := ParsePublicKeyPEM(b.pubPEM)
+	if err != nil || !kb.Equal(&b.agent.PublicKey) || kb.Equal(k1) {
+		t.Fatalf("another key: %v", err)
+	}
+	bad := a.pubPEM[:len(a.pubPEM)-40] + "\n-----END PUBLIC KEY-----\n"
+	for range 2 {
+		if _, err := ParsePublicKeyPEM(bad); err == nil {
+			t.Fatal("a damaged PEM was accepted")
+		}
+	}
+}

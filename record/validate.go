@@ -453,7 +453,41 @@ func (k *keyMemo) add(s string) {
 
 // ParsePublicKeyPEM parses the public_key field: a PEM "PUBLIC KEY" (PKIX)
 // block holding an ECDSA P-256 key, or a PEM "CERTIFICATE" whose key is one.
+//
+// Parsed keys are cached by their PEM text (a bounded table, emptied when
+// full; refused or oversized input is not cached): every heartbeat's verification and
+// every signing parses a key that was parsed before, and the parse (PEM,
+// PKIX, the point's check on the curve) was a tenth of verifying a beat.
+// The returned key is shared: callers must not modify it.
 func ParsePublicKeyPEM(s string) (*ecdsa.PublicKey, error) {
+	keyCache.RLock()
+	k, ok := keyCache.m[s]
+	keyCache.RUnlock()
+	if ok {
+		return k, nil
+	}
+	k, err := parsePublicKeyPEM(s)
+	if err != nil || len(s) > MaxPublicKeyBytes {
+		return k, err
+	}
+	keyCache.Lock()
+	if len(keyCache.m) >= maxCachedKeys {
+		clear(keyCache.m)
+	}
+	keyCache.m[s] = k
+	keyCache.Unlock()
+	return k, nil
+}
+
+// maxCachedKeys bounds ParsePublicKeyPEM's table (~400 bytes an entry).
+const maxCachedKeys = 4096
+
+var keyCache = struct {
+	sync.RWMutex
+	m map[string]*ecdsa.PublicKey
+}{m: map[string]*ecdsa.PublicKey{}}
+
+func parsePublicKeyPEM(s string) (*ecdsa.PublicKey, error) {
 	block, rest := pem.Decode([]byte(s))
 	if block == nil {
 		return nil, fmt.Errorf("is not PEM")
