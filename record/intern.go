@@ -15,9 +15,9 @@ import (
 // about a tenth of what a decoded record keeps. The capabilities object
 // is shared whole between records that have the same one
 // (shareCapabilities): a small Go map costs ~300 bytes however few its
-// entries. The strings that tell
-// records apart (agent id, name, description, endpoints) are left alone:
-// interning them would only add a lookup.
+// entries. The strings that tell records apart (agent id, name,
+// description, endpoints) are left alone: interning them would only add a
+// lookup.
 func (a *Agent) intern() {
 	in := func(s *string) {
 		if *s != "" {

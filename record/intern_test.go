@@ -8,16 +8,23 @@ import (
 	"unsafe"
 )
 
+// signedAndStored returns a signed sample record and the same record
+// decoded again from its canonical bytes, as a start reads it.
+func signedAndStored(t *testing.T) (signed, stored *SignedAgent) {
+	t.Helper()
+	signed = signedSample(t, newKeys(t))
+	stored, err := FromStored(ProtocolVersion, signed.Canonical, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return signed, stored
+}
+
 // TestDecodedRecordsShareCommonStrings: two records of one key, signed and
 // decoded separately, hold one copy of the strings they share, and still
 // carry the same values.
 func TestDecodedRecordsShareCommonStrings(t *testing.T) {
-	k := newKeys(t)
-	a := signedSample(t, k)
-	b, err := FromStored(ProtocolVersion, a.Canonical, "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b := signedAndStored(t)
 	same := func(what, x, y string) {
 		t.Helper()
 		if x != y {
@@ -52,12 +59,7 @@ func BenchmarkIntern(b *testing.B) {
 // capabilities object hold one map; syncing one record's copy with a new
 // skill leaves the other's alone.
 func TestDecodedRecordsShareCapabilities(t *testing.T) {
-	k := newKeys(t)
-	a := signedSample(t, k)
-	b, err := FromStored(ProtocolVersion, a.Canonical, "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b := signedAndStored(t)
 	if len(a.Agent.Capabilities) == 0 {
 		t.Fatal("the sample has no capabilities object")
 	}

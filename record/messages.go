@@ -20,8 +20,8 @@ const (
 
 // ParseVersion splits "v{major}.{minor}".
 func ParseVersion(v string) (major, minor int, err error) {
-	// ^v(\d{1,4})\.(\d{1,4})$, written out (TestMatchersAgreeWithRegexps): every record
-	// decoded checks its version.
+	// ^v(\d{1,4})\.(\d{1,4})$ written out (TestMatchersAgreeWithRegexps):
+	// every record decoded checks its version.
 	num := func(s string) (int, bool) {
 		if len(s) == 0 || len(s) > 4 {
 			return 0, false

@@ -157,11 +157,11 @@ func (a *Agent) validate(complete bool) error {
 		if len(a.PublicKey) > MaxPublicKeyBytes {
 			return fieldErr("public_key", "is larger than %d bytes", MaxPublicKeyBytes)
 		}
-		if !validKeys.has(a.PublicKey) {
-			if _, err := ParsePublicKeyPEM(a.PublicKey); err != nil {
-				return fieldErr("public_key", "%v", err)
-			}
-			validKeys.add(a.PublicKey)
+		// Parsed once per key text (ParsePublicKeyPEM's cache): the
+		// records a node validates share a few keys, every record it
+		// hosts its own.
+		if _, err := ParsePublicKeyPEM(a.PublicKey); err != nil {
+			return fieldErr("public_key", "%v", err)
 		}
 	}
 	if len(a.Certificate) > MaxCertificateBytes {
@@ -416,18 +416,13 @@ func ValidateAgentID(id string) error {
 	return nil
 }
 
-// validKeys remembers public_key values that parsed. Most records a node
-// validates share a few keys — every record it hosts carries its own —
-// and parsing a PEM key costs a third of a record's validation (a restart
-// with 100 000 hosted records parsed the same key 100 000 times).
-var validKeys = &keyMemo{m: map[string]struct{}{}}
-
-// validPeers is validKeys for peer_id values (a base58 decode and a key
-// extraction each).
+// validPeers remembers peer_id values that parsed (a base58 decode and a
+// key extraction each): most records a node validates share a few peer
+// ids, and a restart with 100 000 hosted records would parse the node's
+// own 100 000 times. Public keys are cached by ParsePublicKeyPEM.
 var validPeers = &keyMemo{m: map[string]struct{}{}}
 
-// keyMaxMemo bounds validKeys and validPeers (each cleared when full):
-// 1 024 values of at most MaxPublicKeyBytes.
+// keyMaxMemo bounds validPeers (cleared when full): 1 024 values.
 const keyMaxMemo = 1024
 
 type keyMemo struct {
@@ -455,10 +450,11 @@ func (k *keyMemo) add(s string) {
 // block holding an ECDSA P-256 key, or a PEM "CERTIFICATE" whose key is one.
 //
 // Parsed keys are cached by their PEM text (a bounded table, emptied when
-// full; refused or oversized input is not cached): every heartbeat's verification and
-// every signing parses a key that was parsed before, and the parse (PEM,
-// PKIX, the point's check on the curve) was a tenth of verifying a beat.
-// The returned key is shared: callers must not modify it.
+// full; refused or oversized input is not cached): validation, every
+// heartbeat's verification and every signing parse keys parsed before,
+// and the parse (PEM, PKIX, the point's check on the curve) was a third
+// of a record's validation and a tenth of verifying a beat. The returned
+// key is shared: callers must not modify it.
 func ParsePublicKeyPEM(s string) (*ecdsa.PublicKey, error) {
 	keyCache.RLock()
 	k, ok := keyCache.m[s]
