@@ -1,10 +1,13 @@
 package record
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"strconv"
 
-	"github.com/gowebpki/jcs"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Canonicalize returns the RFC 8785 (JCS) canonical form of v, which is
@@ -22,9 +25,44 @@ func Canonicalize(v any) ([]byte, error) {
 // that is not I-JSON (RFC 7493) is rejected: duplicate member names, invalid
 // UTF-8, lone surrogates, numbers outside IEEE-754 doubles.
 func CanonicalizeJSON(raw []byte) ([]byte, error) {
-	out, err := jcs.Transform(raw)
-	if err != nil {
+	// Value.Canonicalize rewrites the value in place; raw is the caller's.
+	// Its defaults are I-JSON's: duplicate names and invalid UTF-8
+	// (lone surrogates included) are errors.
+	out := jsontext.Value(bytes.Clone(raw))
+	if err := out.Canonicalize(); err != nil {
 		return nil, fmt.Errorf("%w: not canonicalizable JSON: %v", ErrMalformed, err)
 	}
+	// A number beyond the doubles is written as the largest one; RFC 8785
+	// (and I-JSON) have it refused. Only a document whose output holds
+	// that number needs the second look.
+	if bytes.Contains(out, maxDouble) {
+		if err := checkNumberRange(raw); err != nil {
+			return nil, fmt.Errorf("%w: not canonicalizable JSON: %v", ErrMalformed, err)
+		}
+	}
 	return out, nil
+}
+
+// maxDouble is math.MaxFloat64 as RFC 8785 writes it.
+var maxDouble = []byte("1.7976931348623157e+308")
+
+// checkNumberRange reports the first number of the JSON text raw that
+// does not fit a double.
+func checkNumberRange(raw []byte) error {
+	dec := jsontext.NewDecoder(bytes.NewReader(raw))
+	for {
+		tok, err := dec.ReadToken()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if tok.Kind() != '0' {
+			continue
+		}
+		if _, err := strconv.ParseFloat(tok.String(), 64); err != nil {
+			return fmt.Errorf("number %s does not fit a double", tok.String())
+		}
+	}
 }

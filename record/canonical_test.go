@@ -158,3 +158,54 @@ func TestJCSRejectsNonIJSON(t *testing.T) {
 		}
 	}
 }
+
+// FuzzCanonicalizeJSON checks CanonicalizeJSON against the reference
+// implementation of RFC 8785 (cyberphone's, as gowebpki/jcs publishes it,
+// which agentd used before): where both accept a document they agree byte
+// for byte, every output of the reference (what an earlier agentd signed)
+// is accepted unchanged, the output is a fixed point, and the input is
+// never modified.
+func FuzzCanonicalizeJSON(f *testing.F) {
+	dir := testdata.Path(f, "jcs", "input")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	for _, s := range []string{`{"b":1,"a":[1e2,-0,0.1,"\u00e9\u2028\t"]}`, `1e400`, `{"a":1,"a":2}`, `"\ud83d\ude00"`, `{"\u20ac":1,"\ud83d\ude00":2,"\ufb33":3}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		keep := bytes.Clone(in)
+		got, err := CanonicalizeJSON(in)
+		if !bytes.Equal(in, keep) {
+			t.Fatalf("input modified: %q → %q", keep, in)
+		}
+		ref, refErr := jcs.Transform(keep)
+		if refErr == nil {
+			// What a node of an earlier version signed and sent.
+			if mine, err := CanonicalizeJSON(ref); err != nil || !bytes.Equal(mine, ref) {
+				t.Fatalf("%q: the reference's output %q canonicalizes to %q, %v", keep, ref, mine, err)
+			}
+		}
+		if err != nil {
+			return
+		}
+		if refErr != nil {
+			t.Fatalf("%q: accepted as %q, the reference refuses it: %v", in, got, refErr)
+		}
+		if !bytes.Equal(got, ref) {
+			t.Fatalf("%q:\n got %q\nwant %q", in, got, ref)
+		}
+		again, err := CanonicalizeJSON(got)
+		if err != nil || !bytes.Equal(again, got) {
+			t.Fatalf("%q: not a fixed point: %q, %v", got, again, err)
+		}
+	})
+}

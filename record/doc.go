@@ -8,7 +8,7 @@
 // signer has not yet filled (Fill).
 //
 // Signing: the RFC 8785 canonical JSON of the agent object (Canonicalize,
-// gowebpki/jcs) is signed twice, by the agent key (ECDSA P-256, SHA-256,
+// go-json-experiment/json's jsontext) is signed twice, by the agent key (ECDSA P-256, SHA-256,
 // base64 ASN.1 DER: "signature") and by the Ed25519 peer key whose id the
 // record names ("peer_signature"). SignedAgent.VerifySignatures checks both,
 // so a record can be published neither for another peer id nor for another

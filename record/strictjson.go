@@ -1,11 +1,15 @@
 package record
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
 	"sync"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // encoding/json matches object member names to struct fields without regard
@@ -67,20 +71,39 @@ func CheckKnownMembers(raw []byte, t reflect.Type, path string) error {
 }
 
 func checkMembers(raw []byte, t reflect.Type, path string, known bool) error {
+	// One pass over the tokens: a member's value is walked only when its
+	// field is a struct or a slice of structs, and skipped otherwise.
+	// Duplicate names and invalid UTF-8 are json.Unmarshal's to report.
+	dec := jsontext.NewDecoder(bytes.NewReader(raw), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	err := walkMembers(dec, t, path, known)
+	var fe *FieldError
+	if errors.As(err, &fe) && json.Valid(raw) {
+		return err
+	}
+	// Input that is not JSON at all is json.Unmarshal's to report.
+	return nil
+}
+
+// walkMembers reads the next value of dec as a value of type t and
+// returns the first member name error in it, or the decoder's error.
+func walkMembers(dec *jsontext.Decoder, t reflect.Type, path string, known bool) error {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if t == rawMessageType {
-		return nil
-	}
-	switch t.Kind() {
-	case reflect.Struct:
-		var obj map[string]json.RawMessage
-		if json.Unmarshal(raw, &obj) != nil {
-			return nil
+	switch {
+	case t == rawMessageType:
+		return dec.SkipValue()
+	case t.Kind() == reflect.Struct && dec.PeekKind() == '{':
+		if _, err := dec.ReadToken(); err != nil {
+			return err
 		}
 		fields := JSONFields(t)
-		for k, v := range obj {
+		for dec.PeekKind() != '}' {
+			tok, err := dec.ReadToken()
+			if err != nil {
+				return err
+			}
+			k := tok.String()
 			f, ok := fields[k]
 			if !ok {
 				for name := range fields {
@@ -91,27 +114,30 @@ func checkMembers(raw []byte, t reflect.Type, path string, known bool) error {
 				if known {
 					return fieldErr(join(path, trunc(k)), "unknown member")
 				}
+				if err := dec.SkipValue(); err != nil {
+					return err
+				}
 				continue
 			}
-			if err := checkMembers(v, f.Type, join(path, k), known); err != nil {
+			if err := walkMembers(dec, f.Type, join(path, k), known); err != nil {
 				return err
 			}
 		}
-	case reflect.Slice:
-		if t.Elem().Kind() != reflect.Struct {
-			return nil
+		_, err := dec.ReadToken()
+		return err
+	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct && dec.PeekKind() == '[':
+		if _, err := dec.ReadToken(); err != nil {
+			return err
 		}
-		var arr []json.RawMessage
-		if json.Unmarshal(raw, &arr) != nil {
-			return nil
-		}
-		for i, v := range arr {
-			if err := checkMembers(v, t.Elem(), fmt.Sprintf("%s[%d]", path, i), known); err != nil {
+		for i := 0; dec.PeekKind() != ']'; i++ {
+			if err := walkMembers(dec, t.Elem(), fmt.Sprintf("%s[%d]", path, i), known); err != nil {
 				return err
 			}
 		}
+		_, err := dec.ReadToken()
+		return err
 	}
-	return nil
+	return dec.SkipValue()
 }
 
 func join(path, field string) string {
