@@ -373,9 +373,6 @@ func fromAnnounce(a Announce, canonical, unbound bool) (*SignedAgent, error) {
 	if err := decodeAgent(canon, &sa.Agent, true); err != nil {
 		return nil, err
 	}
-	if err := requireEndpoint(canon); err != nil {
-		return nil, err
-	}
 	if err := sa.validate(unbound && sa.Agent.PeerID == "" && a.PeerSignature == ""); err != nil {
 		return nil, err
 	}
@@ -442,6 +439,11 @@ func decodeAgent(raw []byte, a *Agent, signed bool) error {
 	if err := json.Unmarshal(raw, a); err != nil {
 		return jsonFieldErr("agent", err)
 	}
+	if signed {
+		if err := requireEndpoint(probe["transport"]); err != nil {
+			return err
+		}
+	}
 	a.intern()
 	return nil
 }
@@ -450,14 +452,13 @@ func decodeAgent(raw []byte, a *Agent, signed bool) error {
 // transport.endpoint: seed 000 (and agent.json) require the member, which
 // may be empty, and encoding/json cannot tell an absent member from "".
 // Objects this node builds (registrations it signs) always carry it.
-func requireEndpoint(canon []byte) error {
-	var probe struct {
-		Transport map[string]json.RawMessage `json:"transport"`
-	}
-	if json.Unmarshal(canon, &probe) != nil || probe.Transport == nil {
+// transport is the member's value, nil when there is none.
+func requireEndpoint(transport json.RawMessage) error {
+	var members map[string]json.RawMessage
+	if transport == nil || json.Unmarshal(transport, &members) != nil || members == nil {
 		return nil // DecodeAgent and Validate judge the rest
 	}
-	if _, ok := probe.Transport["endpoint"]; !ok {
+	if _, ok := members["endpoint"]; !ok {
 		return fieldErr("agent.transport.endpoint", "is required (seed 000: transport is {type, endpoint})")
 	}
 	return nil

@@ -180,6 +180,7 @@ func TestParseAnnounceRejects(t *testing.T) {
 		{"not json", `{"protocol_version":`, ""},
 		{"duplicate key", `{"protocol_version":"v1.0","protocol_version":"v1.0","agent":{}}`, ""},
 		{"lone surrogate", `{"protocol_version":"v1.0","agent":{"agent_name":"\ud800"}}`, ""},
+		{"no transport endpoint", strings.Replace(msg, `"transport":{"endpoint":`, `"transport":{"port":`, 1), "agent.transport.endpoint"},
 	}
 	for _, c := range cases {
 		_, _, err := ParseAnnounce([]byte(c.doc))
