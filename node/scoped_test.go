@@ -230,10 +230,12 @@ func TestBeatOnForeignShardIsNotAdmitted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// m takes the foreign shard into its interest (a watch), so that
+		// its node keeps the shard joined: a shard joined by hand with
+		// Gossip().JoinShard is left again at the node's next interest
+		// sync (which made this test fail 6 times in 40).
 		foreign := record.Shard("cap.a")
-		if err := m.Gossip().JoinShard(foreign); err != nil {
-			t.Fatal(err)
-		}
+		defer m.watchInterest("cap.a")()
 		waitFor(t, 10*time.Second, "a shard peer", func() bool { return len(m.Gossip().ShardPeers(foreign)) > 0 })
 		sb, err := m.signBeat(mz.Agent.AgentID, record.StatusHealthy, "")
 		if err != nil {
