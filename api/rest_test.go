@@ -41,7 +41,7 @@ func TestRESTRegisterGetListUnregister(t *testing.T) {
 
 	var e AgentEntry
 	mustStatus(t, a.do("GET", "/agents/"+sa.Agent.AgentID, nil), 200).json(t, &e)
-	if e.Source != "local" || e.Stale || e.Status != record.StatusHealthy || string(e.Agent) != string(sa.Canonical) {
+	if e.Source != "local" || e.Stale || e.Status != record.StatusHealthy || string(e.Agent) != string(sa.Canonical()) {
 		t.Fatalf("get: %+v", e)
 	}
 
@@ -112,7 +112,7 @@ func TestRESTRegisterSigned(t *testing.T) {
 	if err := got.VerifySignatures(); err != nil {
 		t.Fatalf("co-signed record does not verify: %v", err)
 	}
-	if string(got.Canonical) != string(sa.Canonical) || string(got.Signature) != string(sa.Signature) {
+	if string(got.Canonical()) != string(sa.Canonical()) || string(got.Signature) != string(sa.Signature) {
 		t.Fatal("the client's signed record was changed")
 	}
 	// The same seq again coalesces; an older one is refused.

@@ -81,7 +81,7 @@ func TestProvideThenFindFromEveryNode(t *testing.T) {
 				t.Fatalf("node %d Find(%q,%q) = %d results, want 1", i, q[0], q[1], len(fs))
 			}
 			f := fs[0]
-			if f.Provider != prov.h.ID() || !f.Fetched || f.Record.Agent.AgentID != sa.Agent.AgentID || string(f.Record.Canonical) != string(sa.Canonical) {
+			if f.Provider != prov.h.ID() || !f.Fetched || f.Record.Agent.AgentID != sa.Agent.AgentID || string(f.Record.Canonical()) != string(sa.Canonical()) {
 				t.Fatalf("node %d got %+v, want the provider's record fetched from %s", i, f, prov.h.ID())
 			}
 			if f.Latency <= 0 {
@@ -199,7 +199,7 @@ func respond(recs ...FetchedRecord) []byte {
 
 // agentSigned answers with sa and an agent-key challenge signature by id.
 func agentSigned(t *testing.T, sa *record.SignedAgent, id *trust.Identity, nonce []byte, requester, responder peer.ID) FetchedRecord {
-	sig, err := record.SignBytes(id.AgentKey, ChallengeBytes(nonce, requester, responder, sa.Canonical))
+	sig, err := record.SignBytes(id.AgentKey, ChallengeBytes(nonce, requester, responder, sa.Canonical()))
 	if err != nil {
 		t.Error(err)
 	}
@@ -218,11 +218,11 @@ func TestForgedAndMisboundRecordsAreRejected(t *testing.T) {
 	waitFound(t, q, "skill-pay", "pay", thief.id.AgentID)
 
 	// The forger's record with a broken agent signature.
-	forged := *good
+	forged := good.Clone()
 	forged.Signature = append([]byte{}, good.Signature...)
 	forged.Signature[len(forged.Signature)/2] ^= 0xff
 	serveRaw(forger, func(_ *FetchRequest, nonce []byte, remote peer.ID) []byte {
-		return respond(agentSigned(t, &forged, forger.id, nonce, remote, forger.h.ID()))
+		return respond(agentSigned(t, forged, forger.id, nonce, remote, forger.h.ID()))
 	})
 	// The thief serves someone else's valid record (naming another peer id).
 	victim := mustIdentity(t)
@@ -379,7 +379,7 @@ func TestGetRecordWithoutConnectionToOwner(t *testing.T) {
 		if err != nil {
 			t.Fatalf("GetRecord(%s): %v", id, err)
 		}
-		if string(got.Canonical) != string(sa.Canonical) {
+		if string(got.Canonical()) != string(sa.Canonical()) {
 			t.Fatalf("GetRecord(%s) returned another record", id)
 		}
 	}

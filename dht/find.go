@@ -161,7 +161,7 @@ func (d *DHT) checkRecord(fr *FetchedRecord, nonce []byte, from peer.ID, q Fetch
 	if err != nil {
 		return nil, ReasonBadChallenge, fmt.Errorf("%w: %v", ErrBadChallenge, err)
 	}
-	msg := ChallengeBytes(nonce, d.h.ID(), from, sa.Canonical)
+	msg := ChallengeBytes(nonce, d.h.ID(), from, sa.Canonical())
 	switch fr.Signer {
 	case SignerAgent:
 		pub, err := sa.AgentPublicKey()

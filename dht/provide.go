@@ -184,7 +184,7 @@ func (d *DHT) applyChange(ctx context.Context, st *loopState) {
 
 	var puts []value
 	put := func(v value) {
-		if old, ok := st.values[v.key]; !ok || old.seq != v.seq || string(old.rec.Canonical) != string(v.rec.Canonical) {
+		if old, ok := st.values[v.key]; !ok || old.seq != v.seq || (old.rec != v.rec && old.rec.Hash() != v.rec.Hash()) {
 			puts = append(puts, v)
 		}
 		st.values[v.key] = v

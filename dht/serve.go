@@ -179,7 +179,7 @@ func (d *DHT) answer(req *FetchRequest, nonce []byte, requester peer.ID) FetchRe
 		if sa == nil || sa.Agent.PeerID != self.String() || !q.Matches(&sa.Agent) {
 			continue
 		}
-		msg := ChallengeBytes(nonce, requester, self, sa.Canonical)
+		msg := ChallengeBytes(nonce, requester, self, sa.Canonical())
 		signer := SignerAgent
 		sig, ok, err := d.hosted.SignChallenge(sa.Agent.AgentID, msg)
 		if err != nil {

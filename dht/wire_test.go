@@ -225,10 +225,10 @@ func testValidator(t *testing.T, v Validator) {
 		}
 	}
 	other := mustIdentity(t)
-	forged := *sa
+	forged := sa.Clone()
 	forged.PeerSignature = append([]byte{}, sa.PeerSignature...)
 	forged.PeerSignature[3] ^= 1
-	unsigned := *sa
+	unsigned := sa.Clone()
 	unsigned.PeerSignature = nil
 	expired := func() []byte {
 		a := sa.Agent

@@ -108,7 +108,7 @@ func FuzzSyncResponse(f *testing.F) {
 		}
 		for i := range recs {
 			a, b := recs[i].Record, recs2[i].Record
-			if !bytes.Equal(a.Canonical, b.Canonical) || !bytes.Equal(a.Signature, b.Signature) ||
+			if !bytes.Equal(a.Canonical(), b.Canonical()) || !bytes.Equal(a.Signature, b.Signature) ||
 				!bytes.Equal(a.PeerSignature, b.PeerSignature) || recs[i].Heard != recs2[i].Heard {
 				t.Fatalf("record %d changed", i)
 			}

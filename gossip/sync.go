@@ -286,10 +286,14 @@ func (g *Gossip) handleSync(s network.Stream) {
 			break
 		}
 		sa := lr.Record
-		if sa == nil || len(sa.Canonical) == 0 || len(sa.Canonical) > record.MaxAgentBytes {
+		if sa == nil {
 			continue
 		}
-		resp.Records = append(resp.Records, sa.Announce())
+		a := sa.Announce()
+		if len(a.Agent) == 0 || len(a.Agent) > record.MaxAgentBytes {
+			continue
+		}
+		resp.Records = append(resp.Records, a)
 		resp.Heard = append(resp.Heard, syncHeard{
 			AgeMS:      min(max(lr.Heard.Age.Milliseconds(), 0), maxHeardMS),
 			IntervalMS: min(max(lr.Heard.Interval.Milliseconds(), 0), maxHeardMS),

@@ -99,10 +99,13 @@ type Message struct {
 
 // EncodeAnnounce returns the pubsub payload announcing sa.
 func EncodeAnnounce(sa *record.SignedAgent) ([]byte, error) {
-	if sa == nil || len(sa.Canonical) == 0 {
+	if sa == nil {
 		return nil, fmt.Errorf("%w: announce: no signed record", record.ErrMalformed)
 	}
 	a := sa.Announce()
+	if len(a.Agent) == 0 {
+		return nil, fmt.Errorf("%w: announce: no signed record", record.ErrMalformed)
+	}
 	a.ProtocolVersion = record.ProtocolVersion
 	return encode(envelope{ProtocolVersion: record.ProtocolVersion, Type: KindAnnounce, Announce: &a})
 }
@@ -393,7 +396,7 @@ func (m *Message) Equal(o *Message) bool {
 		return false
 	}
 	if m.Agent != nil {
-		return bytes.Equal(m.Agent.Canonical, o.Agent.Canonical) &&
+		return bytes.Equal(m.Agent.Canonical(), o.Agent.Canonical()) &&
 			bytes.Equal(m.Agent.Signature, o.Agent.Signature) &&
 			bytes.Equal(m.Agent.PeerSignature, o.Agent.PeerSignature)
 	}

@@ -110,7 +110,7 @@ func (n *Node) RegisterSigned(ctx context.Context, sa *record.SignedAgent) (*rec
 	unlock := n.lockAgent(co.Agent.AgentID)
 	defer unlock()
 	if cur, ok := n.hostedRecord(co.Agent.AgentID); ok {
-		if cur.Agent.Seq == co.Agent.Seq && string(cur.Canonical) == string(co.Canonical) {
+		if cur.Agent.Seq == co.Agent.Seq && string(cur.Canonical()) == string(co.Canonical()) {
 			return cur, nil
 		}
 		if co.Agent.Seq <= cur.Agent.Seq {
@@ -142,6 +142,9 @@ func (n *Node) host_(ctx context.Context, sa *record.SignedAgent) (*record.Signe
 		n.syncInterest() // join the record's shards before announcing there
 	}
 	n.announce(ctx, sa)
+	// Held for as long as the agent is registered, which on a registry
+	// is 100 000 records: keep the agent object, not its bytes as well.
+	sa.Compact()
 	return sa, nil
 }
 

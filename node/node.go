@@ -352,6 +352,7 @@ func (n *Node) Start(ctx context.Context) error {
 			unlock := n.lockAgent(id)
 			if sa, ok := n.hostedRecord(id); ok {
 				n.applyHosted(sa)
+				sa.Compact() // as host_ does
 			}
 			unlock()
 		}

@@ -45,7 +45,7 @@ func BenchmarkCanonicalizeSign(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.SetBytes(int64(len(sa.Canonical)))
+	b.SetBytes(int64(len(sa.Canonical())))
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := Sign(a, k.agent, k.peer); err != nil {
@@ -60,7 +60,7 @@ func BenchmarkVerify(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.SetBytes(int64(len(sa.Canonical)))
+	b.SetBytes(int64(len(sa.Canonical())))
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := sa.VerifySignatures(); err != nil {
@@ -103,7 +103,7 @@ func BenchmarkFromStored(b *testing.B) {
 	sig, psig := base64.StdEncoding.EncodeToString(sa.Signature), base64.StdEncoding.EncodeToString(sa.PeerSignature)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := FromStored(sa.ProtocolVersion, sa.Canonical, sig, psig); err != nil {
+		if _, err := FromStored(sa.ProtocolVersion, sa.Canonical(), sig, psig); err != nil {
 			b.Fatal(err)
 		}
 	}

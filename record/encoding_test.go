@@ -175,13 +175,13 @@ func flipVerifies(t *testing.T, sa *SignedAgent, field, s string) bool {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return VerifyBytes(pub, sa.Canonical, sig)
+		return VerifyBytes(pub, sa.Canonical(), sig)
 	}
 	pk, err := PeerPublicKey(sa.Agent.PeerID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok, err := pk.Verify(sa.Canonical, sig)
+	ok, err := pk.Verify(sa.Canonical(), sig)
 	return err == nil && ok
 }
 

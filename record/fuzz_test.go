@@ -33,7 +33,7 @@ func FuzzParseAnnounce(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encoded announce refused: %v\n%s", err, msg)
 		}
-		if !bytes.Equal(sa.Canonical, sa2.Canonical) || !bytes.Equal(sa.Signature, sa2.Signature) ||
+		if !bytes.Equal(sa.Canonical(), sa2.Canonical()) || !bytes.Equal(sa.Signature, sa2.Signature) ||
 			!bytes.Equal(sa.PeerSignature, sa2.PeerSignature) || sa.ProtocolVersion != sa2.ProtocolVersion || newer != newer2 {
 			t.Fatalf("announce changed on a round trip")
 		}
@@ -69,7 +69,7 @@ func FuzzParseAnnounceUnbound(f *testing.F) {
 		}
 		if !sa.Unbound() {
 			strict, _, err := ParseAnnounce(data)
-			if err != nil || !bytes.Equal(strict.Canonical, sa.Canonical) || !bytes.Equal(strict.PeerSignature, sa.PeerSignature) {
+			if err != nil || !bytes.Equal(strict.Canonical(), sa.Canonical()) || !bytes.Equal(strict.PeerSignature, sa.PeerSignature) {
 				t.Fatalf("a bound record the strict parser refuses (%v)", err)
 			}
 			return
@@ -79,7 +79,7 @@ func FuzzParseAnnounceUnbound(f *testing.F) {
 		}
 		msg := sa.MarshalAnnounce()
 		again, _, err := ParseAnnounceUnbound(msg)
-		if err != nil || !bytes.Equal(again.Canonical, sa.Canonical) || !bytes.Equal(again.Signature, sa.Signature) {
+		if err != nil || !bytes.Equal(again.Canonical(), sa.Canonical()) || !bytes.Equal(again.Signature, sa.Signature) {
 			t.Fatalf("re-encoded unbound announce: %v\n%s", err, msg)
 		}
 		if err := ValidateSchema(SchemaAnnounce, msg); err != nil {
@@ -89,12 +89,12 @@ func FuzzParseAnnounceUnbound(f *testing.F) {
 		if err != nil {
 			t.Fatalf("accepted public key does not parse: %v", err)
 		}
-		before := verifyBytesAnyS(pub, sa.Canonical, sa.Signature)
+		before := verifyBytesAnyS(pub, sa.Canonical(), sa.Signature)
 		st, err := sa.StampUnbound(time.Unix(1_700_000_000, 0), time.Hour)
 		if err != nil {
 			return // a signature that is not DER, say: VerifySignatures refuses it too
 		}
-		if !bytes.Equal(st.Canonical, sa.Canonical) || st.Agent.Seq == 0 || st.Agent.IssuedAt == "" || st.Agent.TTLSeconds <= 0 {
+		if !bytes.Equal(st.Canonical(), sa.Canonical()) || st.Agent.Seq == 0 || st.Agent.IssuedAt == "" || st.Agent.TTLSeconds <= 0 {
 			t.Fatalf("stamped: %+v", st.Agent)
 		}
 		if after := st.VerifySignatures() == nil; after != before {
@@ -123,7 +123,7 @@ func FuzzParseStoredAnnounce(f *testing.F) {
 		if err != nil {
 			t.Fatalf("stored form refused by the fast path: %v\n%s", err, msg)
 		}
-		if !bytes.Equal(sa.Canonical, st.Canonical) || !bytes.Equal(sa.Signature, st.Signature) ||
+		if !bytes.Equal(sa.Canonical(), st.Canonical()) || !bytes.Equal(sa.Signature, st.Signature) ||
 			!bytes.Equal(sa.PeerSignature, st.PeerSignature) || sa.ProtocolVersion != st.ProtocolVersion {
 			t.Fatal("fast path read a different record")
 		}
@@ -172,7 +172,7 @@ func FuzzParseResponse(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encoded response refused: %v\n%s", err, b)
 		}
-		if matched != matched2 || !bytes.Equal(sa.Canonical, sa2.Canonical) || !bytes.Equal(sa.Signature, sa2.Signature) {
+		if matched != matched2 || !bytes.Equal(sa.Canonical(), sa2.Canonical()) || !bytes.Equal(sa.Signature, sa2.Signature) {
 			t.Fatal("response changed on a round trip")
 		}
 		if err := ValidateSchema(SchemaResponse, b); err != nil {

@@ -13,7 +13,7 @@ import (
 func signedAndStored(t *testing.T) (signed, stored *SignedAgent) {
 	t.Helper()
 	signed = signedSample(t, newKeys(t))
-	stored, err := FromStored(ProtocolVersion, signed.Canonical, "", "")
+	stored, err := FromStored(ProtocolVersion, signed.Canonical(), "", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,17 +21,17 @@ func TestLoadAgentFileForms(t *testing.T) {
 		data []byte
 		want string // agent_name of the result
 	}{
-		{"agent.json", sa.Canonical, "data-processor"},
+		{"agent.json", sa.Canonical(), "data-processor"},
 		{"announce.json", sa.MarshalAnnounce(), "data-processor"},
 		{"card.json", card, "data-processor-agent"},
 		{"spec.json", specJSON, "search-agent"},
 		{"spec.yaml", []byte(minimalSpec), "search-agent"},
 		{"spec.YML", []byte(minimalSpec), "search-agent"},
 		{"spec", []byte(minimalSpec), "search-agent"},
-		{"agent", append([]byte("\n  "), sa.Canonical...), "data-processor"},
+		{"agent", append([]byte("\n  "), sa.Canonical()...), "data-processor"},
 		{"-", sa.MarshalAnnounce(), "data-processor"},
-		{"bom.json", append([]byte("\xef\xbb\xbf"), sa.Canonical...), "data-processor"},
-		{"bom", append([]byte("\xef\xbb\xbf"), sa.Canonical...), "data-processor"},
+		{"bom.json", append([]byte("\xef\xbb\xbf"), sa.Canonical()...), "data-processor"},
+		{"bom", append([]byte("\xef\xbb\xbf"), sa.Canonical()...), "data-processor"},
 	}
 	for _, c := range cases {
 		a, err := LoadAgentFile(c.name, c.data)
@@ -47,7 +47,7 @@ func TestLoadAgentFileForms(t *testing.T) {
 	}
 	// A loaded signed record is the record.
 	a, _ := LoadAgentFile("announce.json", sa.MarshalAnnounce())
-	if canon(t, a) != string(sa.Canonical) {
+	if canon(t, a) != string(sa.Canonical()) {
 		t.Error("announce file gives another agent")
 	}
 }
@@ -55,9 +55,9 @@ func TestLoadAgentFileForms(t *testing.T) {
 func TestLoadAgentFileErrors(t *testing.T) {
 	k := newKeys(t)
 	sa := signedSample(t, k)
-	noCaps := strings.Replace(string(sa.Canonical), `"capabilities":{"metrics":"2.0","org-data-read":"0.7.0","user-auth":"1.0.0","web-search":"1.0.0"},`, "", 1)
-	if noCaps == string(sa.Canonical) {
-		t.Fatalf("fixture: capabilities not found in %s", sa.Canonical)
+	noCaps := strings.Replace(string(sa.Canonical()), `"capabilities":{"metrics":"2.0","org-data-read":"0.7.0","user-auth":"1.0.0","web-search":"1.0.0"},`, "", 1)
+	if noCaps == string(sa.Canonical()) {
+		t.Fatalf("fixture: capabilities not found in %s", sa.Canonical())
 	}
 	v2 := strings.Replace(string(sa.MarshalAnnounce()), `"v1.0"`, `"v2.0"`, 1)
 	cases := []struct {
@@ -71,7 +71,7 @@ func TestLoadAgentFileErrors(t *testing.T) {
 		{"json not object", "a.json", "[1]", 0, "", ErrMalformed},
 		{"agent without capabilities", "a.json", noCaps, 0, "capabilities", ErrMalformed},
 		{"announce agent without capabilities", "a.json", `{"protocol_version":"v1.0","agent":` + noCaps + `}`, 0, "agent.capabilities", ErrMalformed},
-		{"announce bad uuid", "a.json", `{"protocol_version":"v1.0","agent":` + strings.Replace(string(sa.Canonical), testAgentID, "not-a-uuid", 1) + `}`, 0, "agent.agent_id", ErrMalformed},
+		{"announce bad uuid", "a.json", `{"protocol_version":"v1.0","agent":` + strings.Replace(string(sa.Canonical()), testAgentID, "not-a-uuid", 1) + `}`, 0, "agent.agent_id", ErrMalformed},
 		{"announce v2", "a.json", v2, 0, "", ErrUnsupportedVersion},
 		{"duplicate member", "a.json", `{"agent_id":"a","agent_id":"b"}`, 0, "", ErrMalformed},
 		{"card error", "c.json", `{"agent_id":"x","name":"n","communication":{"endpoints":[]}}`, 0, "communication.endpoints", ErrMalformed},

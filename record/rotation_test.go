@@ -107,8 +107,8 @@ func TestAgentCarriesRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Contains(sa.Canonical, []byte(`"key_rotation":{"agent_id":`)) {
-		t.Fatalf("statement not in the canonical record: %s", sa.Canonical)
+	if !bytes.Contains(sa.Canonical(), []byte(`"key_rotation":{"agent_id":`)) {
+		t.Fatalf("statement not in the canonical record: %s", sa.Canonical())
 	}
 	msg := sa.MarshalAnnounce()
 	if err := ValidateSchema(SchemaAnnounce, msg); err != nil {

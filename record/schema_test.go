@@ -42,7 +42,7 @@ func TestEmittedMessagesValidate(t *testing.T) {
 		if err != nil {
 			t.Fatalf("agent %d: %v", i, err)
 		}
-		if err := ValidateSchema(SchemaAgent, sa.Canonical); err != nil {
+		if err := ValidateSchema(SchemaAgent, sa.Canonical()); err != nil {
 			t.Errorf("agent %d: %v", i, err)
 		}
 		if err := ValidateSchema(SchemaAnnounce, sa.MarshalAnnounce()); err != nil {

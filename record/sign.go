@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -21,16 +22,88 @@ type peerKey = crypto.PubKey
 // SignedAgent is an agent object together with its canonical bytes and its
 // two signatures: Signature by the agent key (ECDSA P-256, SHA-256, ASN.1
 // DER) and PeerSignature by the peer key whose id the record names
-// (Ed25519). Both sign exactly Canonical, the RFC 8785 form of the agent
+// (Ed25519). Both sign exactly Canonical(), the RFC 8785 form of the agent
 // object.
 //
-// A SignedAgent is immutable once built; share it freely.
+// A SignedAgent is immutable once built; share it freely. (Compact may
+// stop it holding its canonical bytes, which it then derives from Agent
+// when asked: the bytes stay the same.)
 type SignedAgent struct {
 	ProtocolVersion string
 	Agent           Agent
-	Canonical       []byte
 	Signature       []byte
 	PeerSignature   []byte
+
+	// canon holds the canonical bytes; nil with compact set once Compact
+	// found that Agent gives them back, digest being their SHA-256.
+	canon   atomic.Pointer[[]byte]
+	compact atomic.Bool
+	digest  [32]byte
+}
+
+// newSigned returns a SignedAgent holding canonical bytes canon.
+func newSigned(protocolVersion string, canon []byte) *SignedAgent {
+	sa := &SignedAgent{ProtocolVersion: protocolVersion}
+	sa.canon.Store(&canon)
+	return sa
+}
+
+// Canonical returns the canonical bytes of the agent object, what both
+// signatures sign. The caller must not modify them.
+func (sa *SignedAgent) Canonical() []byte {
+	if p := sa.canon.Load(); p != nil {
+		return *p
+	}
+	if !sa.compact.Load() {
+		return nil
+	}
+	// Compact checked that these are the bytes it dropped.
+	c, err := Canonicalize(&sa.Agent)
+	if err != nil {
+		return nil
+	}
+	return c
+}
+
+// SetCanonical replaces the canonical bytes (and nothing else: the
+// signatures and Agent stay). It is for building a record by hand, in
+// tests and tools; a record other goroutines hold must not be changed.
+func (sa *SignedAgent) SetCanonical(b []byte) {
+	sa.compact.Store(false)
+	sa.canon.Store(&b)
+}
+
+// Compact lets sa drop its canonical bytes and derive them from Agent
+// when they are asked for, which saves their memory (a registry holds
+// every hosted record for as long as it hosts it) at the cost of
+// encoding them again for each use. It does so only when Agent encodes to
+// exactly those bytes: not for a record signed elsewhere with members
+// this version does not know, nor for an unbound record whose Agent was
+// stamped (StampUnbound). It reports whether sa is compact. Agent must
+// not change afterwards (no SignedAgent's may). Safe to call while other
+// goroutines read sa.
+func (sa *SignedAgent) Compact() bool {
+	p := sa.canon.Load()
+	if p == nil {
+		return sa.compact.Load()
+	}
+	c, err := Canonicalize(&sa.Agent)
+	if err != nil || !bytes.Equal(c, *p) {
+		return false
+	}
+	// digest before canon: a reader that sees no bytes sees the digest.
+	sa.digest = sha256.Sum256(*p)
+	sa.compact.Store(true)
+	sa.canon.Store(nil)
+	return true
+}
+
+// Clone returns a copy of sa that holds its canonical bytes, for building
+// another record from it (the copy shares Agent's maps and slices).
+func (sa *SignedAgent) Clone() *SignedAgent {
+	c := newSigned(sa.ProtocolVersion, sa.Canonical())
+	c.Agent, c.Signature, c.PeerSignature = sa.Agent, sa.Signature, sa.PeerSignature
+	return c
 }
 
 // Announce is the seed-000 Announce message (§4.1.1) on the wire, extended
@@ -67,7 +140,8 @@ func Sign(a *Agent, agentKey *ecdsa.PrivateKey, peerPriv crypto.PrivKey) (*Signe
 	if err != nil {
 		return nil, err
 	}
-	sa := &SignedAgent{ProtocolVersion: ProtocolVersion, Canonical: canon, Signature: sig}
+	sa := newSigned(ProtocolVersion, canon)
+	sa.Signature = sig
 	if err := json.Unmarshal(canon, &sa.Agent); err != nil {
 		return nil, fmt.Errorf("re-decode canonical agent: %w", err)
 	}
@@ -84,11 +158,11 @@ func Sign(a *Agent, agentKey *ecdsa.PrivateKey, peerPriv crypto.PrivKey) (*Signe
 // must be the key of sa.Agent.PeerID. A daemon co-signs a record its local
 // client signed with its own agent key, vouching that it hosts the agent.
 func (sa *SignedAgent) CoSign(peerPriv crypto.PrivKey) (*SignedAgent, error) {
-	c := *sa
+	c := sa.Clone()
 	if err := c.coSign(peerPriv); err != nil {
 		return nil, err
 	}
-	return &c, nil
+	return c, nil
 }
 
 func (sa *SignedAgent) coSign(peerPriv crypto.PrivKey) error {
@@ -99,7 +173,7 @@ func (sa *SignedAgent) coSign(peerPriv crypto.PrivKey) error {
 	if id.String() != sa.Agent.PeerID {
 		return fieldErr("peer_id", "%s is not the id of the signing peer key %s", sa.Agent.PeerID, id)
 	}
-	psig, err := peerPriv.Sign(sa.Canonical)
+	psig, err := peerPriv.Sign(sa.Canonical())
 	if err != nil {
 		return fmt.Errorf("peer sign: %w", err)
 	}
@@ -115,6 +189,7 @@ func (sa *SignedAgent) VerifySignatures() error {
 	if len(sa.Signature) == 0 {
 		return fmt.Errorf("%w: signature is missing", ErrUnsigned)
 	}
+	canon := sa.Canonical()
 	if sa.Unbound() {
 		if len(sa.PeerSignature) > 0 {
 			return fieldErr("peer_signature", "must be absent in a record without peer_id")
@@ -123,7 +198,7 @@ func (sa *SignedAgent) VerifySignatures() error {
 		if err != nil {
 			return fieldErr("public_key", "%v", err)
 		}
-		if !VerifyBytes(pub, sa.Canonical, sa.Signature) {
+		if !VerifyBytes(pub, canon, sa.Signature) {
 			return ErrBadSignature
 		}
 		return nil
@@ -135,14 +210,14 @@ func (sa *SignedAgent) VerifySignatures() error {
 	if err != nil {
 		return fieldErr("public_key", "%v", err)
 	}
-	if !VerifyBytes(pub, sa.Canonical, sa.Signature) {
+	if !VerifyBytes(pub, canon, sa.Signature) {
 		return ErrBadSignature
 	}
 	pk, err := PeerPublicKey(sa.Agent.PeerID)
 	if err != nil {
 		return fieldErr("peer_id", "%v", err)
 	}
-	ok, err := pk.Verify(sa.Canonical, sa.PeerSignature)
+	ok, err := pk.Verify(canon, sa.PeerSignature)
 	if err != nil || !ok {
 		return ErrBadPeerSignature
 	}
@@ -182,7 +257,7 @@ func (sa *SignedAgent) StampUnbound(now time.Time, ttl time.Duration) (*SignedAg
 	if !sa.Unbound() {
 		return sa, nil
 	}
-	c := *sa
+	c := sa.Clone()
 	if c.Agent.Seq == 0 {
 		c.Agent.Seq = min(uint64(max(now.UnixMilli(), 1)), MaxSeq)
 	}
@@ -205,7 +280,7 @@ func (sa *SignedAgent) StampUnbound(now time.Time, ttl time.Duration) (*SignedAg
 			c.Signature = low
 		}
 	}
-	return &c, nil
+	return c, nil
 }
 
 // AgentPublicKey returns the parsed agent key of the record.
@@ -215,7 +290,15 @@ func (sa *SignedAgent) AgentPublicKey() (*ecdsa.PublicKey, error) {
 
 // Hash is the SHA-256 of the canonical agent object: the record's identity in
 // LAN summaries and in the content-hash message ids.
-func (sa *SignedAgent) Hash() [32]byte { return sha256.Sum256(sa.Canonical) }
+func (sa *SignedAgent) Hash() [32]byte {
+	if p := sa.canon.Load(); p != nil {
+		return sha256.Sum256(*p)
+	}
+	if sa.compact.Load() {
+		return sa.digest
+	}
+	return sha256.Sum256(nil)
+}
 
 // Announce returns the wire form of sa.
 func (sa *SignedAgent) Announce() Announce {
@@ -223,7 +306,7 @@ func (sa *SignedAgent) Announce() Announce {
 	if pv == "" {
 		pv = ProtocolVersion
 	}
-	a := Announce{ProtocolVersion: pv, Agent: json.RawMessage(sa.Canonical)}
+	a := Announce{ProtocolVersion: pv, Agent: json.RawMessage(sa.Canonical())}
 	if len(sa.Signature) > 0 {
 		a.Signature = base64.StdEncoding.EncodeToString(sa.Signature)
 	}
@@ -321,8 +404,9 @@ func FromStored(protocolVersion string, agent []byte, signature, peerSignature s
 	if len(agent) > MaxAgentBytes {
 		return nil, fmt.Errorf("%w: canonical agent object is %d bytes, limit %d", ErrTooLarge, len(agent), MaxAgentBytes)
 	}
-	sa := &SignedAgent{ProtocolVersion: protocolVersion, Canonical: bytes.Clone(agent)}
-	if err := json.Unmarshal(sa.Canonical, &sa.Agent); err != nil {
+	canon := bytes.Clone(agent)
+	sa := newSigned(protocolVersion, canon)
+	if err := json.Unmarshal(canon, &sa.Agent); err != nil {
 		return nil, jsonFieldErr("agent", err)
 	}
 	sa.Agent.intern()
@@ -369,7 +453,7 @@ func fromAnnounce(a Announce, canonical, unbound bool) (*SignedAgent, error) {
 	if len(canon) > MaxAgentBytes {
 		return nil, fmt.Errorf("%w: canonical agent object is %d bytes, limit %d", ErrTooLarge, len(canon), MaxAgentBytes)
 	}
-	sa := &SignedAgent{ProtocolVersion: a.ProtocolVersion, Canonical: canon}
+	sa := newSigned(a.ProtocolVersion, canon)
 	if err := decodeAgent(canon, &sa.Agent, true); err != nil {
 		return nil, err
 	}

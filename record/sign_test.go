@@ -22,8 +22,8 @@ func TestSignVerifyRoundTrip(t *testing.T) {
 	// Both signatures are over the RFC 8785 form of the agent object.
 	raw, _ := json.Marshal(sampleAgent(k))
 	want, err := CanonicalizeJSON(raw)
-	if err != nil || !bytes.Equal(sa.Canonical, want) {
-		t.Fatalf("canonical bytes differ: %v\n%s\n%s", err, sa.Canonical, want)
+	if err != nil || !bytes.Equal(sa.Canonical(), want) {
+		t.Fatalf("canonical bytes differ: %v\n%s\n%s", err, sa.Canonical(), want)
 	}
 	if !VerifyBytes(&k.agent.PublicKey, want, sa.Signature) {
 		t.Fatal("agent signature is not over the canonical bytes")
@@ -39,7 +39,7 @@ func TestSignVerifyRoundTrip(t *testing.T) {
 	if err := back.VerifySignatures(); err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(back.Canonical, sa.Canonical) || back.Hash() != sha256.Sum256(sa.Canonical) {
+	if !bytes.Equal(back.Canonical(), sa.Canonical()) || back.Hash() != sha256.Sum256(sa.Canonical()) {
 		t.Fatal("parsed canonical differs")
 	}
 	// Member order and whitespace do not matter: the canonical form does.
@@ -106,7 +106,7 @@ func TestRecordNamingAnotherPeerID(t *testing.T) {
 		t.Fatalf("CoSign: %v", err)
 	}
 	// Forged by hand: the peer signature is the attacker's.
-	sa.PeerSignature, _ = attacker.peer.Sign(sa.Canonical)
+	sa.PeerSignature, _ = attacker.peer.Sign(sa.Canonical())
 	back, _, err := ParseAnnounce(sa.MarshalAnnounce())
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +157,7 @@ func TestUnsignedAndCoSigned(t *testing.T) {
 	if len(sa.PeerSignature) != 0 {
 		t.Fatal("CoSign changed the original")
 	}
-	noSig := *co
+	noSig := co.Clone()
 	noSig.Signature = nil
 	if err := noSig.VerifySignatures(); !errors.Is(err, ErrUnsigned) {
 		t.Fatalf("without agent signature: %v", err)
@@ -244,15 +244,15 @@ func TestParseAnnounceUnbound(t *testing.T) {
 		if err := st.VerifySignatures(); err != nil {
 			t.Fatalf("stamped record: %v", err)
 		}
-		if st.Agent.Seq != uint64(now.UnixMilli()) || st.Agent.TTLSeconds != 3600 || st.Agent.Issued() != now || !bytes.Equal(st.Canonical, sa.Canonical) {
+		if st.Agent.Seq != uint64(now.UnixMilli()) || st.Agent.TTLSeconds != 3600 || st.Agent.Issued() != now || !bytes.Equal(st.Canonical(), sa.Canonical()) {
 			t.Fatalf("%+v", st.Agent)
 		}
 		if sa.Agent.Seq != 0 {
 			t.Fatal("StampUnbound changed its receiver")
 		}
 		// Tampering with the object breaks the signature.
-		bad := *st
-		bad.Canonical = bytes.Replace(bad.Canonical, []byte("metrics"), []byte("metricz"), 1)
+		bad := st.Clone()
+		bad.SetCanonical(bytes.Replace(bad.Canonical(), []byte("metrics"), []byte("metricz"), 1))
 		if err := bad.VerifySignatures(); err == nil {
 			t.Fatal("tampered object verifies")
 		}

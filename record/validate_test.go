@@ -184,7 +184,7 @@ func TestCaseFoldedMembersRefused(t *testing.T) {
 		{`"skill_type":`, `"SKILL_TYPE":`, "agent.skills[0].SKILL_TYPE"},
 		{`"endpoint":"10.0.0.12:9000"`, `"Endpoint":"10.0.0.12:9000"`, "agent.transport.Endpoint"},
 	} {
-		raw := strings.Replace(string(sa.Canonical), c.old, c.new, 1)
+		raw := strings.Replace(string(sa.Canonical()), c.old, c.new, 1)
 		var a Agent
 		wantField(t, DecodeAgent([]byte(raw), &a), c.field)
 	}

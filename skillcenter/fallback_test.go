@@ -98,7 +98,9 @@ func TestFallbackAgainstMirror(t *testing.T) {
 	// A refused registration is reported, then clears once fixed.
 	sw.set(false)
 	mu.Lock()
-	locals = []*record.SignedAgent{sa, {Agent: sa.Agent, Canonical: sa.Canonical, Signature: sa.Signature}} // no peer signature
+	unsigned := sa.Clone()
+	unsigned.PeerSignature = nil
+	locals = []*record.SignedAgent{sa, unsigned} // no peer signature
 	mu.Unlock()
 	waitFor(t, 5*time.Second, "the refusal to be reported", func() bool { return strings.Contains(f.Status().LastError, "HTTP 400") })
 	mu.Lock()

@@ -436,7 +436,7 @@ func TestMirrorRegistry(t *testing.T) {
 		t.Fatalf("list: %d %s", resp.StatusCode, b)
 	}
 	got, err := record.FromAnnounce(record.Announce{ProtocolVersion: al.Agents[0].ProtocolVersion, Agent: al.Agents[0].Agent, Signature: al.Agents[0].Signature, PeerSignature: al.Agents[0].PeerSignature})
-	if err != nil || got.VerifySignatures() != nil || !bytes.Equal(got.Canonical, sa.Canonical) {
+	if err != nil || got.VerifySignatures() != nil || !bytes.Equal(got.Canonical(), sa.Canonical()) {
 		t.Fatalf("the registry does not serve the signed record: %v", err)
 	}
 	resp, _ = get(t, m.url+"/agents?capability=nothing", "Authorization", "Bearer "+read)
@@ -482,7 +482,7 @@ func TestMirrorRegistry(t *testing.T) {
 	if resp.StatusCode != 400 {
 		t.Fatalf("forged: %d %s", resp.StatusCode, b)
 	}
-	unsigned, _ := json.Marshal(map[string]any{"protocol_version": "v1.0", "agent": json.RawMessage(newer.Canonical)})
+	unsigned, _ := json.Marshal(map[string]any{"protocol_version": "v1.0", "agent": json.RawMessage(newer.Canonical())})
 	resp, b = post(t, m.url+"/agents", string(unsigned), "Authorization", "Bearer "+write)
 	if e := apiErrOf(t, b); resp.StatusCode != 400 || e.Field != "signature" {
 		t.Fatalf("unsigned: %d %s", resp.StatusCode, b)

@@ -247,7 +247,7 @@ func (s *db) Put(ctx context.Context, e Entry) error {
 	if !e.Source.valid() {
 		return &record.FieldError{Field: "source", Reason: fmt.Sprintf("%.32q is not a known source", e.Source)}
 	}
-	if err := checkCanonical(e.Record); err != nil {
+	if err := checkCanonical(e.Record.Canonical()); err != nil {
 		return err
 	}
 	now := s.opts.Now()

@@ -146,7 +146,7 @@ func TestPutRefusesBadInput(t *testing.T) {
 		{"unknown source", Entry{Record: sa, Source: "carrier-pigeon"}, "source", nil},
 		{"no source", Entry{Record: sa}, "source", nil},
 		{"no canonical", Entry{Record: &record.SignedAgent{Agent: sa.Agent}, Source: SourceGossip}, "record", nil},
-		{"bad canonical", Entry{Record: &record.SignedAgent{Agent: sa.Agent, Canonical: []byte("{")}, Source: SourceGossip}, "record", nil},
+		{"bad canonical", Entry{Record: withCanonical(sa, "{"), Source: SourceGossip}, "record", nil},
 		{"received far future", Entry{Record: sa, Source: SourceGossip, ReceivedAt: time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)}, "received_at", nil},
 		{"expired", Entry{Record: sa, Source: SourceGossip, ReceivedAt: clk.Now().Add(-48 * time.Hour)}, "", ErrExpired},
 	}
@@ -650,4 +650,11 @@ func TestRecordsGauge(t *testing.T) {
 		return d.GetGauge().GetValue()
 	}
 	eventually(t, "records gauge", func() bool { return gauge("fresh") == 2 && gauge("stale") == 1 })
+}
+
+// withCanonical is a copy of sa with other canonical bytes.
+func withCanonical(sa *record.SignedAgent, canon string) *record.SignedAgent {
+	c := &record.SignedAgent{Agent: sa.Agent}
+	c.SetCanonical([]byte(canon))
+	return c
 }

@@ -211,10 +211,13 @@ func (s Source) valid() bool {
 // by record.Sign or record.ParseAnnounce always pass; record.ParseAnnounce
 // reads either form back to the same canonical bytes.
 func announceJSON(sa *record.SignedAgent) ([]byte, error) {
-	if err := checkCanonical(sa); err != nil {
+	if sa == nil {
+		return nil, &record.FieldError{Field: "record", Reason: "is required"}
+	}
+	c := sa.Canonical()
+	if err := checkCanonical(c); err != nil {
 		return nil, err
 	}
-	c := sa.Canonical
 	pv := sa.ProtocolVersion
 	if pv == "" {
 		pv = record.ProtocolVersion
@@ -250,13 +253,10 @@ func announceJSON(sa *record.SignedAgent) ([]byte, error) {
 	return b, nil
 }
 
-// checkCanonical refuses a record without canonical agent bytes (one not
-// built by record.Sign or record.ParseAnnounce).
-func checkCanonical(sa *record.SignedAgent) error {
-	if sa == nil {
-		return &record.FieldError{Field: "record", Reason: "is required"}
-	}
-	if c := sa.Canonical; len(c) < 2 || c[0] != '{' || c[len(c)-1] != '}' {
+// checkCanonical refuses a record's canonical agent bytes c unless they
+// are an object (a record not built by record.Sign or record.ParseAnnounce).
+func checkCanonical(c []byte) error {
+	if len(c) < 2 || c[0] != '{' || c[len(c)-1] != '}' {
 		return &record.FieldError{Field: "record", Reason: "has no canonical agent object (build it with record.Sign or record.ParseAnnounce)"}
 	}
 	return nil

@@ -32,7 +32,7 @@ func FuzzDecodeEntry(f *testing.F) {
 		if h2 != h {
 			t.Fatalf("header changed: %+v -> %+v", h, h2)
 		}
-		if !bytes.Equal(sa.Canonical, sa2.Canonical) || !bytes.Equal(sa.Signature, sa2.Signature) ||
+		if !bytes.Equal(sa.Canonical(), sa2.Canonical()) || !bytes.Equal(sa.Signature, sa2.Signature) ||
 			!bytes.Equal(sa.PeerSignature, sa2.PeerSignature) || sa.ProtocolVersion != sa2.ProtocolVersion {
 			t.Fatal("record changed across encode/decode")
 		}
@@ -126,7 +126,7 @@ func TestEntryGolden(t *testing.T) {
 	sa := mkRecord(t, agentSpec{})
 	b := encodeEntry(h, sa.MarshalAnnounce())
 	h2, sa2, err := decodeEntryFor(sa.Agent.AgentID, entryKindCache, b)
-	if err != nil || h2 != h || !bytes.Equal(sa2.Canonical, sa.Canonical) {
+	if err != nil || h2 != h || !bytes.Equal(sa2.Canonical(), sa.Canonical()) {
 		t.Fatalf("decode: %+v %v", h2, err)
 	}
 	for i := range b[:entryHeaderLen+3] {
@@ -162,7 +162,7 @@ func TestAnnounceJSONMatchesMarshalAnnounce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(a.Canonical, b.Canonical) || !bytes.Equal(a.Canonical, html.Canonical) ||
+	if !bytes.Equal(a.Canonical(), b.Canonical()) || !bytes.Equal(a.Canonical(), html.Canonical()) ||
 		!bytes.Equal(a.Signature, b.Signature) || !bytes.Equal(a.PeerSignature, b.PeerSignature) {
 		t.Fatal("the two encodings read back differently")
 	}
@@ -193,7 +193,7 @@ func FuzzParseStored(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if !bytes.Equal(fast.Canonical, slow.Canonical) || !bytes.Equal(fast.Signature, slow.Signature) ||
+		if !bytes.Equal(fast.Canonical(), slow.Canonical()) || !bytes.Equal(fast.Signature, slow.Signature) ||
 			!bytes.Equal(fast.PeerSignature, slow.PeerSignature) || fast.ProtocolVersion != slow.ProtocolVersion {
 			t.Fatalf("the two readers disagree on %q", b)
 		}

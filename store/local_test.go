@@ -342,7 +342,7 @@ func TestCachePersistsAcrossReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	if after.Source != before.Source || !after.ReceivedAt.Equal(before.ReceivedAt) || !after.ExpiresAt.Equal(before.ExpiresAt) ||
-		string(after.Record.Canonical) != string(a.Canonical) || string(after.Record.PeerSignature) != string(a.PeerSignature) {
+		string(after.Record.Canonical()) != string(a.Canonical()) || string(after.Record.PeerSignature) != string(a.PeerSignature) {
 		t.Fatalf("entry changed across reopen:\n%+v\n%+v", before, after)
 	}
 	if got, _ := s2.Query(ctx, Filter{Tags: []string{"keep"}}); len(got) != 1 {
@@ -542,7 +542,7 @@ func TestLargestRecordFits(t *testing.T) {
 			tags = append(tags, fmt.Sprintf("tag-%02d", i))
 		}
 		sa := mkRecord(t, agentSpec{issued: clk.Now(), skills: skills, tags: tags})
-		if n := len(sa.Canonical); n < record.MaxAgentBytes*3/4 {
+		if n := len(sa.Canonical()); n < record.MaxAgentBytes*3/4 {
 			t.Fatalf("record of %d bytes: want one near the %d-byte limit", n, record.MaxAgentBytes)
 		}
 		for seq := uint64(1); seq <= 3; seq++ {
@@ -551,7 +551,7 @@ func TestLargestRecordFits(t *testing.T) {
 				rec = resign(t, sa, seq, nil)
 			}
 			if err := s.PutLocal(ctx, rec); err != nil {
-				t.Fatalf("PutLocal seq %d (%d bytes): %v", seq, len(rec.Canonical), err)
+				t.Fatalf("PutLocal seq %d (%d bytes): %v", seq, len(rec.Canonical()), err)
 			}
 			if err := s.Put(ctx, Entry{Record: rec, Source: SourceGossip}); err != nil {
 				t.Fatalf("Put seq %d: %v", seq, err)

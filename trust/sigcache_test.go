@@ -32,14 +32,14 @@ func TestSignatureCache(t *testing.T) {
 	wantReason(t, v.VerifyAgent(sa, VerifyOptions{From: other.PeerID}), ReasonPeerMismatch)
 
 	// Tampered signature bytes: a different key, verified, refused.
-	bad := *sa
+	bad := sa.Clone()
 	bad.Signature = bytes.Clone(sa.Signature)
 	bad.Signature[len(bad.Signature)-1] ^= 1
-	wantReason(t, v.VerifyAgent(&bad, VerifyOptions{}), ReasonBadSignature)
-	badPeer := *sa
+	wantReason(t, v.VerifyAgent(bad, VerifyOptions{}), ReasonBadSignature)
+	badPeer := sa.Clone()
 	badPeer.PeerSignature = bytes.Clone(sa.PeerSignature)
 	badPeer.PeerSignature[0] ^= 1
-	wantReason(t, v.VerifyAgent(&badPeer, VerifyOptions{}), ReasonBadPeerSignature)
+	wantReason(t, v.VerifyAgent(badPeer, VerifyOptions{}), ReasonBadPeerSignature)
 
 	// The malleated twin of the valid signature (s → n−s) is other bytes:
 	// it is verified like any new signature, whatever the cache holds.
@@ -52,11 +52,11 @@ func TestSignatureCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	twin := *sa
+	twin := sa.Clone()
 	twin.Signature = mal
 	fresh := newVerifier(t, Config{}, c)
-	want := fresh.VerifyAgent(&twin, VerifyOptions{})
-	got := v.VerifyAgent(&twin, VerifyOptions{})
+	want := fresh.VerifyAgent(twin, VerifyOptions{})
+	got := v.VerifyAgent(twin, VerifyOptions{})
 	if (want == nil) != (got == nil) {
 		t.Fatalf("the malleated signature: %v with the cache, %v without", got, want)
 	}
@@ -67,9 +67,9 @@ func TestSignatureCache(t *testing.T) {
 	// Same canonical bytes with the two signatures of another record
 	// cannot pass for it.
 	sb := signedRecord(t, id, agentID, t0.Add(time.Second))
-	mix := *sb
-	mix.Canonical = sa.Canonical
-	wantReason(t, v.VerifyAgent(&mix, VerifyOptions{}), ReasonBadSignature)
+	mix := sb.Clone()
+	mix.SetCanonical(sa.Canonical())
+	wantReason(t, v.VerifyAgent(mix, VerifyOptions{}), ReasonBadSignature)
 }
 
 // The cache is bounded.
@@ -101,8 +101,8 @@ func TestNoteSigned(t *testing.T) {
 	wantReason(t, v.VerifyAgent(sa, VerifyOptions{}), ReasonExpired)
 	c.set(t0)
 	// Other signature bytes are not covered by the note.
-	bad := *sa
+	bad := sa.Clone()
 	bad.Signature = bytes.Clone(sa.Signature)
 	bad.Signature[len(bad.Signature)-1] ^= 1
-	wantReason(t, v.VerifyAgent(&bad, VerifyOptions{}), ReasonBadSignature)
+	wantReason(t, v.VerifyAgent(bad, VerifyOptions{}), ReasonBadSignature)
 }

@@ -250,7 +250,7 @@ const sigCacheMax = 4096
 func sigKey(sa *record.SignedAgent) [32]byte {
 	h := sha256.New()
 	var n [8]byte
-	for _, b := range [][]byte{sa.Canonical, sa.Signature, sa.PeerSignature} {
+	for _, b := range [][]byte{sa.Canonical(), sa.Signature, sa.PeerSignature} {
 		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
 		h.Write(n[:])
 		h.Write(b)

@@ -151,16 +151,16 @@ func TestPeerBinding(t *testing.T) {
 	wantReason(t, v.VerifyAgent(sa, VerifyOptions{From: id.PeerID}), "")
 
 	// Signatures are checked first: a broken one is refused with its reason.
-	bad := *sa
+	bad := sa.Clone()
 	bad.Signature = append([]byte(nil), sa.Signature...)
 	bad.Signature[len(bad.Signature)-1] ^= 1
-	wantReason(t, v.VerifyAgent(&bad, VerifyOptions{}), ReasonBadSignature)
-	badPeer := *sa
-	badPeer.PeerSignature, _ = other.PeerKey.Sign(sa.Canonical)
-	wantReason(t, v.VerifyAgent(&badPeer, VerifyOptions{}), ReasonBadPeerSignature)
-	unsigned := *sa
+	wantReason(t, v.VerifyAgent(bad, VerifyOptions{}), ReasonBadSignature)
+	badPeer := sa.Clone()
+	badPeer.PeerSignature, _ = other.PeerKey.Sign(sa.Canonical())
+	wantReason(t, v.VerifyAgent(badPeer, VerifyOptions{}), ReasonBadPeerSignature)
+	unsigned := sa.Clone()
 	unsigned.PeerSignature = nil
-	wantReason(t, v.VerifyAgent(&unsigned, VerifyOptions{}), ReasonUnsigned)
+	wantReason(t, v.VerifyAgent(unsigned, VerifyOptions{}), ReasonUnsigned)
 }
 
 func TestVerifyBeat(t *testing.T) {

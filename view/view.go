@@ -776,7 +776,7 @@ func (v *View) LearnUnbound(sa *record.SignedAgent, src store.Source) error {
 		return fmt.Errorf("view: LearnUnbound of a record bound to peer %s", sa.Agent.PeerID)
 	}
 	v.mu.Lock()
-	if s := v.agents[sa.Agent.AgentID]; s != nil && !s.local && s.rec.Unbound() && bytes.Equal(s.rec.Canonical, sa.Canonical) {
+	if s := v.agents[sa.Agent.AgentID]; s != nil && !s.local && s.rec.Unbound() && bytes.Equal(s.rec.Canonical(), sa.Canonical()) {
 		sa = s.rec
 	}
 	v.mu.Unlock()

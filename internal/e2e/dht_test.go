@@ -174,7 +174,7 @@ func rogue(t *testing.T, bootstrap string) (forged, mismatch string) {
 		}
 		resp := dht.FetchResponse{ProtocolVersion: record.ProtocolVersion}
 		for _, sa := range hosted.HostedRecords(req.Query()) {
-			sig, err := id.PeerKey.Sign(dht.ChallengeBytes(nonce, s.Conn().RemotePeer(), h.ID(), sa.Canonical))
+			sig, err := id.PeerKey.Sign(dht.ChallengeBytes(nonce, s.Conn().RemotePeer(), h.ID(), sa.Canonical()))
 			if err != nil {
 				continue
 			}
