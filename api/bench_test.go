@@ -130,3 +130,35 @@ func BenchmarkDiscoverCached(b *testing.B) {
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
 	})
 }
+
+// BenchmarkDiscoverHosted is BenchmarkDiscoverCached on a registry: 2 000
+// agents registered with the node itself (hosted, so compact: each
+// answer encodes its records' canonical bytes again), 100 per capability,
+// answers of up to 100, as `make bench-scale` asks.
+func BenchmarkDiscoverHosted(b *testing.B) {
+	n := newNode(b, nodeOpts{cfg: node.Config{Timeout: time.Hour, HeartbeatInterval: time.Hour}})
+	for i := range 2000 {
+		a := &record.Agent{AgentName: fmt.Sprintf("agent-%d", i), Description: "a benchmark agent of six words", Capabilities: map[string]string{},
+			Transport: record.Transport{Type: "http", Endpoint: fmt.Sprintf("http://127.0.0.1:%d", 9000+i%1000)}, Tags: []string{"tag"},
+			Skills: []record.Skill{{SkillID: fmt.Sprintf("s%d", i%50), Version: "1.0.0", SkillType: record.SkillTool,
+				Capabilities: []record.Capability{{ID: fmt.Sprintf("cap.%d", i%20), Version: "1.0.0"}}}}}
+		a.AgentID = record.ExternalAgentID("bench", a.AgentName)
+		if _, err := n.Register(b.Context(), a); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s, err := New(n.Node, Config{Version: "bench"}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	h := s.Handler()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", fmt.Sprintf("http://127.0.0.1/agents?capability=cap.%d&limit=100", i%20), nil))
+		if w.Code != 200 {
+			b.Fatalf("%d: %s", w.Code, w.Body.Bytes())
+		}
+	}
+}

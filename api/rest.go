@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,6 +49,11 @@ type AgentEntry struct {
 	// signed its agent object alone and registered with this node as a
 	// registry or announced itself on the LAN (docs/trust.md).
 	Unbound bool `json:"unbound,omitempty"`
+
+	// rec, when Agent is empty, is the record whose canonical bytes and
+	// signatures appendJSON writes: a compact record's bytes and the
+	// base64 of the signatures are encoded straight into the answer.
+	rec *record.SignedAgent
 }
 
 // AgentList is the answer of GET /agents.
@@ -59,10 +65,11 @@ type AgentList struct {
 
 func entryOf(r node.Result) (AgentEntry, error) {
 	e := AgentEntry{ProtocolVersion: record.ProtocolVersion, Source: string(r.Source), AgeMS: r.Age.Milliseconds(), Stale: r.Stale, Status: r.Status}
-	if r.Record != nil {
-		a := r.Record.Announce()
-		e.ProtocolVersion, e.Agent, e.Signature, e.PeerSignature = a.ProtocolVersion, a.Agent, a.Signature, a.PeerSignature
-		e.Unbound = r.Record.Unbound()
+	if sa := r.Record; sa != nil {
+		if sa.ProtocolVersion != "" {
+			e.ProtocolVersion = sa.ProtocolVersion
+		}
+		e.rec, e.Unbound = sa, sa.Unbound()
 		return e, nil
 	}
 	if r.Agent == nil {
@@ -440,7 +447,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) error {
 	}
 	size := 64
 	for i := range list.Agents {
-		size += len(list.Agents[i].Agent) + 512
+		size += max(len(list.Agents[i].Agent), 1024) + 512
 	}
 	writeRawJSON(w, http.StatusOK, list.appendJSON(make([]byte, 0, size)))
 	return nil
@@ -785,18 +792,27 @@ func (e *AgentEntry) appendJSON(b []byte) []byte {
 	b = append(b, `{"protocol_version":`...)
 	b = appendJSONString(b, e.ProtocolVersion)
 	b = append(b, `,"agent":`...)
-	if len(e.Agent) == 0 {
-		b = append(b, "null"...)
-	} else {
+	switch {
+	case len(e.Agent) > 0:
 		b = append(b, e.Agent...)
+	case e.rec != nil:
+		b = e.rec.AppendCanonical(b)
+	default:
+		b = append(b, "null"...)
 	}
-	if e.Signature != "" {
-		b = append(b, `,"signature":`...)
-		b = appendJSONString(b, e.Signature)
-	}
-	if e.PeerSignature != "" {
-		b = append(b, `,"peer_signature":`...)
-		b = appendJSONString(b, e.PeerSignature)
+	switch {
+	case e.rec != nil && len(e.Agent) == 0:
+		b = appendBase64(b, `,"signature":"`, e.rec.Signature)
+		b = appendBase64(b, `,"peer_signature":"`, e.rec.PeerSignature)
+	default:
+		if e.Signature != "" {
+			b = append(b, `,"signature":`...)
+			b = appendJSONString(b, e.Signature)
+		}
+		if e.PeerSignature != "" {
+			b = append(b, `,"peer_signature":`...)
+			b = appendJSONString(b, e.PeerSignature)
+		}
 	}
 	b = append(b, `,"source":`...)
 	b = appendJSONString(b, e.Source)
@@ -825,6 +841,17 @@ func (l *AgentList) appendJSON(b []byte) []byte {
 	b = append(b, `],"total":`...)
 	b = strconv.AppendInt(b, int64(l.Total), 10)
 	return append(b, '}')
+}
+
+// appendBase64 appends member (its name, colon and opening quote) and the
+// base64 of sig, unless sig is empty.
+func appendBase64(b []byte, member string, sig []byte) []byte {
+	if len(sig) == 0 {
+		return b
+	}
+	b = append(b, member...)
+	b = base64.StdEncoding.AppendEncode(b, sig)
+	return append(b, '"')
 }
 
 // appendJSONString appends s as a JSON string: plain ASCII (protocol

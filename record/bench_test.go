@@ -108,3 +108,34 @@ func BenchmarkFromStored(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAnnounceCompact: the wire form of a hosted record, which a
+// lookup answer holds, from a compact record (encoded again from the
+// agent object) and from one holding its bytes.
+func BenchmarkAnnounceCompact(b *testing.B) {
+	k := newKeys(b)
+	a := &Agent{AgentName: "word-other", Description: "six words of a description here", Tags: []string{"tag"},
+		Capabilities: map[string]string{}, Transport: Transport{Type: "http", Endpoint: "http://127.0.0.1:9042"},
+		Skills: []Skill{{SkillID: "s7", Version: "1.0.0", SkillType: SkillTool, Capabilities: []Capability{{ID: "cap.42", Version: "1.0.0"}}}}}
+	a.Fill(testAgentID, k.peerID, k.pubPEM, 1, testNow, time.Hour)
+	sa, err := Sign(a, k.agent, k.peer)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("held", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = sa.MarshalAnnounce()
+		}
+	})
+	c := sa.Clone()
+	if !c.Compact() {
+		b.Fatal("does not compact")
+	}
+	b.Run("compact", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = c.MarshalAnnounce()
+		}
+	})
+}

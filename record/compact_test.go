@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"sync"
 	"testing"
 	"time"
@@ -16,8 +17,8 @@ func TestCompact(t *testing.T) {
 	sa := signedSample(t, k)
 	canon := bytes.Clone(sa.Canonical())
 	announce := sa.MarshalAnnounce()
-	if !sa.Compact() {
-		t.Fatal("a record signed here does not compact")
+	if !sa.Compact() || sa.derive.Load() != deriveAppend {
+		t.Fatalf("a record signed here does not compact directly (derive %d)", sa.derive.Load())
 	}
 	if sa.canon.Load() != nil {
 		t.Fatal("a compact record still holds its bytes")
@@ -89,6 +90,19 @@ func TestCompactKeepsWhatItCannotDerive(t *testing.T) {
 	if st.Compact() || st.VerifySignatures() != nil {
 		t.Fatal("a stamped unbound record lost its bytes")
 	}
+	// A map key whose UTF-16 order appendAgent leaves to Canonicalize: the
+	// record compacts the slow way.
+	ls := sampleAgent(k)
+	ls.Description = "one\u2028two <&>"
+	ls.Metadata = map[string]any{"\ufb33x": "1.0", "\U0001F600": "2.0"}
+	lsa, err := Sign(ls, k.agent, k.peer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := bytes.Clone(lsa.Canonical())
+	if !lsa.Compact() || lsa.derive.Load() != deriveCanonicalize || !bytes.Equal(lsa.Canonical(), full) || lsa.VerifySignatures() != nil {
+		t.Fatalf("a record with a key beyond U+E000: derive %d", lsa.derive.Load())
+	}
 	if (&SignedAgent{}).Compact() || (&SignedAgent{}).Canonical() != nil {
 		t.Fatal("a record without bytes compacts")
 	}
@@ -112,4 +126,37 @@ func TestCompactWhileRead(t *testing.T) {
 	}
 	sa.Compact()
 	wg.Wait()
+}
+
+// FuzzCompact: whatever an agent object holds, a compact record gives back
+// exactly the canonical bytes it had, built from a Go value or decoded.
+func FuzzCompact(f *testing.F) {
+	f.Add("a description", "key", "value", 0.5, "tier=core")
+	f.Add("line\u2028sep", "\U0001F600", "\ufb33", 1e21, "<&>")
+	f.Add("\x00\x1f\"\\", "", "\xff", -0.0, "é")
+	k := newKeys(f)
+	f.Fuzz(func(t *testing.T, desc, key, val string, num float64, tag string) {
+		a := sampleAgent(k)
+		a.Description, a.Tags = desc, []string{tag}
+		a.Metadata = map[string]any{key: val, val: num, "n": map[string]any{key: []any{num, val}}}
+		a.Capabilities = map[string]string{key: val, tag: desc}
+		a.Skills[0].Capabilities[0].ConfidenceHint = &num
+		a.Skills[0].Scenes = []string{val, key}
+		canon, err := Canonicalize(a)
+		if err != nil {
+			return
+		}
+		from := newSigned(ProtocolVersion, bytes.Clone(canon))
+		from.Agent = *a
+		if from.Compact() && !bytes.Equal(from.Canonical(), canon) {
+			t.Fatalf("compact record built from a value gives %q, want %q", from.Canonical(), canon)
+		}
+		dec := newSigned(ProtocolVersion, bytes.Clone(canon))
+		if err := json.Unmarshal(canon, &dec.Agent); err != nil {
+			t.Fatal(err)
+		}
+		if dec.Compact() && !bytes.Equal(dec.Canonical(), canon) {
+			t.Fatalf("compact decoded record gives %q, want %q", dec.Canonical(), canon)
+		}
+	})
 }

@@ -34,12 +34,20 @@ type SignedAgent struct {
 	Signature       []byte
 	PeerSignature   []byte
 
-	// canon holds the canonical bytes; nil with compact set once Compact
-	// found that Agent gives them back, digest being their SHA-256.
-	canon   atomic.Pointer[[]byte]
-	compact atomic.Bool
-	digest  [32]byte
+	// canon holds the canonical bytes; nil once Compact found that Agent
+	// gives them back, derive then saying how and digest being their
+	// SHA-256.
+	canon  atomic.Pointer[[]byte]
+	derive atomic.Uint32 // deriveNone, deriveDirect or deriveCanonicalize
+	digest [32]byte
 }
+
+// How a compact record derives its canonical bytes from Agent.
+const (
+	deriveNone         = iota // it holds them
+	deriveAppend              // appendAgent (canonenc.go)
+	deriveCanonicalize        // Canonicalize
+)
 
 // newSigned returns a SignedAgent holding canonical bytes canon.
 func newSigned(protocolVersion string, canon []byte) *SignedAgent {
@@ -54,22 +62,43 @@ func (sa *SignedAgent) Canonical() []byte {
 	if p := sa.canon.Load(); p != nil {
 		return *p
 	}
-	if !sa.compact.Load() {
-		return nil
-	}
 	// Compact checked that these are the bytes it dropped.
-	c, err := Canonicalize(&sa.Agent)
+	var c []byte
+	var err error
+	switch sa.derive.Load() {
+	case deriveAppend:
+		var ok bool
+		if c, ok = appendAgent(make([]byte, 0, 1024), &sa.Agent); !ok {
+			c, err = Canonicalize(&sa.Agent)
+		}
+	case deriveCanonicalize:
+		c, err = Canonicalize(&sa.Agent)
+	}
 	if err != nil {
 		return nil
 	}
 	return c
 }
 
+// AppendCanonical appends the canonical bytes to dst: what Canonical
+// returns, without a copy of its own for a compact record.
+func (sa *SignedAgent) AppendCanonical(dst []byte) []byte {
+	if p := sa.canon.Load(); p != nil {
+		return append(dst, *p...)
+	}
+	if sa.derive.Load() == deriveAppend {
+		if b, ok := appendAgent(dst, &sa.Agent); ok {
+			return b
+		}
+	}
+	return append(dst, sa.Canonical()...)
+}
+
 // SetCanonical replaces the canonical bytes (and nothing else: the
 // signatures and Agent stay). It is for building a record by hand, in
 // tests and tools; a record other goroutines hold must not be changed.
 func (sa *SignedAgent) SetCanonical(b []byte) {
-	sa.compact.Store(false)
+	sa.derive.Store(deriveNone)
 	sa.canon.Store(&b)
 }
 
@@ -85,15 +114,19 @@ func (sa *SignedAgent) SetCanonical(b []byte) {
 func (sa *SignedAgent) Compact() bool {
 	p := sa.canon.Load()
 	if p == nil {
-		return sa.compact.Load()
+		return sa.derive.Load() != deriveNone
 	}
-	c, err := Canonicalize(&sa.Agent)
-	if err != nil || !bytes.Equal(c, *p) {
-		return false
+	how := uint32(deriveAppend)
+	if c, ok := appendAgent(make([]byte, 0, len(*p)), &sa.Agent); !ok || !bytes.Equal(c, *p) {
+		how = deriveCanonicalize
+		if c, err := Canonicalize(&sa.Agent); err != nil || !bytes.Equal(c, *p) {
+			return false
+		}
 	}
-	// digest before canon: a reader that sees no bytes sees the digest.
+	// digest and derive before canon: a reader that sees no bytes sees
+	// both.
 	sa.digest = sha256.Sum256(*p)
-	sa.compact.Store(true)
+	sa.derive.Store(how)
 	sa.canon.Store(nil)
 	return true
 }
@@ -294,7 +327,7 @@ func (sa *SignedAgent) Hash() [32]byte {
 	if p := sa.canon.Load(); p != nil {
 		return sha256.Sum256(*p)
 	}
-	if sa.compact.Load() {
+	if sa.derive.Load() != deriveNone {
 		return sa.digest
 	}
 	return sha256.Sum256(nil)
