@@ -8,11 +8,15 @@
 // signer has not yet filled (Fill).
 //
 // Signing: the RFC 8785 canonical JSON of the agent object (Canonicalize,
-// go-json-experiment/json's jsontext) is signed twice, by the agent key (ECDSA P-256, SHA-256,
-// base64 ASN.1 DER: "signature") and by the Ed25519 peer key whose id the
-// record names ("peer_signature"). SignedAgent.VerifySignatures checks both,
-// so a record can be published neither for another peer id nor for another
-// agent key. Trust policy is package trust's.
+// go-json-experiment/json's jsontext) is signed twice, by the agent key
+// (ECDSA P-256, SHA-256, base64 ASN.1 DER: "signature") and by the Ed25519
+// peer key whose id the record names ("peer_signature").
+// SignedAgent.VerifySignatures checks both, so a record can be published
+// neither for another peer id nor for another agent key. Trust policy is
+// package trust's. A record a node keeps for long (a hosted one) may be
+// compact (SignedAgent.Compact): it drops its canonical bytes once it has
+// checked that its agent object encodes to exactly them, and Canonical
+// encodes them again when asked.
 //
 // Codecs, each with a parser that bounds its input and names the offending
 // field, and a formatter whose output the parser reads back to the same
