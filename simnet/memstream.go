@@ -135,6 +135,7 @@ type half struct {
 	latency time.Duration
 	link    *memLink
 	loss    float64
+	alarm   *alarm
 
 	mu       sync.Mutex
 	writable *sync.Cond // a writer waits for room (maxInFlight)
@@ -155,7 +156,7 @@ type chunk struct {
 }
 
 func newHalf(l *memLink, sn *simNet) *half {
-	h := &half{latency: time.Duration(l.latency), link: l, loss: sn.loss, readable: make(chan struct{}, 1)}
+	h := &half{latency: time.Duration(l.latency), link: l, loss: sn.loss, alarm: sn.alarm, readable: make(chan struct{}, 1)}
 	h.writable = sync.NewCond(&h.mu)
 	if h.loss > 0 {
 		h.rng = rand.New(rand.NewPCG(sn.seed, sn.streams.Add(1)))
@@ -207,12 +208,6 @@ func (h *half) read(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
 	for {
 		h.mu.Lock()
 		if h.rerr != nil {
@@ -230,18 +225,10 @@ func (h *half) read(b []byte) (int, error) {
 			continue
 		}
 		now := time.Now()
-		if wait := h.q[0].due.Sub(now); wait > 0 {
+		if due := h.q[0].due; due.After(now) {
 			h.mu.Unlock()
-			if timer == nil {
-				timer = time.NewTimer(wait)
-			} else {
-				timer.Reset(wait)
-			}
-			select {
-			case <-timer.C:
-			case <-h.readable:
-				timer.Stop()
-			}
+			h.alarm.at(due, h.readable)
+			<-h.readable // the alarm, or a write, close or reset
 			continue
 		}
 		n := 0

@@ -37,12 +37,14 @@ type simNet struct {
 	linked  map[[2]int]*memLink // a < b
 	side    map[int]int         // non-nil while a partition lasts
 	nLinked atomic.Int64
+	alarm   *alarm // wakes the readers of every stream (memstream.go)
 }
 
 func newSimNet(s Scenario) *simNet {
 	return &simNet{
 		seed: s.Seed, latency: s.Latency, jitter: s.Jitter, bandwidth: s.Bandwidth, loss: s.Loss,
 		hosts: map[int]host.Host{}, nets: map[int]*peerNet{}, up: map[int]bool{}, linked: map[[2]int]*memLink{},
+		alarm: newAlarm(),
 	}
 }
 
@@ -268,6 +270,7 @@ func (n *simNet) close() error {
 	for _, h := range hosts {
 		err = errors.Join(err, h.Close())
 	}
+	n.alarm.close()
 	return err
 }
 
