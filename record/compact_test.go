@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -133,7 +134,7 @@ func TestCompactWhileRead(t *testing.T) {
 func FuzzCompact(f *testing.F) {
 	f.Add("a description", "key", "value", 0.5, "tier=core")
 	f.Add("line\u2028sep", "\U0001F600", "\ufb33", 1e21, "<&>")
-	f.Add("\x00\x1f\"\\", "", "\xff", -0.0, "é")
+	f.Add("\x00\x1f\"\\", "", "\xff", math.Copysign(0, -1), "é")
 	k := newKeys(f)
 	f.Fuzz(func(t *testing.T, desc, key, val string, num float64, tag string) {
 		a := sampleAgent(k)
