@@ -25,7 +25,7 @@ func appendAgent(dst []byte, a *Agent) ([]byte, bool) {
 	if a.Capabilities == nil {
 		dst = append(dst, "null"...)
 	} else {
-		dst, ok = appendStringMap(dst, a.Capabilities, ok)
+		dst, ok = appendMap(dst, a.Capabilities, ok, appendJCSString)
 	}
 	dst, ok = appendMember(dst, "certificate", a.Certificate, true, ok)
 	dst, ok = appendMember(dst, "description", a.Description, true, ok)
@@ -52,18 +52,11 @@ func appendAgent(dst []byte, a *Agent) ([]byte, bool) {
 	}
 	if len(a.Skills) > 0 {
 		dst = appendName(dst, "skills")
-		dst = append(dst, '[')
-		for i := range a.Skills {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst, ok = appendSkill(dst, &a.Skills[i], ok)
-		}
-		dst = append(dst, ']')
+		dst, ok = appendArray(dst, a.Skills, ok, appendSkill)
 	}
 	if len(a.Tags) > 0 {
 		dst = appendName(dst, "tags")
-		dst, ok = appendStrings(dst, a.Tags, ok)
+		dst, ok = appendArray(dst, a.Tags, ok, appendStringAt)
 	}
 	dst, ok = appendMember(dst, "tenant_scope", a.TenantScope, true, ok)
 	dst = appendName(dst, "transport")
@@ -85,14 +78,7 @@ func appendSkill(dst []byte, s *Skill, ok bool) ([]byte, bool) {
 	if s.Capabilities == nil {
 		dst = append(dst, "null"...)
 	} else {
-		dst = append(dst, '[')
-		for i := range s.Capabilities {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst, ok = appendCapability(dst, &s.Capabilities[i], ok)
-		}
-		dst = append(dst, ']')
+		dst, ok = appendArray(dst, s.Capabilities, ok, appendCapability)
 	}
 	if s.Endpoint != "" {
 		dst = appendName(dst, "endpoint")
@@ -100,7 +86,7 @@ func appendSkill(dst []byte, s *Skill, ok bool) ([]byte, bool) {
 	}
 	if len(s.Scenes) > 0 {
 		dst = appendName(dst, "scenes")
-		dst, ok = appendStrings(dst, s.Scenes, ok)
+		dst, ok = appendArray(dst, s.Scenes, ok, appendStringAt)
 	}
 	dst = appendName(dst, "skill_id")
 	dst, ok = appendJCSString(dst, s.SkillID, ok)
@@ -164,16 +150,23 @@ func appendName(dst []byte, name string) []byte {
 	return append(dst, '"', ':')
 }
 
-func appendStrings(dst []byte, ss []string, ok bool) ([]byte, bool) {
+// appendArray appends es as a JSON array, each element by appendE.
+func appendArray[E any](dst []byte, es []E, ok bool, appendE func([]byte, *E, bool) ([]byte, bool)) ([]byte, bool) {
 	dst = append(dst, '[')
-	for i, s := range ss {
+	for i := range es {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst, ok = appendJCSString(dst, s, ok)
+		dst, ok = appendE(dst, &es[i], ok)
 	}
 	return append(dst, ']'), ok
 }
+
+func appendStringAt(dst []byte, s *string, ok bool) ([]byte, bool) {
+	return appendJCSString(dst, *s, ok)
+}
+
+func appendValueAt(dst []byte, v *any, ok bool) ([]byte, bool) { return appendValue(dst, *v, ok) }
 
 // sortedKeys returns m's keys in RFC 8785 order, and false when a key
 // holds a character at or above U+E000, where UTF-16 order and the byte
@@ -195,7 +188,8 @@ func sortedKeys[V any](m map[string]V) ([]string, bool) {
 	return keys, true
 }
 
-func appendStringMap(dst []byte, m map[string]string, ok bool) ([]byte, bool) {
+// appendMap appends m as a JSON object, each value by appendV.
+func appendMap[V any](dst []byte, m map[string]V, ok bool, appendV func([]byte, V, bool) ([]byte, bool)) ([]byte, bool) {
 	keys, sorted := sortedKeys(m)
 	if !sorted {
 		return dst, false
@@ -207,7 +201,7 @@ func appendStringMap(dst []byte, m map[string]string, ok bool) ([]byte, bool) {
 		}
 		dst, ok = appendJCSString(dst, k, ok)
 		dst = append(dst, ':')
-		dst, ok = appendJCSString(dst, m[k], ok)
+		dst, ok = appendV(dst, m[k], ok)
 	}
 	return append(dst, '}'), ok
 }
@@ -224,29 +218,9 @@ func appendValue(dst []byte, v any, ok bool) ([]byte, bool) {
 	case float64:
 		return appendNumber(dst, v, ok)
 	case []any:
-		dst = append(dst, '[')
-		for i, e := range v {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst, ok = appendValue(dst, e, ok)
-		}
-		return append(dst, ']'), ok
+		return appendArray(dst, v, ok, appendValueAt)
 	case map[string]any:
-		keys, sorted := sortedKeys(v)
-		if !sorted {
-			return dst, false
-		}
-		dst = append(dst, '{')
-		for i, k := range keys {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst, ok = appendJCSString(dst, k, ok)
-			dst = append(dst, ':')
-			dst, ok = appendValue(dst, v[k], ok)
-		}
-		return append(dst, '}'), ok
+		return appendMap(dst, v, ok, appendValue)
 	case json.Number:
 		f, err := v.Float64()
 		return appendNumber(dst, f, ok && err == nil)
