@@ -38,7 +38,7 @@ type SignedAgent struct {
 	// gives them back, derive then saying how and digest being their
 	// SHA-256.
 	canon  atomic.Pointer[[]byte]
-	derive atomic.Uint32 // deriveNone, deriveDirect or deriveCanonicalize
+	derive atomic.Uint32 // deriveNone, deriveAppend or deriveCanonicalize
 	digest [32]byte
 }
 
@@ -110,7 +110,8 @@ func (sa *SignedAgent) SetCanonical(b []byte) {
 // this version does not know, nor for an unbound record whose Agent was
 // stamped (StampUnbound). It reports whether sa is compact. Agent must
 // not change afterwards (no SignedAgent's may). Safe to call while other
-// goroutines read sa.
+// goroutines read sa, but not from two goroutines at once (the node calls
+// it under the agent's lock).
 func (sa *SignedAgent) Compact() bool {
 	p := sa.canon.Load()
 	if p == nil {
