@@ -3,6 +3,7 @@ package record
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -555,6 +556,35 @@ func FuzzA2ACard(f *testing.F) {
 		}
 		if _, err := Canonicalize(a); err != nil {
 			t.Fatalf("mapped record does not canonicalize: %v", err)
+		}
+	})
+}
+
+// FuzzFromStored: the stored-record decoder (encoding/json/v2) accepts
+// nothing that encoding/json would read differently — every agent object it
+// accepts, encoding/json decodes to the same Agent — and never panics.
+func FuzzFromStored(f *testing.F) {
+	k := newKeys(f)
+	sa := signedSample(f, k)
+	f.Add(sa.Canonical())
+	f.Add([]byte(`{"agent_id":"a","capabilities":{},"transport":{"type":"http","endpoint":"http://x"},"Agent_ID":"b"}`))
+	f.Add([]byte(`{"agent_id":"a","agent_id":"b"}`))
+	f.Add([]byte(`{"agent_id":"a\xff","seq":"1","skills":[{"input_schema":{"a": 1 }}]}`))
+	f.Fuzz(func(t *testing.T, agent []byte) {
+		got, err := FromStored(ProtocolVersion, agent, "", "")
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrTooLarge) {
+				t.Fatalf("error without a field or code: %v", err)
+			}
+			return
+		}
+		var want Agent
+		if err := json.Unmarshal(agent, &want); err != nil {
+			t.Fatalf("accepted what encoding/json refuses: %v\n%s", err, agent)
+		}
+		want.intern()
+		if !reflect.DeepEqual(&got.Agent, &want) {
+			t.Fatalf("decoded differently from encoding/json:\n%#v\n%#v", got.Agent, want)
 		}
 	})
 }
