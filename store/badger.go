@@ -33,11 +33,21 @@ const (
 var ErrExpired = errors.New("entry expired beyond its grace window")
 
 // Badger sizing. agentd's data is small (a bounded cache of records of at
-// most 64 KiB, an address book, a few local registrations) and simnet runs
-// 100+ stores in one process, so the tables, caches and worker counts are
-// far below Badger's defaults. The memtable must hold the largest write
-// batch (15 % of it): one record plus its index postings and the deletion
-// of the previous version's postings.
+// most 64 KiB, an address book, local registrations: a few, or 100 000 on a
+// registry) and simnet runs 100+ stores in one process, so the tables,
+// caches and worker counts are far below Badger's defaults. The memtable
+// must hold the largest write batch (15 % of it): one record plus its index
+// postings and the deletion of the previous version's postings.
+//
+// On disk, records live in Badger's value log and the LSM tree holds their
+// keys and value pointers (WiscKey's separation, which Badger is built on):
+// a registry's 100 000 records then make a tree of a few megabytes whose
+// compactions no longer rewrite the records again and again, the stalls
+// that made the last thousand of 100 000 registrations cost twice the first
+// (docs/performance.md, "Records in the value log"). Small values (seq
+// counters, pins, peers, postings) stay in the tree. The value log's
+// garbage (records replaced, removed or expired) is collected by
+// gcValueLog.
 const (
 	memTableSize     = 8 << 20   // disk mode
 	memTableSizeMem  = 512 << 10 // in-memory mode (simnet: hundreds of stores per process, each arena allocated up front)
@@ -49,11 +59,18 @@ const (
 	numL0TablesStall = 8
 	blockCacheSize   = 2 << 20 // disk mode only
 	valueLogFileSize = 16 << 20
-	valueThreshold   = 256 << 10 // > any value (records are at most 64 KiB): all live in the LSM tree, none in the value log
-	// In memory the value threshold must stay below the largest batch
-	// (15 % of the 512 KiB memtable, 76.8 KiB); 64 KiB is still above any
-	// value (a record's canonical form is at most 32 KiB).
+	valueThreshold   = 512 // disk mode: a stored record (an announce, ≥ 0.5 KiB) goes to the value log
+	// In memory there is no value log: the value threshold must stay below
+	// the largest batch (15 % of the 512 KiB memtable, 76.8 KiB); 64 KiB is
+	// still above any value (a record's canonical form is at most 32 KiB).
 	valueThresholdMem = 64 << 10
+
+	// The value log's garbage collection: every valueLogGCInterval, files
+	// of which at least valueLogGCRatio is garbage are rewritten, at most
+	// valueLogGCMaxFiles in one round (each rewrite is a burst of writes).
+	valueLogGCInterval = 5 * time.Minute
+	valueLogGCRatio    = 0.5
+	valueLogGCMaxFiles = 4
 )
 
 // restoreMaxPending bounds the writes in flight while a snapshot loads.
@@ -515,4 +532,30 @@ func trimNL(s string) string {
 		s = s[:len(s)-1]
 	}
 	return s
+}
+
+// gcValueLog rewrites the value log files of which at least
+// valueLogGCRatio is garbage (records replaced, removed or expired; Badger
+// learns this from its compactions), at most valueLogGCMaxFiles of them,
+// and returns how many it rewrote. In-memory stores have no value log.
+func (s *db) gcValueLog(ctx context.Context) int {
+	if s.opts.Dir == "" || s.enter(ctx) != nil {
+		return 0
+	}
+	defer s.leave()
+	n := 0
+	for ; n < valueLogGCMaxFiles && ctx.Err() == nil; n++ {
+		err := s.bdb.RunValueLogGC(valueLogGCRatio)
+		if errors.Is(err, badger.ErrNoRewrite) || errors.Is(err, badger.ErrRejected) {
+			break
+		}
+		if err != nil {
+			s.log.Warn("value log garbage collection failed", "err", err)
+			break
+		}
+	}
+	if n > 0 {
+		s.log.Debug("value log garbage collected", "files", n)
+	}
+	return n
 }

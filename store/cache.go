@@ -523,12 +523,20 @@ func (s *db) run(ctx context.Context) {
 	defer s.wg.Done()
 	t := time.NewTicker(s.opts.SweepInterval)
 	defer t.Stop()
+	var gc <-chan time.Time
+	if s.opts.Dir != "" {
+		gt := time.NewTicker(valueLogGCInterval)
+		defer gt.Stop()
+		gc = gt.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 			s.sweep(ctx)
+		case <-gc:
+			s.gcValueLog(ctx)
 		}
 	}
 }
