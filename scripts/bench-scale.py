@@ -15,8 +15,9 @@ keep-alive HTTP client per system unless said otherwise:
              against an etcd prefix range over /cap/<cap>/
   search     p50/p99 of free-text queries (GET /agents?q=, two words);
              etcd has none
-  memory     RSS after loading, minus RSS before, per record; and after
-             a restart
+  memory     RSS after loading, minus RSS before, per record; its
+             anonymous (heap) and file-backed (binary, mapped database
+             files) parts; and after a restart
   restart    SIGTERM, start again, until GET /healthz (etcd: /health)
              answers 200; then until every hosted record is re-signed
   idle       CPU of each process over IDLE seconds without clients, and
@@ -66,6 +67,18 @@ def rss_mb(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return 0.0
+
+
+def rss_split_mb(pid):
+    """The resident set's anonymous part (heap, stacks, allocators) and its
+    file-backed part (the binary, memory-mapped database files)."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            k = line.split(":")[0]
+            if k in ("RssAnon", "RssFile", "RssShmem"):
+                out[k] = int(line.split()[1]) / 1024
+    return out.get("RssAnon", 0.0), out.get("RssFile", 0.0) + out.get("RssShmem", 0.0)
 
 
 def cpu_s(pid):
@@ -328,6 +341,8 @@ def bench(n, idle, skip_etcd):
         re_ = rss_mb(e.proc.pid) if e else 0
         row("RSS loaded (per record)", f"{ra:.0f} MB ({(ra - base_a) * 1024 * 1024 / total:.0f} B)",
             f"{re_:.0f} MB ({(re_ - base_e) * 1024 * 1024 / total:.0f} B)" if e else "—")
+        split = lambda pid: "%.0f MB / %.0f MB" % rss_split_mb(pid)
+        row("RSS loaded: anonymous / file-backed", split(a.proc.pid), split(e.proc.pid) if e else "—")
         # Mixed load.
         stop = threading.Event()
         mixed_l, extra = [], [agent_body(n + 4000 + i, rng) for i in range(2000)]
