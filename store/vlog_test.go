@@ -47,6 +47,9 @@ func TestValueLogGC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(val) < valueThreshold {
+		t.Fatalf("a stored record of %d bytes stays in the LSM tree (value threshold %d)", len(val), valueThreshold)
+	}
 	// 40 MiB of earlier versions of the same key, each in its own
 	// transaction (one transaction keeps only the last write of a key), in
 	// four level-0 tables (a reopen flushes the memtable), so that a
