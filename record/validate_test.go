@@ -13,6 +13,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/Masterminds/semver/v3"
 )
 
 func pemOf(t *testing.T, pub any) string {
@@ -191,4 +193,17 @@ func TestCaseFoldedMembersRefused(t *testing.T) {
 	msg := strings.Replace(string(sa.MarshalAnnounce()), `"protocol_version"`, `"Protocol_Version"`, 1)
 	_, _, err := ParseAnnounce([]byte(msg))
 	wantField(t, err, "Protocol_Version")
+}
+
+// TestCheckLooseVersion: the memo of accepted capability versions gives
+// semver.NewVersion's verdict, the first time and every time after.
+func TestCheckLooseVersion(t *testing.T) {
+	for _, v := range []string{"1.2.3", "v1.2", "1", "1.2.3-rc.1+b.5", "01.2.3", "1.2.3-01", "1.2.3-", "x", "1..2", " 1.2.3", "1.2.3\x00"} {
+		_, want := semver.NewVersion(v)
+		for range 2 {
+			if got := checkLooseVersion(v); (got == nil) != (want == nil) {
+				t.Fatalf("checkLooseVersion(%q) = %v, semver.NewVersion: %v", v, got, want)
+			}
+		}
+	}
 }
