@@ -492,6 +492,11 @@ func (d *DHT) SetProvided(recs []*record.SignedAgent) {
 		next[r.Agent.AgentID] = r
 	}
 	d.mu.Lock()
+	if len(d.dirty) == 0 && len(next) > 0 {
+		// A start sets every hosted record at once (100 000 on a
+		// registry): one allocation instead of a map grown by doubling.
+		d.dirty = make(map[string]struct{}, len(next))
+	}
 	for id, r := range d.want {
 		if next[id] != r {
 			d.dirty[id] = struct{}{}

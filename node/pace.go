@@ -244,6 +244,10 @@ func (n *Node) resignHosted(id string) {
 func (n *Node) markStale(ids ...string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if len(n.stale) == 0 && len(ids) > 1 {
+		// A start marks every hosted record at once: one allocation.
+		n.stale = make(map[string]struct{}, len(ids))
+	}
 	for _, id := range ids {
 		n.stale[id] = struct{}{}
 	}
