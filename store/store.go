@@ -3,7 +3,8 @@
 // secondary indexes), tombstones of unregistered agents, the peer address
 // book, the key pins of the trust package and the per-agent sequence
 // counters. Open with Dir == "" for the in-memory mode used by tests and
-// simnet.
+// simnet. On disk, records live in Badger's value log and the LSM tree holds
+// keys and small values; the store collects the value log's garbage itself.
 package store
 
 import (
