@@ -585,7 +585,7 @@ func checkLooseVersion(v string) error {
 	if _, err := semver.NewVersion(v); err != nil {
 		return err
 	}
-	if looseVersions.n.Add(1) <= maxLooseVersions {
+	if looseVersions.n.Load() < maxLooseVersions && looseVersions.n.Add(1) <= maxLooseVersions {
 		looseVersions.m.Store(strings.Clone(v), struct{}{})
 	}
 	return nil
