@@ -99,10 +99,10 @@ type Message struct {
 
 // EncodeAnnounce returns the pubsub payload announcing sa.
 func EncodeAnnounce(sa *record.SignedAgent) ([]byte, error) {
-	if sa == nil {
-		return nil, fmt.Errorf("%w: announce: no signed record", record.ErrMalformed)
+	var a record.Announce
+	if sa != nil {
+		a = sa.Announce()
 	}
-	a := sa.Announce()
 	if len(a.Agent) == 0 {
 		return nil, fmt.Errorf("%w: announce: no signed record", record.ErrMalformed)
 	}
