@@ -215,6 +215,9 @@ func TestEncodeRejects(t *testing.T) {
 	if _, err := EncodeAnnounce(&record.SignedAgent{}); err == nil {
 		t.Fatal("EncodeAnnounce accepted an empty record")
 	}
+	if _, err := EncodeAnnounce(nil); !errors.Is(err, record.ErrMalformed) {
+		t.Fatalf("EncodeAnnounce(nil) = %v, want ErrMalformed", err)
+	}
 }
 
 func TestMessageID(t *testing.T) {
