@@ -208,9 +208,11 @@ func (g *Gossip) watchLocked(ts *topicState) error {
 			case pubsub.PeerJoin:
 				first := len(peers) == 0
 				peers[ev.Peer] = true
+				ts.listeners.Store(int32(len(peers)))
 				g.peerJoined(ctx, ts, ev.Peer, first)
 			case pubsub.PeerLeave:
 				delete(peers, ev.Peer)
+				ts.listeners.Store(int32(len(peers)))
 				g.peerLeft(ts, ev.Peer, len(peers) == 0)
 			}
 		}

@@ -190,3 +190,34 @@ func scopedPair(t *testing.T) (*testNet, *tnode, *tnode) {
 	tn := newTestNet(t, 2, cfg)
 	return tn, tn.nodes[0], tn.nodes[1]
 }
+
+// TestListenedFollowsSubscribers: Listened says whether a peer subscribes
+// to one of the joined shards given, from the topic watchers' counts, and
+// follows a subscriber that joins and leaves.
+func TestListenedFollowsSubscribers(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn, a, b := scopedPair(t)
+		if err := tn.mn.LinkAll(); err != nil {
+			t.Fatal(err)
+		}
+		sh, other := record.Shard("cap-listened"), record.Shard("cap-unheard")
+		for _, s := range []string{sh, other} {
+			if err := a.g.JoinShard(s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tn.connect(a, b)
+		if a.g.Listened(sh, other) {
+			t.Fatal("listened with no subscriber")
+		}
+		if err := b.g.JoinShard(sh); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, "a subscriber", func() bool { return a.g.Listened(other, sh) })
+		if a.g.Listened(other) || a.g.Listened() || a.g.Listened(record.Shard("not-joined")) {
+			t.Fatal("listened on a shard nobody else subscribes to")
+		}
+		b.g.LeaveShard(sh)
+		waitFor(t, 5*time.Second, "the subscriber gone", func() bool { return !a.g.Listened(sh, other) })
+	})
+}
