@@ -31,10 +31,18 @@ const (
 	// record survives two missed reprovides.
 	DefaultReprovideInterval = 3 * time.Minute
 	// DefaultValueMaxAge is how long a server keeps a DHT value after it
-	// last received it.
-	DefaultValueMaxAge = 10 * time.Minute
-	// DefaultRepublishInterval is below a third of DefaultValueMaxAge.
-	DefaultRepublishInterval = 3 * time.Minute
+	// last received it. A value is a record, which carries its own expiry
+	// (issued_at + ttl_seconds, 1 h by default) that every reader checks;
+	// the max age only has to outlast the owner's puts. It was 10 min
+	// with a 3 min republish: a node hosting 10 000 agents then put 55
+	// values a second without end (capped at 50/s), 8 % of a core with a
+	// single peer to put to (docs/performance.md, "The DHT's upkeep").
+	DefaultValueMaxAge = 2 * time.Hour
+	// DefaultRepublishInterval is a third of DefaultValueMaxAge, so a value
+	// survives two missed rounds, and longer than the half-TTL after which
+	// a hosted record is signed again (and its new seq put at once), so a
+	// round finds nothing left to put for records with the default TTL.
+	DefaultRepublishInterval = 40 * time.Minute
 	// DefaultQueryTimeout bounds a whole Find or GetRecord.
 	DefaultQueryTimeout = 10 * time.Second
 	// DefaultFetchTimeout bounds one record fetch (dial included).
@@ -60,9 +68,10 @@ const (
 	// that reached no remote peer; it doubles up to the reprovide interval.
 	DefaultRetryInterval = 5 * time.Second
 	// DefaultValuePutRate paces the puts of hosted records' values (each a
-	// lookup and up to 20 stores), per second, with DefaultValuePutBurst.
-	// A node keeps DefaultValuePutRate × ValueMaxAge values alive (30 000
-	// at the defaults); beyond that a value may lapse between two puts.
+	// lookup and up to 20 stores), per second, with DefaultValuePutBurst:
+	// new and changed records first, then the republish round. A node
+	// keeps DefaultValuePutRate × ValueMaxAge values alive (360 000 at the
+	// defaults); beyond that a value may lapse between two puts.
 	DefaultValuePutRate  = rate.Limit(50)
 	DefaultValuePutBurst = 10
 	// maxPutsInFlight bounds the value puts running at once.
@@ -101,10 +110,11 @@ type Config struct {
 	// ReprovideInterval is how often every provided key is provided again
 	// (default 3 min; at most half of ProvideValidity).
 	ReprovideInterval time.Duration
-	// ValueMaxAge is kad-dht's MaxRecordAge for values (default 10 min).
+	// ValueMaxAge is kad-dht's MaxRecordAge for values (default 2 h).
 	ValueMaxAge time.Duration
-	// RepublishInterval is how often hosted records are put again
-	// (default 3 min; at most half of ValueMaxAge).
+	// RepublishInterval is how often the republish round puts again the
+	// hosted records' values not put within the last interval (default
+	// 40 min; at most a third of ValueMaxAge).
 	RepublishInterval time.Duration
 	// QueryTimeout bounds a whole Find or GetRecord (default 10 s).
 	QueryTimeout time.Duration
@@ -208,8 +218,8 @@ func (c *Config) validate() error {
 	if 2*c.ReprovideInterval > c.ProvideValidity {
 		return fmt.Errorf("dht config: ReprovideInterval %v must be at most half of ProvideValidity %v, or provider records expire between reprovides", c.ReprovideInterval, c.ProvideValidity)
 	}
-	if 2*c.RepublishInterval > c.ValueMaxAge {
-		return fmt.Errorf("dht config: RepublishInterval %v must be at most half of ValueMaxAge %v, or values expire between republishes", c.RepublishInterval, c.ValueMaxAge)
+	if 3*c.RepublishInterval > c.ValueMaxAge {
+		return fmt.Errorf("dht config: RepublishInterval %v must be at most a third of ValueMaxAge %v, or values expire between republishes (a round skips a value put less than an interval ago)", c.RepublishInterval, c.ValueMaxAge)
 	}
 	if c.MaxProviders < 1 || c.MaxProviders > 1000 {
 		return fmt.Errorf("dht config: MaxProviders must be between 1 and 1000, got %d", c.MaxProviders)

@@ -490,7 +490,7 @@ func TestLifecycle(t *testing.T) {
 func TestConfigValidation(t *testing.T) {
 	for name, c := range map[string]Config{
 		"reprovide too slow": {ProvideValidity: time.Minute, ReprovideInterval: 40 * time.Second},
-		"republish too slow": {ValueMaxAge: time.Minute, RepublishInterval: 31 * time.Second},
+		"republish too slow": {ValueMaxAge: time.Minute, RepublishInterval: 21 * time.Second},
 		"negative timeout":   {FetchTimeout: -1},
 		"too many providers": {MaxProviders: 5000},
 		"bad own agent":      {OwnAgentID: "x"},
@@ -506,8 +506,8 @@ func TestConfigValidation(t *testing.T) {
 	if err := c.validate(); err != nil {
 		t.Fatalf("defaults rejected: %v", err)
 	}
-	if c.ProvideValidity != 10*time.Minute || c.ReprovideInterval != 3*time.Minute || c.ValueMaxAge != 10*time.Minute ||
-		c.RepublishInterval != 3*time.Minute || c.QueryTimeout != 10*time.Second || c.FetchTimeout != 5*time.Second ||
+	if c.ProvideValidity != 10*time.Minute || c.ReprovideInterval != 3*time.Minute || c.ValueMaxAge != 2*time.Hour ||
+		c.RepublishInterval != 40*time.Minute || c.QueryTimeout != 10*time.Second || c.FetchTimeout != 5*time.Second ||
 		c.MaxProviders != 20 || c.MaxConcurrentFetch != 8 {
 		t.Fatalf("defaults changed: %+v", c)
 	}

@@ -86,7 +86,10 @@
 // it parses, both signatures verify, the key names the record (agent_id or
 // peer_id, exact string) and the record has not expired; Select prefers the
 // highest seq and returns the first of equal ones, so an identical
-// republish refreshes the stored copy. Values are republished every
-// RepublishInterval (default 3 min) and servers drop them ValueMaxAge
-// (default 10 min) after they were last received.
+// republish refreshes the stored copy. A value is put at once when its
+// record changes (a hosted record is signed again at half its TTL, 30 min
+// by default); the republish round, every RepublishInterval (default
+// 40 min), puts again the values not put within the last interval; and
+// servers drop a value ValueMaxAge (default 2 h) after they last received
+// it. A reader also drops a record past its own issued_at + ttl_seconds.
 package dht

@@ -44,7 +44,12 @@ func providersOf(t *testing.T, n *node, k record.Key) []peer.ID {
 // forgotten within ProvideValidity (not kad-dht's default 48 h).
 func TestProviderRecordLifetimes(t *testing.T) {
 	synctestTest(t, func(t *testing.T) {
-		c := newCluster(t, 6, 10*time.Millisecond, nil)
+		// Values with the lifetimes of before (10 min, republished every
+		// 3 min), so that several max ages pass within the records' 1 h
+		// TTL: the republish round must keep a value alive past them.
+		c := newCluster(t, 6, 10*time.Millisecond, func(_ int, c *Config) {
+			c.ValueMaxAge, c.RepublishInterval = 10*time.Minute, 3*time.Minute
+		})
 		prov, dead, q := c.nodes[1], c.nodes[2], c.nodes[4]
 		keyA, keyB := record.SkillKey("skill-a", "cap-a"), record.SkillKey("skill-b", "cap-b")
 		prov.host(t, 1, skillSpec{"skill-a": {"cap-a"}, "skill-b": {"cap-b"}})
@@ -88,10 +93,51 @@ func TestProviderRecordLifetimes(t *testing.T) {
 		}
 		// The value follows the record too: seq 2 is what GetRecord sees,
 		// and it is still there after several ValueMaxAge periods.
-		time.Sleep(3 * DefaultValueMaxAge)
+		time.Sleep(3 * 10 * time.Minute)
 		got, err := q.d.GetRecord(context.Background(), prov.id.AgentID)
 		if err != nil || got.Agent.Seq != 2 {
 			t.Fatalf("GetRecord after republishes = %v, %v", got, err)
+		}
+	})
+}
+
+// TestRepublishSkipsRecentPuts checks, in virtual time, that the republish
+// round puts again only the values not put within the last interval: a
+// value put just before a round waits for the next one, and a changed
+// record (put at once) is not put again by the round that follows.
+func TestRepublishSkipsRecentPuts(t *testing.T) {
+	synctestTest(t, func(t *testing.T) {
+		const every = 10 * time.Minute
+		start := time.Now()
+		c := newCluster(t, 3, 10*time.Millisecond, func(_ int, c *Config) {
+			c.ValueMaxAge, c.RepublishInterval = 3*every, every
+		})
+		prov := c.nodes[1]
+		puts := func() float64 { return counterValue(prov.m.ValuePuts.WithLabelValues("ok")) }
+		// Two values: the record under its agent id and under its peer id.
+		prov.host(t, 1, skillSpec{"skill-r": {"cap-r"}})
+		eventually(t, time.Minute, "first puts", func() bool { return puts() == 2 })
+
+		// The first round comes less than an interval after that put.
+		time.Sleep(time.Until(start.Add(every + time.Minute)))
+		if got := puts(); got != 2 {
+			t.Fatalf("%v puts after the first round, want 2: values put less than %v before it were put again", got, every)
+		}
+		// The second finds it due.
+		time.Sleep(time.Until(start.Add(2*every + time.Minute)))
+		if got := puts(); got != 4 {
+			t.Fatalf("%v puts after the second round, want 4", got)
+		}
+		// A new seq is put at once, and the next round skips it.
+		prov.host(t, 2, skillSpec{"skill-r": {"cap-r"}})
+		eventually(t, time.Minute, "changed record put", func() bool { return puts() == 6 })
+		time.Sleep(time.Until(start.Add(3*every + time.Minute)))
+		if got := puts(); got != 6 {
+			t.Fatalf("%v puts after the third round, want 6", got)
+		}
+		got, err := c.nodes[2].d.GetRecord(context.Background(), prov.id.AgentID)
+		if err != nil || got.Agent.Seq != 2 {
+			t.Fatalf("GetRecord = %v, %v; want seq 2", got, err)
 		}
 	})
 }

@@ -25,6 +25,12 @@ type value struct {
 	key string
 	seq uint64
 	rec *record.SignedAgent // the hosted record, verified by the node
+	// putAt is when this seq of the value last reached a peer (Unix ns; 0:
+	// never). The republish round skips a value put less than
+	// RepublishInterval ago: a hosted record is signed again at half its
+	// TTL (30 min by default) and its new seq is put at once, so with the
+	// default 40 min interval the round puts only what nothing else did.
+	putAt int64
 }
 
 // bytes is the value stored under key: the record's Announce. It is built
@@ -90,7 +96,7 @@ func (d *DHT) run(ctx context.Context) {
 			// in an interval) is not queued again on top of itself.
 			if st.puts.routineLen() == 0 {
 				st.roundStart = time.Now()
-				d.putValues(st, mapValues(st.values), false)
+				d.putValues(st, dueValues(st.values, st.roundStart, d.cfg.RepublishInterval), false)
 			}
 		case <-retry.C:
 			d.retryFailed(ctx, st)
@@ -121,6 +127,21 @@ func (d *DHT) run(ctx context.Context) {
 			st.retry.Reset()
 		}
 	}
+}
+
+// dueValues returns the values not put within the last interval before
+// now. A value skipped by one round is due at the next, so no value goes
+// longer than two intervals (plus its wait in the queue) between puts,
+// within ValueMaxAge's three.
+func dueValues(values map[string]value, now time.Time, interval time.Duration) []value {
+	cut := now.Add(-interval).UnixNano()
+	var out []value
+	for _, v := range values {
+		if v.putAt <= cut {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func mapValues[K comparable, V any](m map[K]V) []V {
@@ -186,6 +207,8 @@ func (d *DHT) applyChange(ctx context.Context, st *loopState) {
 	put := func(v value) {
 		if old, ok := st.values[v.key]; !ok || old.seq != v.seq || (old.rec != v.rec && old.rec.Hash() != v.rec.Hash()) {
 			puts = append(puts, v)
+		} else {
+			v.putAt = old.putAt // the same value: its last put still counts
 		}
 		st.values[v.key] = v
 	}
@@ -495,6 +518,8 @@ func (d *DHT) putFinished(st *loopState, r putResult) {
 		d.countPut("ok")
 		d.log.Debug("dht put value", "key", r.v.key, "seq", r.v.seq, "stored", r.stored)
 		delete(st.failValues, r.v.key)
+		cur.putAt = time.Now().UnixNano()
+		st.values[r.v.key] = cur
 		return
 	}
 	d.log.Debug("dht put value failed", "key", r.v.key, "stored", r.stored, "err", r.err)
