@@ -14,24 +14,6 @@ import (
 
 const flagAPIAddrFile = "api-addr-file"
 
-// daemonGOGC is the GC target of `agentd run` when GOGC is not set in the
-// environment: the heap may grow 50 % over the live data between
-// collections instead of Go's default 100 %. A node's live data is mostly
-// the records it holds, so this is most of its resident memory: with
-// 10 000 hosted records 179 MB instead of 227 MB, for GC work a daemon at
-// rest hardly notices (docs/performance.md, "Memory per record").
-// Prometheus makes the same trade with 75.
-const daemonGOGC = 50
-
-// daemonStartGOGC is the GC target while `agentd run` starts (GOGC not
-// set), until the API serves: a start decodes every stored registration,
-// and at daemonGOGC the collector, marking a heap that grows with each
-// cycle, took a third of the CPU of a 100 000-record start. At 200 the
-// start served in 1.45 s instead of 1.9 s (docs/performance.md); the
-// heap may reach three times the live data meanwhile, and shrinks to the
-// daemon's target at the next collection.
-const daemonStartGOGC = 200
-
 func runCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "run",
@@ -65,9 +47,15 @@ func runCommand() *cli.Command {
 			}
 			opts := daemon.Options{Logger: log, Version: buildVersion().Version}
 			if os.Getenv("GOGC") == "" {
-				// See daemonGOGC and daemonStartGOGC.
+				// See daemonGOGC (gctarget.go).
 				debug.SetGCPercent(daemonStartGOGC)
-				opts.Serving = func() { debug.SetGCPercent(daemonGOGC) }
+				var gct *gcTarget
+				opts.Serving = func() { gct = startGCTarget() }
+				defer func() {
+					if gct != nil {
+						gct.stop()
+					}
+				}()
 			}
 			if addr := os.Getenv(envPprof); addr != "" {
 				_, stop, err := startPprof(addr, log)
