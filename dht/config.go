@@ -38,10 +38,13 @@ const (
 	// values a second without end (capped at 50/s), 8 % of a core with a
 	// single peer to put to (docs/performance.md, "The DHT's upkeep").
 	DefaultValueMaxAge = 2 * time.Hour
-	// DefaultRepublishInterval is a third of DefaultValueMaxAge, so a value
-	// survives two missed rounds, and longer than the half-TTL after which
-	// a hosted record is signed again (and its new seq put at once), so a
-	// round finds nothing left to put for records with the default TTL.
+	// DefaultRepublishInterval is a third of DefaultValueMaxAge: a value a
+	// round skipped (put less than an interval before it) is put by the
+	// next, and if that put fails, its retries (within ReprovideInterval)
+	// still have most of an interval. It is longer than the half-TTL after
+	// which a hosted record is signed again (and its new seq put at once),
+	// so a round finds nothing left to put for records with the default
+	// TTL.
 	DefaultRepublishInterval = 40 * time.Minute
 	// DefaultQueryTimeout bounds a whole Find or GetRecord.
 	DefaultQueryTimeout = 10 * time.Second
