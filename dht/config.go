@@ -53,6 +53,11 @@ const (
 	// DefaultProvideTimeout bounds the provide of one key or the put of one
 	// value (lookup plus stores).
 	DefaultProvideTimeout = 30 * time.Second
+	// DefaultMaxStoredValues bounds the DHT values a node stores for
+	// others (kad-dht keeps them in memory, about 2 KB each with the map's
+	// own cost: 200 MB at most). An honest network of A agents on N servers
+	// puts about 20·A/N on each: 100 000 is 5 000 agents per server.
+	DefaultMaxStoredValues = 100_000
 	// DefaultMaxProviders is how many providers one Find considers.
 	DefaultMaxProviders = 20
 	// DefaultMaxConcurrentFetch bounds outgoing fetches of the node.
@@ -129,6 +134,10 @@ type Config struct {
 	// MaxProviders is the number of providers considered per query
 	// (default 20).
 	MaxProviders int
+	// MaxStoredValues bounds the values this node stores for others
+	// (default DefaultMaxStoredValues). A PUT_VALUE of a new key beyond it
+	// is refused; a stored value may still be replaced.
+	MaxStoredValues int
 	// MaxConcurrentFetch bounds concurrent outgoing fetches (default 8).
 	MaxConcurrentFetch int
 	// Live, when set, returns records of peer p that the local live view
@@ -175,6 +184,9 @@ func (c *Config) setDefaults() {
 	def(&c.RetryInterval, DefaultRetryInterval)
 	if c.MaxProviders == 0 {
 		c.MaxProviders = DefaultMaxProviders
+	}
+	if c.MaxStoredValues == 0 {
+		c.MaxStoredValues = DefaultMaxStoredValues
 	}
 	if c.MaxConcurrentFetch == 0 {
 		c.MaxConcurrentFetch = DefaultMaxConcurrentFetch
@@ -223,6 +235,9 @@ func (c *Config) validate() error {
 	}
 	if 3*c.RepublishInterval > c.ValueMaxAge {
 		return fmt.Errorf("dht config: RepublishInterval %v must be at most a third of ValueMaxAge %v, or values expire between republishes (a round skips a value put less than an interval ago)", c.RepublishInterval, c.ValueMaxAge)
+	}
+	if c.MaxStoredValues < 1 {
+		return fmt.Errorf("dht config: MaxStoredValues must be at least 1, got %d", c.MaxStoredValues)
 	}
 	if c.MaxProviders < 1 || c.MaxProviders > 1000 {
 		return fmt.Errorf("dht config: MaxProviders must be between 1 and 1000, got %d", c.MaxProviders)

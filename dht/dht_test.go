@@ -493,6 +493,7 @@ func TestConfigValidation(t *testing.T) {
 		"republish too slow": {ValueMaxAge: time.Minute, RepublishInterval: 21 * time.Second},
 		"negative timeout":   {FetchTimeout: -1},
 		"too many providers": {MaxProviders: 5000},
+		"no stored values":   {MaxStoredValues: -1},
 		"bad own agent":      {OwnAgentID: "x"},
 		"bad burst":          {ServeBurst: -1},
 	} {
