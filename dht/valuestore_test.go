@@ -5,7 +5,10 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/trust"
 	ds "github.com/ipfs/go-datastore"
+	lprecord "github.com/libp2p/go-libp2p-record"
 )
 
 // The value store holds at most max keys: a new key beyond it is refused,
@@ -58,5 +61,42 @@ func TestBoundedValues(t *testing.T) {
 	}
 	if b.len() != 2 {
 		t.Fatalf("%d stored after the batch, want 2", b.len())
+	}
+}
+
+// A peer that puts valid values of freshly minted agents to a node fills
+// it up to MaxStoredValues and no further: the next new key is refused over
+// the wire, while a value it already holds can still be replaced.
+func TestStoredValuesBoundedOverTheWire(t *testing.T) {
+	c := newCluster(t, 2, 0, func(i int, cfg *Config) {
+		if i == 1 {
+			cfg.MaxStoredValues = 2
+		}
+	})
+	_, pm, err := c.nodes[0].d.running()
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := c.nodes[1].h.ID()
+	put := func(sa *record.SignedAgent) error {
+		rec := lprecord.MakePutRecord(ValueKey(sa.Agent.AgentID), sa.MarshalAnnounce())
+		return pm.PutValue(context.Background(), target, rec)
+	}
+	var first *trust.Identity
+	for i := range 3 {
+		id := mustIdentity(t)
+		if i == 0 {
+			first = id
+		}
+		err := put(signedAgent(t, id, 1, skillSpec{"skill-f": {"cap-f"}}))
+		if i < 2 && err != nil {
+			t.Fatalf("value %d refused below the bound: %v", i, err)
+		}
+		if i == 2 && err == nil {
+			t.Fatal("a third new value was stored beyond MaxStoredValues = 2")
+		}
+	}
+	if err := put(signedAgent(t, first, 2, skillSpec{"skill-f": {"cap-f"}})); err != nil {
+		t.Fatalf("replacing a stored value: %v", err)
 	}
 }
