@@ -38,7 +38,7 @@ func newBoundedValues(max int) *boundedValues {
 func (b *boundedValues) Put(ctx context.Context, k ds.Key, v []byte) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	has, err := b.Batching.Has(ctx, k)
+	has, err := b.Has(ctx, k)
 	if err != nil {
 		return err
 	}
@@ -58,7 +58,7 @@ func (b *boundedValues) Put(ctx context.Context, k ds.Key, v []byte) error {
 func (b *boundedValues) Delete(ctx context.Context, k ds.Key) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	has, err := b.Batching.Has(ctx, k)
+	has, err := b.Has(ctx, k)
 	if err != nil {
 		return err
 	}
