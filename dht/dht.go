@@ -103,6 +103,9 @@ type Status struct {
 	PendingRetries int
 	// QueuedPuts counts values waiting for their paced put or being put.
 	QueuedPuts int
+	// LastRepublish is when the last republish round queued the values
+	// not put within RepublishInterval (zero before the first round).
+	LastRepublish time.Time
 }
 
 // DHT is agentd's Kademlia node. Create it with New, then Start; Close

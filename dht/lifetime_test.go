@@ -2,12 +2,14 @@ package dht
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/agentd/agentd/internal/testutil"
 	"github.com/agentd/agentd/record"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -93,7 +95,10 @@ func TestProviderRecordLifetimes(t *testing.T) {
 		}
 		// The value follows the record too: seq 2 is what GetRecord sees,
 		// and it is still there after several ValueMaxAge periods.
-		time.Sleep(3 * 10 * time.Minute)
+		since := time.Now()
+		testutil.EventuallyEvery(t, 40*time.Minute, 10*time.Second, "three max ages of republish rounds", func() bool {
+			return prov.d.Status().LastRepublish.After(since.Add(3 * 10 * time.Minute))
+		})
 		got, err := q.d.GetRecord(context.Background(), prov.id.AgentID)
 		if err != nil || got.Agent.Seq != 2 {
 			t.Fatalf("GetRecord after republishes = %v, %v", got, err)
@@ -114,26 +119,32 @@ func TestRepublishSkipsRecentPuts(t *testing.T) {
 		})
 		prov := c.nodes[1]
 		puts := func() float64 { return counterValue(prov.m.ValuePuts.WithLabelValues("ok")) }
+		// round waits for the republish round due at start + n intervals.
+		round := func(n int) {
+			t.Helper()
+			testutil.EventuallyEvery(t, every+time.Minute, time.Second, fmt.Sprintf("republish round %d", n), func() bool {
+				return !prov.d.Status().LastRepublish.Before(start.Add(time.Duration(n) * every))
+			})
+		}
 		// Two values: the record under its agent id and under its peer id.
 		prov.host(t, 1, skillSpec{"skill-r": {"cap-r"}})
 		eventually(t, time.Minute, "first puts", func() bool { return puts() == 2 })
 
-		// The first round comes less than an interval after that put.
-		time.Sleep(time.Until(start.Add(every + time.Minute)))
-		if got := puts(); got != 2 {
-			t.Fatalf("%v puts after the first round, want 2: values put less than %v before it were put again", got, every)
+		// The first round comes less than an interval after that put: it
+		// queues nothing.
+		round(1)
+		if st, got := prov.d.Status(), puts(); got != 2 || st.QueuedPuts != 0 {
+			t.Fatalf("%v puts and %d queued after the first round, want 2 and 0: values put less than %v before it were put again", got, st.QueuedPuts, every)
 		}
-		// The second finds it due.
-		time.Sleep(time.Until(start.Add(2*every + time.Minute)))
-		if got := puts(); got != 4 {
-			t.Fatalf("%v puts after the second round, want 4", got)
-		}
+		// The second finds them due.
+		round(2)
+		eventually(t, time.Minute, "the second round's puts", func() bool { return puts() == 4 })
 		// A new seq is put at once, and the next round skips it.
 		prov.host(t, 2, skillSpec{"skill-r": {"cap-r"}})
 		eventually(t, time.Minute, "changed record put", func() bool { return puts() == 6 })
-		time.Sleep(time.Until(start.Add(3*every + time.Minute)))
-		if got := puts(); got != 6 {
-			t.Fatalf("%v puts after the third round, want 6", got)
+		round(3)
+		if st, got := prov.d.Status(), puts(); got != 6 || st.QueuedPuts != 0 {
+			t.Fatalf("%v puts and %d queued after the third round, want 6 and 0", got, st.QueuedPuts)
 		}
 		got, err := c.nodes[2].d.GetRecord(context.Background(), prov.id.AgentID)
 		if err != nil || got.Agent.Seq != 2 {

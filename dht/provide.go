@@ -119,6 +119,7 @@ func (d *DHT) run(ctx context.Context) {
 		d.status.PublishedValues = len(st.values)
 		d.status.PendingRetries = pending
 		d.status.QueuedPuts = st.puts.len() + len(st.inflight)
+		d.status.LastRepublish = st.roundStart
 		d.mu.Unlock()
 		if pending > 0 {
 			retry.Reset(st.retry.Next())
