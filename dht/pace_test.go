@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/internal/testutil"
 	"github.com/agentd/agentd/record"
 	"golang.org/x/time/rate"
 )
@@ -68,4 +69,51 @@ func TestValuePutsArePaced(t *testing.T) {
 	if got := counterValue(prov.m.ValuePuts.WithLabelValues("ok")); got != 3 {
 		t.Fatalf("%v puts done; the limiter allows 3", got)
 	}
+}
+
+// Queued puts leave in bursts of ValuePutBurst once the limiter has that
+// many turns, not one at each turn: a put wakes the loop, a goroutine and
+// the connection's readers, and at 50 puts a second one at a time that
+// cost twice the CPU (docs/performance.md, "The DHT's upkeep"). Virtual
+// time: 20 values at 10 a second in bursts of 5 finish in a few groups
+// half a second apart, where one put per turn (a tenth of a second apart)
+// makes one stream.
+func TestValuePutsLeaveInBursts(t *testing.T) {
+	synctestTest(t, func(t *testing.T) {
+		c := newCluster(t, 3, 10*time.Millisecond, func(i int, cfg *Config) {
+			if i == 1 {
+				cfg.ValuePutRate, cfg.ValuePutBurst = 10, 5
+			}
+		})
+		prov := c.nodes[1]
+		var recs []*record.SignedAgent
+		for i := range 20 {
+			id := mustIdentity(t)
+			recs = append(recs, signedAgent(t, id, uint64(i+1), skillSpec{"skill-p": {"cap-p"}}))
+		}
+		puts := func() float64 { return counterValue(prov.m.ValuePuts.WithLabelValues("ok")) }
+		prov.hosted.set(recs)
+		prov.d.SetProvided(recs)
+		// The instants at which puts finished, a millisecond apart at most.
+		var done []time.Time
+		last := 0.0
+		testutil.EventuallyEvery(t, 30*time.Second, time.Millisecond, "20 puts", func() bool {
+			if cur := puts(); cur > last {
+				done = append(done, time.Now())
+				last = cur
+			}
+			return last >= 20
+		})
+		// A burst's puts finish within tens of milliseconds (10 ms links);
+		// bursts are half a second apart, single turns a tenth.
+		groups := 1
+		for i := 1; i < len(done); i++ {
+			if done[i].Sub(done[i-1]) > 250*time.Millisecond {
+				groups++
+			}
+		}
+		if groups < 2 || groups > 4 {
+			t.Fatalf("20 puts finished in %d groups at %v, want bursts of 5 or more (the turns saved while a burst ran) half a second apart", groups, done)
+		}
+	})
 }
