@@ -179,7 +179,7 @@ type DHTConfig struct {
 	ClientMode bool `yaml:"clientMode" json:"clientMode"`
 	// ValuePutRate paces the puts of hosted records' DHT values, per
 	// second (agentd's addition; default 50). A node keeps this many times
-	// the DHT's value max age (2 h) values alive in the DHT.
+	// the DHT's value max age (3 h) values alive in the DHT.
 	ValuePutRate int `yaml:"valuePutRate" json:"valuePutRate"`
 }
 

@@ -37,15 +37,15 @@ const (
 	// with a 3 min republish: a node hosting 10 000 agents then put 55
 	// values a second without end (capped at 50/s), 8 % of a core with a
 	// single peer to put to (docs/performance.md, "The DHT's upkeep").
-	DefaultValueMaxAge = 2 * time.Hour
+	DefaultValueMaxAge = 3 * time.Hour
 	// DefaultRepublishInterval is a third of DefaultValueMaxAge: a value a
 	// round skipped (put less than an interval before it) is put by the
 	// next, and if that put fails, its retries (within ReprovideInterval)
-	// still have most of an interval. It is longer than the half-TTL after
-	// which a hosted record is signed again (and its new seq put at once),
-	// so a round finds nothing left to put for records with the default
-	// TTL.
-	DefaultRepublishInterval = 40 * time.Minute
+	// still have most of an interval. It is longer than the three
+	// quarters of its TTL after which a hosted record is signed again (and
+	// its new seq put at once: 45 min at the default TTL), so a round finds
+	// nothing left to put for records with the default TTL.
+	DefaultRepublishInterval = time.Hour
 	// DefaultQueryTimeout bounds a whole Find or GetRecord.
 	DefaultQueryTimeout = 10 * time.Second
 	// DefaultFetchTimeout bounds one record fetch (dial included).
@@ -78,7 +78,7 @@ const (
 	// DefaultValuePutRate paces the puts of hosted records' values (each a
 	// lookup and up to 20 stores), per second, with DefaultValuePutBurst:
 	// new and changed records first, then the republish round. A node
-	// keeps DefaultValuePutRate × ValueMaxAge values alive (360 000 at the
+	// keeps DefaultValuePutRate × ValueMaxAge values alive (540 000 at the
 	// defaults); beyond that a value may lapse between two puts.
 	DefaultValuePutRate  = rate.Limit(50)
 	DefaultValuePutBurst = 10
@@ -118,11 +118,11 @@ type Config struct {
 	// ReprovideInterval is how often every provided key is provided again
 	// (default 3 min; at most half of ProvideValidity).
 	ReprovideInterval time.Duration
-	// ValueMaxAge is kad-dht's MaxRecordAge for values (default 2 h).
+	// ValueMaxAge is kad-dht's MaxRecordAge for values (default 3 h).
 	ValueMaxAge time.Duration
 	// RepublishInterval is how often the republish round puts again the
 	// hosted records' values not put within the last interval (default
-	// 40 min; at most a third of ValueMaxAge).
+	// 1 h; at most a third of ValueMaxAge).
 	RepublishInterval time.Duration
 	// QueryTimeout bounds a whole Find or GetRecord (default 10 s).
 	QueryTimeout time.Duration

@@ -220,8 +220,8 @@ func (d *DHT) kadOptions() []kaddht.Option {
 			records.CleanupInterval(d.cfg.ProvideValidity/2),
 		),
 		kaddht.MaxRecordAge(d.cfg.ValueMaxAge),
-		// Values past their age leave the bounded store within 10 min (at
-		// the default 2 h), not an hour: a full store refuses new keys.
+		// Values past their age leave the bounded store within 15 min (at
+		// the default 3 h), not an hour: a full store refuses new keys.
 		kaddht.ValueGCInterval(max(d.cfg.ValueMaxAge/12, time.Minute)),
 		kaddht.ValueDatastore(newBoundedValues(d.cfg.MaxStoredValues)),
 	}

@@ -507,8 +507,8 @@ func TestConfigValidation(t *testing.T) {
 	if err := c.validate(); err != nil {
 		t.Fatalf("defaults rejected: %v", err)
 	}
-	if c.ProvideValidity != 10*time.Minute || c.ReprovideInterval != 3*time.Minute || c.ValueMaxAge != 2*time.Hour ||
-		c.RepublishInterval != 40*time.Minute || c.QueryTimeout != 10*time.Second || c.FetchTimeout != 5*time.Second ||
+	if c.ProvideValidity != 10*time.Minute || c.ReprovideInterval != 3*time.Minute || c.ValueMaxAge != 3*time.Hour ||
+		c.RepublishInterval != time.Hour || c.QueryTimeout != 10*time.Second || c.FetchTimeout != 5*time.Second ||
 		c.MaxProviders != 20 || c.MaxConcurrentFetch != 8 {
 		t.Fatalf("defaults changed: %+v", c)
 	}

@@ -87,9 +87,10 @@
 // peer_id, exact string) and the record has not expired; Select prefers the
 // highest seq and returns the first of equal ones, so an identical
 // republish refreshes the stored copy. A value is put at once when its
-// record changes (a hosted record is signed again at half its TTL, 30 min
-// by default); the republish round, every RepublishInterval (default
-// 40 min), puts again the values not put within the last interval; and
-// servers drop a value ValueMaxAge (default 2 h) after they last received
-// it. A reader also drops a record past its own issued_at + ttl_seconds.
+// record changes (a hosted record is signed again with a quarter of its
+// TTL left, after 45 min by default); the republish round, every
+// RepublishInterval (default 1 h), puts again the values not put within
+// the last interval; and servers drop a value ValueMaxAge (default 3 h)
+// after they last received it. A reader also drops a record past its own
+// issued_at + ttl_seconds.
 package dht

@@ -38,7 +38,8 @@ type Config struct {
 	// heartbeats (default 3).
 	UnhealthyAfter int
 	// RecordTTL is the ttl_seconds of records this node signs (default
-	// 3600 s, seed 002); records are re-signed and re-announced at half of it.
+	// 3600 s, seed 002); records are re-signed and re-announced when a
+	// quarter of it is left.
 	RecordTTL time.Duration
 	// CacheTTL bounds how long a remote record stays fresh (default 300 s).
 	CacheTTL time.Duration

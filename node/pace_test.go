@@ -352,3 +352,52 @@ func TestHostedShardsFollowRegistrations(t *testing.T) {
 		})
 	})
 }
+
+// TestResignedWithAQuarterOfItsTTLLeft: a hosted record is signed again
+// in the first heartbeat slot once a quarter of its TTL or less is left,
+// not earlier (virtual time: a 2 min TTL, a 10 s interval).
+func TestResignedWithAQuarterOfItsTTLLeft(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		const ttl, interval = 2 * time.Minute, 10 * time.Second
+		tn := newNet(t, 2, Config{HeartbeatInterval: interval, RecordTTL: ttl})
+		nd := tn.nodes[1]
+		first := registerMany(t, nd, 1)[0]
+		id := first.Agent.AgentID
+		var next *record.SignedAgent
+		waitFor(t, ttl, "the record signed again", func() bool {
+			cur, ok := nd.hostedRecord(id)
+			if ok && cur.Agent.Seq > first.Agent.Seq {
+				next = cur
+			}
+			return next != nil
+		})
+		after := next.Agent.Issued().Sub(first.Agent.Issued())
+		if after < ttl-ttl/4 || after > ttl-ttl/4+interval+time.Second {
+			t.Fatalf("re-signed %v after it was issued, want within one interval (%v) of %v", after, interval, ttl-ttl/4)
+		}
+	})
+}
+
+func TestDueForResign(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		at       time.Duration // since issued
+		ttl      time.Duration
+		interval time.Duration
+		want     bool
+	}{
+		{30 * time.Minute, time.Hour, 100 * time.Second, false},  // half its TTL left
+		{44 * time.Minute, time.Hour, 100 * time.Second, false},  // 16 min left
+		{45 * time.Minute, time.Hour, 100 * time.Second, true},   // a quarter left
+		{59 * time.Minute, time.Hour, 100 * time.Second, true},   // about to expire
+		{2 * time.Hour, time.Hour, 100 * time.Second, true},      // expired (a restart)
+		{30 * time.Minute, time.Hour, 20 * time.Minute, false},   // the next slot is 10 min before expiry
+		{40 * time.Minute, time.Hour, 20 * time.Minute, true},    // the next slot would be too late
+		{10 * time.Second, 40 * time.Second, time.Second, false}, // short TTLs scale
+		{30 * time.Second, 40 * time.Second, time.Second, true},
+	} {
+		if got := dueForResign(t0.Add(c.at), t0, c.ttl, c.interval); got != c.want {
+			t.Errorf("%v after issue, TTL %v, interval %v: due %v, want %v", c.at, c.ttl, c.interval, got, c.want)
+		}
+	}
+}
