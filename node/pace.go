@@ -211,8 +211,13 @@ type shardMemo struct {
 	shards []string
 }
 
-// dueForResign: a quarter of its TTL or less left, or it would expire
-// before its next slot (a round longer than a quarter of the TTL).
+// dueForResign: a quarter of its TTL or less left, or its next slot (an
+// interval on) would leave less than an eighth: a record is signed again
+// in the first slot past three quarters of its TTL, or in the slot before
+// when the interval is so long (more than an eighth of the TTL: 100 000
+// hosted agents at the budget's 1 000 s) that waiting for the next one
+// would bring it too close to its expiry. Either way it has an eighth of
+// its TTL or more left when it is signed again.
 //
 // Each re-signing is a signature, a disk write, an announcement and a DHT
 // put, some 1.5 ms of CPU with one peer listening: at half the TTL, as
@@ -229,7 +234,9 @@ func (n *Node) dueForResign(sa *record.SignedAgent, interval time.Duration) bool
 
 func dueForResign(now, issued time.Time, ttl, interval time.Duration) bool {
 	expires := issued.Add(ttl)
-	return !now.Before(expires.Add(-ttl/4)) || !now.Add(interval+beatTick).Before(expires)
+	// The next slot comes at most an interval and a tick later.
+	next := now.Add(interval + batchTick)
+	return !now.Before(expires.Add(-ttl/4)) || next.After(expires.Add(-ttl/8))
 }
 
 // resignHosted signs a hosted record again and announces it, then says

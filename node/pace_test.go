@@ -391,13 +391,31 @@ func TestDueForResign(t *testing.T) {
 		{45 * time.Minute, time.Hour, 100 * time.Second, true},   // a quarter left
 		{59 * time.Minute, time.Hour, 100 * time.Second, true},   // about to expire
 		{2 * time.Hour, time.Hour, 100 * time.Second, true},      // expired (a restart)
-		{30 * time.Minute, time.Hour, 20 * time.Minute, false},   // the next slot is 10 min before expiry
-		{40 * time.Minute, time.Hour, 20 * time.Minute, true},    // the next slot would be too late
+		{30 * time.Minute, time.Hour, 20 * time.Minute, false},   // the next slot, at 50 min, is past 45 min and before 52.5
+		{40 * time.Minute, time.Hour, 20 * time.Minute, true},    // the next slot, at 60 min, would be too late
+		{35 * time.Minute, time.Hour, 1000 * time.Second, false}, // 100 000 hosted: the next slot is at 51.7 min
+		{36 * time.Minute, time.Hour, 1000 * time.Second, true},  // the next, at 52.7 min, would leave less than an eighth
+		{2 * time.Minute, time.Hour, 2 * time.Hour, true},        // an interval longer than the TTL
 		{10 * time.Second, 40 * time.Second, time.Second, false}, // short TTLs scale
 		{30 * time.Second, 40 * time.Second, time.Second, true},
 	} {
 		if got := dueForResign(t0.Add(c.at), t0, c.ttl, c.interval); got != c.want {
 			t.Errorf("%v after issue, TTL %v, interval %v: due %v, want %v", c.at, c.ttl, c.interval, got, c.want)
+		}
+	}
+	// Whatever the interval (up to a third of the TTL) and wherever its
+	// slots fall, the first slot found due leaves an eighth of the TTL or
+	// more, and comes no earlier than one interval before three quarters.
+	const ttl = time.Hour
+	for _, interval := range []time.Duration{time.Second, 100 * time.Second, 7 * time.Minute, 1000 * time.Second, 20 * time.Minute} {
+		for k := range 8 {
+			slot := time.Duration(k) * interval / 8
+			for !dueForResign(t0.Add(slot), t0, ttl, interval) {
+				slot += interval
+			}
+			if left := ttl - slot; left < ttl/8 || slot < ttl-ttl/4-interval-batchTick {
+				t.Errorf("interval %v, first slot %v: signed again at %v, %v before expiry", interval, time.Duration(k)*interval/8, slot, left)
+			}
 		}
 	}
 }
