@@ -653,11 +653,11 @@ func (g *Gossip) publishTopics(scenes, shards []string) ([]*topicState, error) {
 		return nil, ErrNotStarted
 	}
 	var out []*topicState
-	if !g.cfg.Scoped || g.announce.sub != nil || len(g.announce.t.ListPeers()) > 0 {
+	if !g.cfg.Scoped || g.announce.sub != nil || g.announce.hasPeers() {
 		out = append(out, g.announce)
 	}
 	for _, s := range shards {
-		if ts, ok := g.shards[s]; ok && (ts.sub != nil || len(ts.t.ListPeers()) > 0) {
+		if ts, ok := g.shards[s]; ok && (ts.sub != nil || ts.hasPeers()) {
 			out = append(out, ts)
 		}
 	}
@@ -679,15 +679,11 @@ func (g *Gossip) Listened(shards ...string) bool {
 	if g.closed || !g.started {
 		return false
 	}
-	// The watchers' counts, not Topic.ListPeers: each of those is a round
-	// trip through pubsub's event loop, and a node hosting 10 000 agents
-	// asks here for every heartbeat (2 000 a second), a fifth of what it
-	// spent while idle with a peer listening.
-	if g.announce.listeners.Load() > 0 {
+	if g.announce.hasPeers() {
 		return true
 	}
 	for _, s := range shards {
-		if ts, ok := g.shards[s]; ok && ts.listeners.Load() > 0 {
+		if ts, ok := g.shards[s]; ok && ts.hasPeers() {
 			return true
 		}
 	}
@@ -750,11 +746,27 @@ func (g *Gossip) publish(ctx context.Context, kind Kind, data []byte, topics []*
 func heard(topics []*topicState) []*topicState {
 	out := topics[:0:0]
 	for _, ts := range topics {
-		if len(ts.t.ListPeers()) > 0 {
+		if ts.hasPeers() {
 			out = append(out, ts)
 		}
 	}
 	return out
+}
+
+// hasPeers reports whether some peer subscribes to the topic. A watched
+// topic (the announce topic, shard topics) answers from its watcher's
+// count, not from Topic.ListPeers: each of those is a round trip through
+// pubsub's event loop, and a node hosting 10 000 agents asked three times
+// per heartbeat — 300 round trips and 600 goroutine wake-ups a second,
+// most of what it spent idle with one peer listening. The count trails
+// pubsub by the watcher's turn; what is published in that moment to a
+// topic's first peer is sent again when the watcher sees the peer
+// (OnTopicPeers).
+func (ts *topicState) hasPeers() bool {
+	if ts.wdone != nil {
+		return ts.listeners.Load() > 0
+	}
+	return len(ts.t.ListPeers()) > 0
 }
 
 type ownPublish struct {

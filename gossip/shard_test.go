@@ -3,6 +3,7 @@ package gossip
 import (
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/agentd/agentd/record"
@@ -219,5 +220,44 @@ func TestListenedFollowsSubscribers(t *testing.T) {
 		}
 		b.g.LeaveShard(sh)
 		waitFor(t, 5*time.Second, "the subscriber gone", func() bool { return !a.g.Listened(sh, other) })
+	})
+}
+
+// TestPublishTopicsAskPubsubNothing: choosing the topics a heartbeat goes
+// to reads the topic watchers' counts and takes no turn of pubsub's event
+// loop. Each Topic.ListPeers is one (a closure, a channel and a slice, two
+// goroutine wake-ups), and a node hosting 10 000 agents asked three per
+// heartbeat: 300 a second, most of its idle CPU with one peer listening.
+func TestPublishTopicsAskPubsubNothing(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn, a, b := scopedPair(t)
+		sh, other := record.Shard("cap-listened"), record.Shard("cap-unheard")
+		for _, s := range []string{sh, other} {
+			if err := a.g.JoinShard(s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tn.connect(a, b)
+		if err := b.g.JoinShard(sh); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, "a subscriber", func() bool { return a.g.Listened(sh) })
+		shards := []string{sh, other}
+		pick := func() []*topicState {
+			topics, err := a.g.publishTopics(nil, shards)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return heard(topics)
+		}
+		if got := pick(); len(got) != 1 || got[0].shard != sh {
+			t.Fatalf("heard topics %v, want only shard %s's", got, sh)
+		}
+		synctest.Wait() // every goroutine of the bubble idle: none allocates meanwhile
+		// Two topics joined, one heard: the two result slices grow three
+		// times. Any ListPeers adds at least three allocations.
+		if allocs := testing.AllocsPerRun(20, func() { pick() }); allocs > 3 {
+			t.Fatalf("choosing a heartbeat's topics allocated %.0f times: it asks pubsub's event loop (ListPeers)", allocs)
+		}
 	})
 }
