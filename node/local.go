@@ -345,7 +345,7 @@ func (n *Node) signBeat(agentID string, st record.Status, reason record.Unregist
 // the agent's counter, now, and the interval this node beats at.
 func (n *Node) newBeat(agentID string, st record.Status, reason record.UnregisterReason) record.Beat {
 	return record.Beat{
-		AgentID: agentID, PeerID: n.id.PeerID.String(), Seq: n.nextBeatSeq(agentID),
+		AgentID: agentID, PeerID: n.peerID, Seq: n.nextBeatSeq(agentID),
 		Status: st, Reason: reason, Timestamp: time.Now().UnixMilli(),
 		IntervalMS: n.heartbeatInterval().Milliseconds(),
 	}

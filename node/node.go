@@ -95,24 +95,26 @@ type Options struct {
 
 // Node is one agentd.
 type Node struct {
-	cfg  Config
-	id   *trust.Identity
-	host host.Host
-	st   store.Store
-	ver  *trust.Verifier
-	jrnl *journal.Journal // what was heard of each agent and decided (Explain)
-	view *view.View
-	dht  *dht.DHT
-	book *bootstrap.Book
-	gsp  *gossip.Gossip
-	vet  *vetter
-	vetN *network.NotifyBundle
-	det  *liveness.Detector // nil when DisableSuspicion
-	vc   viewConns          // view peers protected from trimming (tagViewPeers)
-	lan  LAN
-	cat  Catalog
-	m    *metrics.Metrics
-	log  *slog.Logger
+	cfg Config
+	id  *trust.Identity
+	// peerID is id.PeerID's text, encoded once: every heartbeat carries it.
+	peerID string
+	host   host.Host
+	st     store.Store
+	ver    *trust.Verifier
+	jrnl   *journal.Journal // what was heard of each agent and decided (Explain)
+	view   *view.View
+	dht    *dht.DHT
+	book   *bootstrap.Book
+	gsp    *gossip.Gossip
+	vet    *vetter
+	vetN   *network.NotifyBundle
+	det    *liveness.Detector // nil when DisableSuspicion
+	vc     viewConns          // view peers protected from trimming (tagViewPeers)
+	lan    LAN
+	cat    Catalog
+	m      *metrics.Metrics
+	log    *slog.Logger
 
 	ownHost, ownStore bool
 
@@ -120,9 +122,9 @@ type Node struct {
 	interestMu    sync.Mutex // serializes syncInterest
 	interestDirty atomic.Bool
 
-	mu        sync.Mutex
-	stale     map[string]struct{}  // hosted agents to sign again in their next heartbeat slot (pace.go)
-	shardMemo map[string]shardMemo // hosted agent → its record's shards (applyHosted)
+	mu    sync.Mutex
+	stale map[string]struct{}   // hosted agents to sign again in their next heartbeat slot (pace.go)
+	memo  map[string]hostedMemo // hosted agent → its record's shards and validity (applyHosted)
 	// hostedShardCount counts, per shard, the hosted agents with a
 	// capability in it (applyHosted, dropHosted): the hosted part of the
 	// interest, read without walking every hosted record.
@@ -157,8 +159,8 @@ func New(cfg Config, opts Options) (n *Node, err error) {
 		m = metrics.New(false)
 	}
 	n = &Node{
-		cfg: cfg, id: opts.Identity, host: opts.Host, st: opts.Store, lan: opts.LAN, cat: opts.Catalog,
-		m: m, log: log, lastSeq: map[string]uint64{}, stale: map[string]struct{}{}, shardMemo: map[string]shardMemo{}, hostedShardCount: map[string]int{}, fetches: map[string]time.Time{}, leases: map[string]time.Time{},
+		cfg: cfg, id: opts.Identity, peerID: opts.Identity.PeerID.String(), host: opts.Host, st: opts.Store, lan: opts.LAN, cat: opts.Catalog,
+		m: m, log: log, lastSeq: map[string]uint64{}, stale: map[string]struct{}{}, memo: map[string]hostedMemo{}, hostedShardCount: map[string]int{}, fetches: map[string]time.Time{}, leases: map[string]time.Time{},
 		fetchSem: make(chan struct{}, cfg.UnknownFetchConcurrency),
 		in:       newInterest(),
 		vc:       viewConns{seed: maphash.MakeSeed()},
