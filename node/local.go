@@ -364,6 +364,22 @@ func (n *Node) signHostedBeat(b record.Beat) (*record.SignedBeat, error) {
 	return record.SignBeat(b, n.id.AgentKey)
 }
 
+// maxClaimedInterval bounds the heartbeat interval a sender may claim: the
+// longer of this node's own budgeted interval and a sixth of the record
+// TTL (10 min at the default hour). A silent agent then leaves a view
+// within one record lifetime at the most (the liveness timeout is six
+// intervals), however long a hostile sender says it beats.
+//
+// This node's own interval alone is too short a bound once views differ:
+// a registry hosting 10 000 agents beats each every 100 s, while a node
+// holding 256 of them (the per-peer quota) or only its interest budgets
+// 5 s. Clamped to 5 s, the registry's agents went UNHEALTHY after 15 s,
+// left after 30 s and were fetched again at their next beat, over and
+// over, each fetch a signed answer from the registry.
+func (n *Node) maxClaimedInterval() time.Duration {
+	return max(n.heartbeatInterval(), n.cfg.RecordTTL/6)
+}
+
 // heartbeatInterval is the adaptive interval: the base interval, stretched
 // so that the whole network's heartbeats stay under HeartbeatMaxRate
 // messages per second (docs/scaling.md).

@@ -208,15 +208,8 @@ func New(cfg Config, opts Options) (n *Node, err error) {
 		HeartbeatInterval: cfg.HeartbeatInterval, UnhealthyAfter: cfg.UnhealthyAfter,
 		Timeout: cfg.Timeout, CacheTTL: cfg.CacheTTL,
 		MaxAgentsPerPeer: cfg.MaxAgentsPerPeer,
-		// A sender may claim at most the interval this node's own budget
-		// gives: every node budgets the same network, so an honest sender
-		// claims no more, and a silent agent then leaves within the
-		// configured liveness timeout. Views that differ in size (a node
-		// still joining) cost an honest sender only an UNHEALTHY mark when
-		// its interval is more than three times this node's, and removal
-		// when more than six times.
-		MaxInterval: n.heartbeatInterval,
-		Vetted:      n.vet.vetted, RequestVet: n.vet.request, PrefixOf: n.vet.prefixOf,
+		MaxInterval:      n.maxClaimedInterval,
+		Vetted:           n.vet.vetted, RequestVet: n.vet.request, PrefixOf: n.vet.prefixOf,
 	}, n.st, n.ver, m, log)
 	n.view.OnUnknownAgent(n.fetchUnknown)
 	n.st.OnRefresh(n.refreshEntry)
@@ -281,7 +274,7 @@ func (n *Node) Start(ctx context.Context) error {
 			gc = *n.cfg.Gossip
 		}
 		gc.Scoped = n.cfg.Scope == ScopeInterest && !n.cfg.legacy
-		g, err := gossip.New(n.ctx, n.host, gc, n.ver, gossipSink{n.view, n.vet}, n.m, n.log)
+		g, err := gossip.New(n.ctx, n.host, gc, n.ver, gossipSink{n.view, n.vet, n.heartbeatInterval}, n.m, n.log)
 		if err != nil {
 			return fmt.Errorf("gossip: %w", err)
 		}
@@ -837,6 +830,8 @@ func (n *Node) every(d time.Duration, f func()) {
 type gossipSink struct {
 	*view.View
 	vet *vetter
+	// interval is the heartbeat interval of the agents hosted here.
+	interval func() time.Duration
 }
 
 // VetAuthor implements gossip.AuthorVetter: an announcement is forwarded
@@ -852,7 +847,18 @@ func (s gossipSink) Synced(sa *record.SignedAgent, _ peer.ID, h gossip.Heard) {
 func (s gossipSink) LiveRecords(limit int, keep func(*record.Agent) bool) []gossip.LiveRecord {
 	recs := s.View.LiveRecords(limit, keep)
 	out := make([]gossip.LiveRecord, len(recs))
+	var hosted time.Duration
 	for i, r := range recs {
+		if r.Local {
+			// The interval they beat at, which the budget stretches with
+			// the view (100 s for 10 000 agents), not the base interval
+			// the view starts them with: a peer that synced them judged
+			// them by 5 s and found them silent 15 s later.
+			if hosted == 0 {
+				hosted = s.interval()
+			}
+			r.Interval = hosted
+		}
 		out[i] = gossip.LiveRecord{Record: r.Record, Heard: gossip.Heard{Age: r.Age, Interval: r.Interval}}
 	}
 	return out

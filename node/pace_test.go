@@ -419,3 +419,70 @@ func TestDueForResign(t *testing.T) {
 		}
 	}
 }
+
+// TestRegistryAgentsKeepTheirInterval: a node that holds only a few of a
+// registry's agents (the per-peer quota here) budgets a shorter heartbeat
+// interval than the registry, whose beats claim the interval its own
+// budget gives. The claim is kept, so once their beats are heard the
+// registry's agents stay HEALTHY between them: bounded by the listener's
+// own interval, they went UNHEALTHY after three of its intervals, left,
+// and were fetched again at their next beat, over and over (virtual time).
+func TestRegistryAgentsKeepTheirInterval(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		// 40 agents at 0.4 heartbeats a second: the registry beats each
+		// every 100 s; the listener holds 4 of them and budgets 10 s.
+		tn := newNet(t, 1, Config{HeartbeatMaxRate: 0.4, MaxAgentsPerPeer: 4})
+		reg := tn.nodes[0]
+		registerMany(t, reg, 40)
+		if got := reg.heartbeatInterval(); got != 100*time.Second {
+			t.Fatalf("registry interval %v, want 100s", got)
+		}
+		lis := tn.add(nil, nil)
+		// held counts the registry's agents the listener holds HEALTHY and
+		// judges by their claimed interval.
+		held := func() int {
+			n := 0
+			for _, sa := range lis.View().ByPeer(reg.Host().ID()) {
+				if a, ok := lis.View().Get(sa.Agent.AgentID); ok && a.Interval == 100*time.Second {
+					n++
+				}
+			}
+			return n
+		}
+		waitFor(t, 5*time.Minute, "the listener holding 4 of the registry's agents at their interval", func() bool { return held() == 4 })
+		if got := lis.heartbeatInterval(); got != 10*time.Second {
+			t.Fatalf("listener interval %v, want 10s", got)
+		}
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for s := 1; s <= 300; s++ {
+			<-tick.C
+			if n := held(); n != 4 {
+				t.Fatalf("%d s on, the listener holds %d of the registry's agents HEALTHY at their interval, want 4", s, n)
+			}
+		}
+		if n := promtest.ToFloat64(lis.m.Rejects.WithLabelValues("view", "interval_clamped")); n != 0 {
+			t.Fatalf("%v claimed intervals clamped", n)
+		}
+	})
+}
+
+// TestSyncAnswerStatesTheHostedInterval: a sync answer gives the hosted
+// agents the interval they beat at (the budget's), not the base interval:
+// a peer that synced a registry's agents judged them by 5 s.
+func TestSyncAnswerStatesTheHostedInterval(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn := newNet(t, 1, Config{HeartbeatMaxRate: 0.4})
+		reg := tn.nodes[0]
+		registerMany(t, reg, 40)
+		recs := gossipSink{reg.view, reg.vet, reg.heartbeatInterval}.LiveRecords(100, nil)
+		if len(recs) != 40 {
+			t.Fatalf("%d live records, want 40", len(recs))
+		}
+		for _, r := range recs {
+			if r.Heard.Interval != 100*time.Second {
+				t.Fatalf("hosted agent %s stated at %v, want the 100s it beats at", r.Record.Agent.AgentID, r.Heard.Interval)
+			}
+		}
+	})
+}

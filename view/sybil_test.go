@@ -288,3 +288,45 @@ func TestNoFetchForAPeerAtItsQuota(t *testing.T) {
 		t.Fatalf("asked for %v; want only the agent of the peer below its quota", asked)
 	}
 }
+
+// A node beats every agent it hosts at one interval, so an agent learnt
+// from an announcement (which states no interval) is judged by the
+// interval its peer's other agents claim, not the default: a registry's
+// agents went UNHEALTHY 15 s after they were announced.
+func TestAgentJudgedByItsPeersInterval(t *testing.T) {
+	f, _ := newSybilFixture(t, 0)
+	host := newAgent(t).id
+	mint := func() (*agentKeys, *record.SignedAgent) {
+		k := newAgent(t)
+		a := &record.Agent{Transport: record.Transport{Type: "tcp", Endpoint: "10.0.0.1:9000"},
+			Skills: []record.Skill{{SkillID: "skill-x", Version: "1.0.0", SkillType: record.SkillTool, Endpoint: "10.0.0.1:8080", Capabilities: []record.Capability{{ID: "x"}}}}}
+		a.Fill(k.id.AgentID, host.PeerID.String(), k.id.PublicKeyPEM(), 1, f.clk.Now(), time.Hour)
+		sa, err := record.Sign(a, k.id.AgentKey, host.PeerKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k, sa
+	}
+	beating, sa1 := mint()
+	_, sa2 := mint()
+	f.v.Announce(sa1, host.PeerID, "")
+	f.v.Announce(sa2, host.PeerID, "")
+	b := record.Beat{AgentID: beating.id.AgentID, PeerID: host.PeerID.String(), Seq: 2, Timestamp: f.clk.Now().UnixMilli(), IntervalMS: 60_000}
+	sb, err := record.SignBeat(b, beating.id.AgentKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.v.Beat(KindHeartbeat, sb, host.PeerID, "")
+	f.clk.Add(20 * time.Second) // past 3 default intervals, within 3 of the peer's
+	f.v.sweep()
+	for _, sa := range []*record.SignedAgent{sa1, sa2} {
+		if a, ok := f.v.Get(sa.Agent.AgentID); !ok || a.Status != record.StatusHealthy {
+			t.Fatalf("agent %s: %v %v after 20 s of a peer beating every 60 s", sa.Agent.AgentID, ok, a.Status)
+		}
+	}
+	f.clk.Add(f.v.TimeoutFor(time.Minute))
+	f.v.sweep()
+	if _, ok := f.v.Get(sa2.Agent.AgentID); ok {
+		t.Fatal("the silent agent outlived its peer's timeout")
+	}
+}

@@ -219,8 +219,15 @@ type View struct {
 	remote        map[string]*agentState
 	localByStatus [5]int
 	perPeer       map[string]int // remote agents by the record's peer_id
-	perPrefix     map[string]int // remote agents by their peer's address prefix
-	pending       map[string]*pendingRec
+	// peerInterval is the interval a peer with agents in the view last
+	// claimed in a beat (clamped). A node beats all the agents it hosts at
+	// one interval, so the liveness clock judges each of them by it: an
+	// agent learnt from an announcement carries no interval, and a
+	// registry's agents (100 s at 10 000) went UNHEALTHY 15 s after it by
+	// the default 5 s, until their own first beat.
+	peerInterval map[string]time.Duration
+	perPrefix    map[string]int // remote agents by their peer's address prefix
+	pending      map[string]*pendingRec
 	// down: peers confirmed unreachable (DropPeer), when; until proof of
 	// life (a beat or record it signed since, a connection: PeerUp) no
 	// record of theirs enters the view from a neighbour's sync.
@@ -249,13 +256,14 @@ func New(cfg Config, st store.Store, ver *trust.Verifier, m *metrics.Metrics, lo
 	}
 	return &View{
 		cfg: cfg, st: st, ver: ver, m: m, log: log.With("component", "view"),
-		agents:    map[string]*agentState{},
-		remote:    map[string]*agentState{},
-		perPeer:   map[string]int{},
-		perPrefix: map[string]int{},
-		pending:   map[string]*pendingRec{},
-		down:      map[string]time.Time{},
-		proj:      newProjection(),
+		agents:       map[string]*agentState{},
+		remote:       map[string]*agentState{},
+		perPeer:      map[string]int{},
+		peerInterval: map[string]time.Duration{},
+		perPrefix:    map[string]int{},
+		pending:      map[string]*pendingRec{},
+		down:         map[string]time.Time{},
+		proj:         newProjection(),
 	}
 }
 
@@ -518,6 +526,7 @@ func (v *View) uncountLocked(s *agentState) {
 	}
 	if p := s.rec.Agent.PeerID; v.perPeer[p] <= 1 {
 		delete(v.perPeer, p)
+		delete(v.peerInterval, p)
 	} else {
 		v.perPeer[p]--
 	}
@@ -721,8 +730,12 @@ func (v *View) Synced(sa *record.SignedAgent, age, interval time.Duration) error
 type LiveRecord struct {
 	Record *record.SignedAgent
 	// Age is how long ago the agent was last heard from (zero for an
-	// agent hosted here); Interval is its heartbeat interval.
+	// agent hosted here); Interval is its heartbeat interval (for an
+	// agent hosted here, the base interval: the node knows the one its
+	// budget gives).
 	Age, Interval time.Duration
+	// Local says the agent is hosted here.
+	Local bool
 }
 
 // LiveRecords returns up to limit records of live agents (local ones
@@ -744,7 +757,7 @@ func (v *View) LiveRecords(limit int, keep func(*record.Agent) bool) []LiveRecor
 			if s.local != local || s.rec.Unbound() || (keep != nil && !keep(&s.rec.Agent)) {
 				continue
 			}
-			lr := LiveRecord{Record: s.rec, Interval: s.interval}
+			lr := LiveRecord{Record: s.rec, Interval: s.interval, Local: s.local}
 			if !s.local {
 				lr.Age = max(now.Sub(s.lastHeard), 0)
 			}
@@ -933,6 +946,9 @@ func (v *View) Beat(kind Kind, sb *record.SignedBeat, from peer.ID, _ string) {
 	v.mu.Lock()
 	if t, ok := v.downLocked(b.PeerID, now); ok && b.Time().After(t) {
 		delete(v.down, b.PeerID) // a beat signed since it was found down
+	}
+	if claimed > 0 && b.PeerID == from.String() && v.perPeer[b.PeerID] > 0 {
+		v.peerInterval[b.PeerID] = claimed
 	}
 	s := v.agents[b.AgentID]
 	if s == nil {
@@ -1240,7 +1256,7 @@ func (v *View) sweep() {
 	counts := v.localByStatus
 	for id, s := range v.remote {
 		silent := now.Sub(s.lastHeard)
-		interval := max(s.interval, v.cfg.HeartbeatInterval)
+		interval := max(s.interval, v.cfg.HeartbeatInterval, v.peerInterval[s.rec.Agent.PeerID])
 		if silent > v.TimeoutFor(interval) {
 			v.delLocked(s)
 			gone = append(gone, id)
