@@ -135,8 +135,10 @@ type Sink interface {
 	// known (trust reason unknown_key), so the node can fetch that agent's
 	// record from from over /agentd/record/1.0.0. Gossip calls it at most
 	// once per agent per Config.UnknownAgentBackoff, from a small worker
-	// pool, never from the validator; it may block.
-	UnknownAgent(agentID string, from peer.ID)
+	// pool, never from the validator; it may block. interval is the
+	// heartbeat interval the beat claimed (0: none), not verified: the
+	// agent's key is unknown.
+	UnknownAgent(agentID string, from peer.ID, interval time.Duration)
 	// LiveRecords returns up to limit records the view holds as alive
 	// (only those keep accepts, when keep is not nil), each with when it
 	// last heard from the agent; it answers sync requests.

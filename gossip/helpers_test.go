@@ -161,7 +161,7 @@ func (s *fakeSink) Beat(kind Kind, sb *record.SignedBeat, from peer.ID, topic st
 	}
 }
 
-func (s *fakeSink) UnknownAgent(agentID string, from peer.ID) {
+func (s *fakeSink) UnknownAgent(agentID string, from peer.ID, _ time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.unknowns = append(s.unknowns, unknownReq{agentID: agentID, from: from})

@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -60,32 +61,34 @@ type countingSink struct {
 	calls chan string
 }
 
-func (s *countingSink) UnknownAgent(id string, _ peer.ID) { s.calls <- id }
+func (s *countingSink) UnknownAgent(id string, _ peer.ID, interval time.Duration) {
+	s.calls <- fmt.Sprintf("%s@%v", id, interval)
+}
 
 func TestUnknownQueue(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		u := newUnknownQueue(4 * time.Second)
 		for range 5 {
-			u.request("agent-1", "p")
+			u.request("agent-1", "p", 100*time.Second)
 		}
-		u.request("agent-2", "p")
+		u.request("agent-2", "p", 0)
 		if len(u.ch) != 2 {
 			t.Fatalf("queued %d requests, want 2 (one per agent)", len(u.ch))
 		}
 		time.Sleep(4 * time.Second)
-		u.request("agent-1", "p")
+		u.request("agent-1", "p", 0)
 		if len(u.ch) != 3 {
 			t.Fatalf("after the backoff: %d queued, want 3", len(u.ch))
 		}
 		// A full queue drops the request without remembering it, so the
 		// next beat retries.
 		for i := range unknownQueueLen {
-			u.request(string(rune('A'+i%26))+time.Duration(i).String(), "p")
+			u.request(string(rune('A'+i%26))+time.Duration(i).String(), "p", 0)
 		}
 		if len(u.ch) != unknownQueueLen {
 			t.Fatalf("queue length %d", len(u.ch))
 		}
-		u.request("agent-late", "p")
+		u.request("agent-late", "p", 0)
 		if _, ok := u.last["agent-late"]; ok {
 			t.Fatal("a dropped request is remembered")
 		}
@@ -93,8 +96,8 @@ func TestUnknownQueue(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); u.work(ctx, sink) }()
-		if got := <-sink.calls; got != "agent-1" {
-			t.Fatalf("first call for %q", got)
+		if got := <-sink.calls; got != "agent-1@1m40s" {
+			t.Fatalf("first call for %q, want agent-1 with the interval its beat claimed", got)
 		}
 		cancel()
 		<-done

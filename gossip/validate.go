@@ -149,7 +149,7 @@ func (g *Gossip) check(topic, scene, shard string, data []byte, author peer.ID) 
 		if m.Beat != nil && !local {
 			switch {
 			case reason == trust.ReasonUnknownKey:
-				g.unknown.request(m.Beat.Beat.AgentID, author)
+				g.unknown.request(m.Beat.Beat.AgentID, author, m.Beat.Beat.Interval())
 			case reason == trust.ReasonBadSignature && !m.Beat.PeerSigned():
 				// A beat signed by the agent key that does not verify with
 				// the key pinned here may be ours that is stale: the agent
@@ -157,7 +157,7 @@ func (g *Gossip) check(topic, scene, shard string, data []byte, author peer.ID) 
 				// Fetch its current record from the author (deduplicated,
 				// and verified like any record), and do not penalise the
 				// peers that relayed it: they may know the new key.
-				g.unknown.request(m.Beat.Beat.AgentID, author)
+				g.unknown.request(m.Beat.Beat.AgentID, author, m.Beat.Beat.Interval())
 				res = pubsub.ValidationIgnore
 			}
 		}
@@ -217,7 +217,7 @@ func (g *Gossip) checkBatch(topic string, key [32]byte, m *Message, author peer.
 	for _, sb := range beats {
 		err := g.v.VerifyBeat(sb, author)
 		if err != nil && verifyReason(err) == trust.ReasonUnknownKey {
-			g.unknown.request(sb.Beat.AgentID, author)
+			g.unknown.request(sb.Beat.AgentID, author, sb.Beat.Interval())
 		} else if err == nil {
 			if err = g.sink.CheckBeat(KindHeartbeat, sb); err != nil && verifyReason(err) != trust.ReasonReplay {
 				g.note(&Message{Kind: KindHeartbeat, Beat: sb}, verifyReason(err), err)
@@ -450,8 +450,9 @@ const (
 )
 
 type unknownReq struct {
-	agentID string
-	from    peer.ID
+	agentID  string
+	from     peer.ID
+	interval time.Duration // what the beat claimed (0: none)
 }
 
 // unknownQueue deduplicates Sink.UnknownAgent calls per agent and runs
@@ -470,7 +471,7 @@ func newUnknownQueue(backoff time.Duration) *unknownQueue {
 // request queues a call unless one for the agent was queued within the
 // backoff. It never blocks: when the queue is full the request is dropped
 // and a later beat retries.
-func (u *unknownQueue) request(agentID string, from peer.ID) {
+func (u *unknownQueue) request(agentID string, from peer.ID, interval time.Duration) {
 	now := time.Now()
 	u.mu.Lock()
 	if t, ok := u.last[agentID]; ok && now.Sub(t) < u.backoff {
@@ -491,7 +492,7 @@ func (u *unknownQueue) request(agentID string, from peer.ID) {
 	u.last[agentID] = now
 	u.mu.Unlock()
 	select {
-	case u.ch <- unknownReq{agentID: agentID, from: from}:
+	case u.ch <- unknownReq{agentID: agentID, from: from, interval: interval}:
 	default:
 		u.mu.Lock()
 		delete(u.last, agentID)
@@ -505,7 +506,7 @@ func (u *unknownQueue) work(ctx context.Context, sink Sink) {
 		case <-ctx.Done():
 			return
 		case r := <-u.ch:
-			sink.UnknownAgent(r.agentID, r.from)
+			sink.UnknownAgent(r.agentID, r.from, r.interval)
 		}
 	}
 }

@@ -494,7 +494,7 @@ func (h hosted) SignChallenge(agentID string, msg []byte) ([]byte, bool, error) 
 // before its record, from the peer that authored the heartbeat. It is
 // deduplicated per agent and bounded in concurrency; it never blocks the
 // caller (a gossip validator).
-func (n *Node) fetchUnknown(agentID string, from peer.ID) {
+func (n *Node) fetchUnknown(agentID string, from peer.ID, interval time.Duration) {
 	if n.dht == nil || from == "" {
 		return
 	}
@@ -544,7 +544,11 @@ func (n *Node) fetchUnknown(agentID string, from peer.ID) {
 				n.m.Reject("gossip", reasonOutsideInterest)
 				continue
 			}
-			if err := n.view.Learn(sa, store.SourceGossip, true); err != nil {
+			// Its host answered just now, at the interval its beat claimed
+			// (clamped by the view): judged by the default instead, an
+			// agent of a registry beating every 100 s went UNHEALTHY 15 s
+			// after the fetch and was fetched again at its next beat.
+			if err := n.view.LearnFetched(sa, interval); err != nil {
 				n.log.Debug("fetched record not applied", "agent_id", sa.Agent.AgentID, "err", err)
 			}
 		}

@@ -89,6 +89,12 @@ func (b *Beat) validateRest() error {
 // Time returns the timestamp as a time.Time.
 func (b *Beat) Time() time.Time { return time.UnixMilli(b.Timestamp) }
 
+// Interval is the heartbeat interval the beat claims (0: none), at most
+// the day Validate allows.
+func (b *Beat) Interval() time.Duration {
+	return time.Duration(min(max(b.IntervalMS, 0), int64(24*time.Hour/time.Millisecond))) * time.Millisecond
+}
+
 // Beat signers. A beat is signed by the agent key; a daemon that hosts a
 // record its client signed with a key the daemon does not hold signs the
 // beats with its peer key instead (BeatSignerPeer): the record's

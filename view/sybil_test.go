@@ -276,14 +276,14 @@ func TestHostedAgentLeavesTheQuotas(t *testing.T) {
 func TestNoFetchForAPeerAtItsQuota(t *testing.T) {
 	f, _ := newSybilFixture(t, 2)
 	var asked []string
-	f.v.OnUnknownAgent(func(agentID string, _ peer.ID) { asked = append(asked, agentID) })
+	f.v.OnUnknownAgent(func(agentID string, _ peer.ID, _ time.Duration) { asked = append(asked, agentID) })
 	host := newAgent(t).id
 	for range 2 {
 		f.v.Announce(mintedBy(t, host, f.clk.Now(), 1), host.PeerID, "")
 	}
 	other := newAgent(t).id
-	f.v.UnknownAgent("11111111-1111-4111-8111-111111111111", other.PeerID)
-	f.v.UnknownAgent("22222222-2222-4222-8222-222222222222", host.PeerID)
+	f.v.UnknownAgent("11111111-1111-4111-8111-111111111111", other.PeerID, 0)
+	f.v.UnknownAgent("22222222-2222-4222-8222-222222222222", host.PeerID, 0)
 	if len(asked) != 1 || asked[0] != "11111111-1111-4111-8111-111111111111" {
 		t.Fatalf("asked for %v; want only the agent of the peer below its quota", asked)
 	}
@@ -328,5 +328,30 @@ func TestAgentJudgedByItsPeersInterval(t *testing.T) {
 	f.v.sweep()
 	if _, ok := f.v.Get(sa2.Agent.AgentID); ok {
 		t.Fatal("the silent agent outlived its peer's timeout")
+	}
+}
+
+// A record fetched because a beat of its agent arrived first is judged by
+// the interval that beat claimed (clamped), not the default.
+func TestFetchedAgentJudgedByItsBeat(t *testing.T) {
+	f, m := newSybilFixture(t, 0)
+	k := newAgent(t)
+	if err := f.v.LearnFetched(k.sign(t, 1, f.clk.Now(), nil, map[string]float64{"x": 1}), 50*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	f.clk.Add(20 * time.Second) // past 3 default intervals, within 3 of the claim
+	f.v.sweep()
+	if a, ok := f.v.Get(k.id.AgentID); !ok || a.Status != record.StatusHealthy || a.Interval != 50*time.Second {
+		t.Fatalf("fetched agent after 20 s: %v %v, judged by %v; want HEALTHY at 50s", ok, a.Status, a.Interval)
+	}
+	long := newAgent(t)
+	if err := f.v.LearnFetched(long.sign(t, 1, f.clk.Now(), nil, map[string]float64{"x": 1}), 24*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := f.v.Get(long.id.AgentID); a.Interval != 12*5*time.Second {
+		t.Fatalf("a claim of a day kept as %v, want the bound", a.Interval)
+	}
+	if got := counter(m.Rejects.WithLabelValues("view", "interval_clamped")); got != 1 {
+		t.Fatalf("interval_clamped = %v", got)
 	}
 }

@@ -208,7 +208,7 @@ type View struct {
 	m       *metrics.Metrics
 	log     *slog.Logger
 	hub     hub
-	unknown func(agentID string, from peer.ID)
+	unknown func(agentID string, from peer.ID, interval time.Duration)
 
 	mu     sync.Mutex
 	agents map[string]*agentState
@@ -270,7 +270,9 @@ func New(cfg Config, st store.Store, ver *trust.Verifier, m *metrics.Metrics, lo
 // OnUnknownAgent sets the function called when a beat arrives for an agent
 // whose record is unknown; the node fetches the record from the sender.
 // Set it before Start.
-func (v *View) OnUnknownAgent(f func(agentID string, from peer.ID)) { v.unknown = f }
+func (v *View) OnUnknownAgent(f func(agentID string, from peer.ID, interval time.Duration)) {
+	v.unknown = f
+}
 
 // Start runs the liveness clock until Close.
 func (v *View) Start(ctx context.Context) {
@@ -776,6 +778,13 @@ func (v *View) Learn(sa *record.SignedAgent, src store.Source, live bool) error 
 	return v.learn(sa, src, live)
 }
 
+// LearnFetched applies a verified record its host answered a fetch with
+// just now, for an agent whose beat claimed interval (0: none; clamped
+// like any claim): the agent is judged by that interval from the start.
+func (v *View) LearnFetched(sa *record.SignedAgent, interval time.Duration) error {
+	return v.learnHeard(sa, store.SourceGossip, true, 0, interval)
+}
+
 // LearnUnbound applies a verified record without peer binding
 // (record.SignedAgent.Unbound, stamped by StampUnbound) that its agent
 // announced to this node: through a registry's POST /agents or WebSocket,
@@ -970,7 +979,7 @@ func (v *View) Beat(kind Kind, sb *record.SignedBeat, from peer.ID, _ string) {
 				return
 			}
 		} else {
-			v.fetchUnknown(b.AgentID, b.PeerID, from)
+			v.fetchUnknown(b.AgentID, b.PeerID, from, claimed)
 			return
 		}
 	}
@@ -1011,16 +1020,17 @@ func (v *View) Beat(kind Kind, sb *record.SignedBeat, from peer.ID, _ string) {
 	v.emit(events)
 }
 
-// UnknownAgent forwards a beat of an agent whose key is unknown.
-func (v *View) UnknownAgent(agentID string, from peer.ID) {
-	v.fetchUnknown(agentID, from.String(), from)
+// UnknownAgent forwards a beat of an agent whose key is unknown, with the
+// interval it claimed.
+func (v *View) UnknownAgent(agentID string, from peer.ID, interval time.Duration) {
+	v.fetchUnknown(agentID, from.String(), from, interval)
 }
 
 // fetchUnknown asks for the record of an agent heard of but not held,
 // unless its peer is at its quota: the record could not be admitted, and
 // asking again at every beat of every such agent would cost the host a
 // signed answer each time (a registry node hosting thousands).
-func (v *View) fetchUnknown(agentID, peerID string, from peer.ID) {
+func (v *View) fetchUnknown(agentID, peerID string, from peer.ID, interval time.Duration) {
 	if v.unknown == nil {
 		return
 	}
@@ -1030,7 +1040,7 @@ func (v *View) fetchUnknown(agentID, peerID string, from peer.ID) {
 	if full {
 		return
 	}
-	v.unknown(agentID, from)
+	v.unknown(agentID, from, interval)
 }
 
 // ApplyLocal adds or replaces a registration hosted by this node.

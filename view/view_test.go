@@ -246,7 +246,7 @@ func TestUnknownAgentBeat(t *testing.T) {
 	f := newFixture(t)
 	k := newAgent(t)
 	var got []string
-	f.v.OnUnknownAgent(func(id string, _ peer.ID) { got = append(got, id) })
+	f.v.OnUnknownAgent(func(id string, _ peer.ID, _ time.Duration) { got = append(got, id) })
 	f.v.Beat(KindHeartbeat, k.beat(t, 5, "", ""), k.id.PeerID, "")
 	if len(got) != 1 || got[0] != k.id.AgentID {
 		t.Fatalf("unknown-agent hook calls: %v", got)
