@@ -324,6 +324,11 @@ func TestAgentJudgedByItsPeersInterval(t *testing.T) {
 			t.Fatalf("agent %s: %v %v after 20 s of a peer beating every 60 s", sa.Agent.AgentID, ok, a.Status)
 		}
 	}
+	// What the view reports (Explain, the console) agrees with the clock.
+	a2, _ := f.v.Get(sa2.Agent.AgentID)
+	if unhealthy, _ := f.v.Deadlines(a2); a2.Interval != time.Minute || !unhealthy.Equal(a2.LastHeard.Add(3*time.Minute)) {
+		t.Fatalf("the silent agent is reported judged by %v, UNHEALTHY at %v; want its peer's 1m0s, 3 minutes after it was heard", a2.Interval, unhealthy.Sub(a2.LastHeard))
+	}
 	f.clk.Add(f.v.TimeoutFor(time.Minute))
 	f.v.sweep()
 	if _, ok := f.v.Get(sa2.Agent.AgentID); ok {

@@ -949,8 +949,8 @@ func (v *View) Beat(kind Kind, sb *record.SignedBeat, from peer.ID, _ string) {
 		return
 	}
 	var claimed time.Duration // clamped outside the lock: MaxInterval may read the view
-	if b.IntervalMS > 0 {
-		claimed = v.clampInterval(time.Duration(b.IntervalMS) * time.Millisecond)
+	if d := b.Interval(); d > 0 {
+		claimed = v.clampInterval(d)
 	}
 	v.mu.Lock()
 	if t, ok := v.downLocked(b.PeerID, now); ok && b.Time().After(t) {
@@ -1266,7 +1266,7 @@ func (v *View) sweep() {
 	counts := v.localByStatus
 	for id, s := range v.remote {
 		silent := now.Sub(s.lastHeard)
-		interval := max(s.interval, v.cfg.HeartbeatInterval, v.peerInterval[s.rec.Agent.PeerID])
+		interval := v.judgedByLocked(s)
 		if silent > v.TimeoutFor(interval) {
 			v.delLocked(s)
 			gone = append(gone, id)
@@ -1596,9 +1596,18 @@ func (v *View) ByPeer(p peer.ID) []*record.SignedAgent {
 	return out
 }
 
+// snapshot copies an agent's state out (v.mu held). Its Interval is the
+// one the liveness clock judges it by, so Deadlines agrees with sweep.
 func (v *View) snapshot(s *agentState) Agent {
 	return Agent{Record: s.rec, Source: s.source, Local: s.local, FirstSeen: s.firstSeen,
-		LastHeard: s.lastHeard, Status: v.effective(s), Interval: s.interval}
+		LastHeard: s.lastHeard, Status: v.effective(s), Interval: v.judgedByLocked(s)}
+}
+
+// judgedByLocked is the interval the liveness clock judges an agent by
+// (v.mu held): its own last claim, or its peer's when that is longer (see
+// peerInterval), and never less than the base interval.
+func (v *View) judgedByLocked(s *agentState) time.Duration {
+	return max(s.interval, v.cfg.HeartbeatInterval, v.peerInterval[s.rec.Agent.PeerID])
 }
 
 // effective is the agent status used for routing.
