@@ -189,7 +189,7 @@ func (s *Server) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error
 	defer t.Stop()
 	select {
 	case <-s.ready:
-		s.recheck(req.Params.URI, time.Now())
+		s.recheck(req.Params.URI, time.Now().Add(-subscribeLookback))
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -213,11 +213,21 @@ func (s *Server) unsubscribe(_ context.Context, req *mcp.UnsubscribeRequest) err
 // resource changed meanwhile (recheck).
 const recheckDelay = 100 * time.Millisecond
 
-// recheck closes a window of the SDK: it records a session's subscription
+// subscribeLookback is how long before a subscription reaches the server a
+// change still counts as possibly unseen by the subscriber (recheck).
+const subscribeLookback = 5 * time.Second
+
+// recheck closes two windows. The SDK records a session's subscription
 // only after the handler returns, so a change in between would notify no
-// one. A moment later, if the resource changed since since, its
-// subscribers are told again (a notification only says "read it again";
-// a second one is harmless).
+// one. And a client of the 2026-07-28 protocol subscribes with a
+// subscriptions/listen stream that Subscribe opens without waiting for the
+// server: a client that subscribes and then changes the agent at once
+// (as TestMCPOverStdio does) can change it before the subscription
+// reaches this handler — seen on a loaded machine, where the change came
+// 5 ms before the subscription and no notification ever did. A moment
+// after the subscription, if the resource changed since since (a few
+// seconds before the subscription arrived), its subscribers are told
+// (a notification only says "read it again"; a needless one is harmless).
 func (s *Server) recheck(uri string, since time.Time) {
 	s.wg.Add(1)
 	go func() {
@@ -247,14 +257,22 @@ func (s *Server) run() {
 	for s.ctx.Err() == nil {
 		_ = s.watch(s.ctx, ready, func(agentID string) {
 			uri := AgentURIPrefix + agentID
+			now := time.Now()
 			s.mu.Lock()
 			n := s.subs[uri]
-			if n > 0 {
+			// Every resource's change is remembered, subscribed or not: a
+			// subscription on its way may be for it (recheck).
+			if len(s.last) >= maxRecent {
+				for u, at := range s.last {
+					if now.Sub(at) > subscribeLookback {
+						delete(s.last, u)
+					}
+				}
 				if len(s.last) >= maxRecent {
 					clear(s.last)
 				}
-				s.last[uri] = time.Now()
 			}
+			s.last[uri] = now
 			s.mu.Unlock()
 			if n > 0 {
 				_ = s.ResourceUpdated(s.ctx, &mcp.ResourceUpdatedNotificationParams{URI: uri})
