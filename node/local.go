@@ -148,9 +148,10 @@ func (n *Node) host_(ctx context.Context, sa *record.SignedAgent) (*record.Signe
 	return sa, nil
 }
 
-// announce publishes a hosted record on gossip and updates the DHT.
+// announce publishes a hosted record on gossip (unless it is quiet) and
+// updates the DHT.
 func (n *Node) announce(ctx context.Context, sa *record.SignedAgent) {
-	if n.gsp != nil {
+	if n.gsp != nil && !n.view.Quiet(sa.Agent.AgentID) {
 		if err := n.gsp.PublishAnnounce(ctx, sa); err != nil {
 			n.log.Debug("publish announce failed", "agent_id", sa.Agent.AgentID, "err", err)
 		}
@@ -198,7 +199,12 @@ func (n *Node) Unregister(ctx context.Context, agentID string, reason record.Unr
 			n.log.Warn("clear lease failed", "agent_id", agentID, "err", err)
 		}
 	}
-	n.view.RemoveLocal(agentID, reason)
+	if promoted := n.view.RemoveLocal(agentID, reason); promoted != "" {
+		// A quiet agent takes the gossiped place: signed again and
+		// announced in its first heartbeat slot, as its peers never
+		// heard of it.
+		n.markStale(promoted)
+	}
 	n.syncInterest()
 	if n.dht != nil {
 		n.dht.Unprovide(agentID)
@@ -217,8 +223,8 @@ func (n *Node) publishUnregister(ctx context.Context, agentID string, reason rec
 	if err := n.st.PutTombstone(ctx, store.Tombstone{AgentID: agentID, Seq: sb.Beat.Seq, Reason: reason, At: time.Now()}); err != nil {
 		n.log.Warn("tombstone write failed", "agent_id", agentID, "err", err)
 	}
-	if n.gsp == nil {
-		return nil
+	if n.gsp == nil || n.view.Quiet(agentID) {
+		return nil // a quiet agent's peers never heard of it on gossip
 	}
 	return n.gsp.PublishBeat(ctx, gossip.Kind(kindUnregister), sb, n.hostedShards(agentID)...)
 }
@@ -249,8 +255,8 @@ func (n *Node) publishStatus(ctx context.Context, agentID string, st record.Stat
 	if err != nil {
 		return err
 	}
-	if n.gsp == nil {
-		return nil
+	if n.gsp == nil || n.view.Quiet(agentID) {
+		return nil // stored (a restart restores it); no peer holds the agent from gossip
 	}
 	return n.gsp.PublishBeat(ctx, gossip.Kind(kindStatus), sb, n.hostedShards(agentID)...)
 }
@@ -382,9 +388,10 @@ func (n *Node) maxClaimedInterval() time.Duration {
 
 // heartbeatInterval is the adaptive interval: the base interval, stretched
 // so that the whole network's heartbeats stay under HeartbeatMaxRate
-// messages per second (docs/scaling.md).
+// messages per second (docs/scaling.md). Quiet hosted agents do not beat
+// and do not count.
 func (n *Node) heartbeatInterval() time.Duration {
-	return adaptiveInterval(n.cfg.HeartbeatInterval, n.view.Len(), n.cfg.HeartbeatMaxRate)
+	return adaptiveInterval(n.cfg.HeartbeatInterval, n.view.Beating(), n.cfg.HeartbeatMaxRate)
 }
 
 // adaptiveInterval is max(base, agents/maxRate): with every agent beating

@@ -376,6 +376,7 @@ func (n *Node) Start(ctx context.Context) error {
 		n.log.Info("hosted registrations restored", "agents", len(ids), "decoded_in", loaded.Round(time.Millisecond), "took", time.Since(loadStart).Round(time.Millisecond))
 	}
 	n.wg.Go(n.heartbeatLoop)
+	n.wg.Go(n.quietLoop)
 	n.wg.Go(n.joinLoop)
 	if n.reach, err = p2p.WatchReachability(n.host, "agentd node reachability", func(r network.Reachability) {
 		n.log.Info("reachability", "reachability", strings.ToLower(r.String()))
@@ -616,6 +617,10 @@ type Health struct {
 	// of them wait to be signed and announced again (after a restart).
 	Hosted    int `json:"hosted_agents"`
 	Resigning int `json:"resigning"`
+	// Quiet is how many hosted agents are beyond the most this node
+	// gossips (Config.MaxAgentsPerPeer, what each peer admits of one
+	// peer): found through the DHT and the LAN only.
+	Quiet int `json:"quiet_agents"`
 }
 
 // Health reports the node's state.
@@ -623,7 +628,7 @@ func (n *Node) Health() Health {
 	h := Health{
 		AgentID: n.id.AgentID, PeerID: n.id.PeerID.String(),
 		Peers: len(n.host.Network().Peers()), LiveAgents: n.view.Len(), Cached: n.st.Len(),
-		Transports: map[string]string{}, Hosted: n.view.LocalCount(), Resigning: n.Resigning(),
+		Transports: map[string]string{}, Hosted: n.view.LocalCount(), Resigning: n.Resigning(), Quiet: n.view.QuietCount(),
 	}
 	for _, a := range n.host.Addrs() {
 		h.Addrs = append(h.Addrs, a.String()+"/p2p/"+n.host.ID().String())

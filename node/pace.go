@@ -68,7 +68,7 @@ func (n *Node) heartbeatLoop() {
 		return n.sleepUntil(t)
 	}
 	for n.ctx.Err() == nil {
-		ids := n.view.LocalIDs()
+		ids := n.view.HostedIDs(false)
 		interval := n.heartbeatInterval()
 		start := time.Now()
 		if len(ids) == 0 {
@@ -111,6 +111,53 @@ func (n *Node) heartbeatLoop() {
 		if !wait(start.Add(interval)) {
 			return
 		}
+	}
+}
+
+// quietTick is the granularity of the quiet loop: it only checks whether
+// records are due to be signed again, so a wake-up a second is enough.
+const quietTick = time.Second
+
+// quietLoop keeps the quiet hosted agents' records (view.Agent.Quiet: the
+// hosted agents beyond the most this node gossips) signed: it walks them
+// paced like the heartbeat loop over one interval of the budget counted
+// over every hosted agent (100 s for 10 000), and signs again a record
+// whose TTL runs short (dueForResign) or that a restart marked stale. The
+// new record goes to the store and the DHT, not to gossip. A quiet agent
+// promoted to the gossiped ones leaves this loop for the heartbeat loop.
+func (n *Node) quietLoop() {
+	for n.ctx.Err() == nil {
+		ids := n.view.HostedIDs(true)
+		interval := adaptiveInterval(n.cfg.HeartbeatInterval, n.view.LocalCount(), n.cfg.HeartbeatMaxRate)
+		start := time.Now()
+		if len(ids) > 0 {
+			step := interval / time.Duration(len(ids))
+			for i := 0; i < len(ids); {
+				if !n.sleepUntil(start.Add(time.Duration(i) * step)) {
+					return
+				}
+				now := time.Now()
+				for ; i < len(ids) && !start.Add(time.Duration(i)*step).After(now.Add(quietTick)); i++ {
+					n.quietDue(ids[i], interval)
+				}
+			}
+		}
+		if !n.sleepUntil(start.Add(interval)) {
+			return
+		}
+	}
+}
+
+// quietDue fills a quiet agent's slot: its record is signed again when a
+// restart marked it or its TTL runs short.
+func (n *Node) quietDue(id string, interval time.Duration) {
+	a, ok := n.view.Get(id)
+	if !ok || !a.Local || !a.Quiet {
+		return // unregistered, or promoted to the heartbeat loop
+	}
+	m := n.memoOf(a.Record)
+	if n.takeStale(id) || dueForResign(time.Now(), m.issued, m.ttl, interval) {
+		n.resignHosted(id)
 	}
 }
 
@@ -330,7 +377,7 @@ func (n *Node) Resigning() int {
 func (n *Node) republishLocals(topic string) {
 	shard, isShard := gossip.ShardOfTopic(topic)
 	var ids []string
-	for _, id := range n.view.LocalIDs() {
+	for _, id := range n.view.HostedIDs(false) {
 		sa, ok := n.hostedRecord(id)
 		if !ok || (isShard && !slices.Contains(n.shardsOf(sa), shard)) {
 			continue

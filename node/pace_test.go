@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/gossip"
+	"github.com/agentd/agentd/internal/testutil"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/trust"
 	"github.com/google/uuid"
@@ -446,19 +447,18 @@ func TestDueForResign(t *testing.T) {
 // and over (virtual time).
 func TestRegistryAgentsKeepTheirInterval(t *testing.T) {
 	bubble(t, func(t *testing.T) {
-		// 40 agents at 0.4 heartbeats a second: the registry beats each
-		// every 100 s; the listener holds 20 of them and budgets 50 s. 16
-		// come as the records re-announced to a topic's first peer, the
-		// others when their beats arrive. (A quota below 16
-		// refuses some of the re-announced, from their author: a penalty
-		// that graylists the registry for two minutes.)
+		// 60 agents, quota 20: the registry gossips 20 (the rest are
+		// quiet) at 0.2 heartbeats a second, each every 100 s. The
+		// listener's budget is 0.4 a second: it holds the 20 and beats
+		// at 50 s.
 		const quota = 20
-		tn := newNet(t, 1, Config{HeartbeatMaxRate: 0.4, MaxAgentsPerPeer: quota})
+		tn := newNet(t, 1, Config{HeartbeatMaxRate: 0.2, MaxAgentsPerPeer: quota})
 		reg := tn.nodes[0]
-		registerMany(t, reg, 40)
+		registerMany(t, reg, 60)
 		if got := reg.heartbeatInterval(); got != 100*time.Second {
 			t.Fatalf("registry interval %v, want 100s", got)
 		}
+		tn.cfg.HeartbeatMaxRate = 0.4
 		lis := tn.add(nil, nil)
 		// healthy counts the registry's agents the listener holds HEALTHY.
 		healthy := func() int { return len(lis.View().ByPeer(reg.Host().ID())) }
@@ -484,6 +484,92 @@ func TestRegistryAgentsKeepTheirInterval(t *testing.T) {
 		}
 		if n := promtest.ToFloat64(lis.m.Rejects.WithLabelValues("view", "interval_clamped")); n != 0 {
 			t.Fatalf("%v claimed intervals clamped", n)
+		}
+	})
+}
+
+// TestRegistryBeyondTheQuotaIsNotPenalised: a node hosting more agents
+// than a peer admits of one peer gossips that many only; the others are
+// quiet, kept signed and served through the DHT. Before, every peer
+// refused the rest when they were announced — from their author, a
+// flooder's penalty — and graylisted the registry at once (a quota of 4
+// and the 16 records re-announced to a topic's first peer) and again at
+// every re-signing round.
+func TestRegistryBeyondTheQuotaIsNotPenalised(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		const quota = 4
+		ttl := 8 * time.Minute
+		tn := newNet(t, 1, Config{MaxAgentsPerPeer: quota, RecordTTL: ttl})
+		reg := tn.nodes[0]
+		recs := registerMany(t, reg, 40)
+		if h := reg.Health(); h.Quiet != 40-quota {
+			t.Fatalf("%d quiet of %d hosted, want %d", h.Quiet, h.Hosted, 40-quota)
+		}
+		lis := tn.add(nil, nil)
+		refused := func() float64 { return promtest.ToFloat64(lis.m.Rejects.WithLabelValues("gossip", "peer_quota")) }
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		// Through a re-signing round: every record is signed again after
+		// three quarters of its TTL.
+		for s := 1; s <= int(ttl/time.Second); s++ {
+			<-tick.C
+			if sc, ok := lis.Gossip().PeerScores()[reg.Host().ID()]; ok && sc < 0 {
+				t.Fatalf("%d s after the listener joined, it scores the registry %v (%v quota refusals)", s, sc, refused())
+			}
+		}
+		if n := refused(); n != 0 {
+			t.Fatalf("the listener refused %v of the registry's records over the quota", n)
+		}
+		if n := lis.View().CountByPeer(reg.Host().ID()); n != quota {
+			t.Fatalf("the listener holds %d of the registry's agents, want %d", n, quota)
+		}
+		// Quiet records were signed again (the store and the DHT have the
+		// new seq), and a lookup by id finds one through the DHT.
+		var quiet *record.SignedAgent
+		for _, sa := range recs {
+			if reg.View().Quiet(sa.Agent.AgentID) {
+				quiet = sa
+				break
+			}
+		}
+		cur, ok := reg.hostedRecord(quiet.Agent.AgentID)
+		if !ok || cur.Agent.Seq <= quiet.Agent.Seq {
+			t.Fatalf("quiet agent %s not signed again: seq %d, registered at %d", quiet.Agent.AgentID, cur.Agent.Seq, quiet.Agent.Seq)
+		}
+		r, err := lis.GetAgent(context.Background(), quiet.Agent.AgentID, true)
+		if err != nil || r.Agent.Seq != cur.Agent.Seq {
+			t.Fatalf("quiet agent looked up: %+v, %v; want seq %d", r, err, cur.Agent.Seq)
+		}
+		// A gossiped agent leaves: a quiet one takes its place, announced
+		// with a new seq (its peers have never heard of it), and the
+		// listener holds it.
+		var gone string
+		before := map[string]uint64{}
+		for _, a := range lis.View().ByPeer(reg.Host().ID()) {
+			gone = a.Agent.AgentID
+			before[a.Agent.AgentID] = a.Agent.Seq
+		}
+		seqs := map[string]uint64{}
+		for _, sa := range reg.Locals() {
+			seqs[sa.Agent.AgentID] = sa.Agent.Seq
+		}
+		if err := reg.Unregister(context.Background(), gone, record.ReasonShutdown); err != nil {
+			t.Fatal(err)
+		}
+		if h := reg.Health(); h.Quiet != 40-quota-1 {
+			t.Fatalf("%d quiet after an unregistration, want %d", h.Quiet, 40-quota-1)
+		}
+		testutil.Eventually(t, time.Minute, "the listener holds the promoted agent in place of the unregistered one", func() bool {
+			ids := lis.View().ByPeer(reg.Host().ID())
+			return len(ids) == quota && !slices.ContainsFunc(ids, func(sa *record.SignedAgent) bool { return sa.Agent.AgentID == gone })
+		})
+		for _, sa := range lis.View().ByPeer(reg.Host().ID()) {
+			if _, held := before[sa.Agent.AgentID]; !held && sa.Agent.Seq <= seqs[sa.Agent.AgentID] {
+				t.Fatalf("promoted agent %s held at seq %d, quiet at %d: not announced anew", sa.Agent.AgentID, sa.Agent.Seq, seqs[sa.Agent.AgentID])
+			}
+		}
+		if n := refused(); n != 0 {
+			t.Fatalf("the listener refused %v of the registry's records over the quota", n)
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package view
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -358,5 +359,67 @@ func TestFetchedAgentJudgedByItsBeat(t *testing.T) {
 	}
 	if got := counter(m.Rejects.WithLabelValues("view", "interval_clamped")); got != 1 {
 		t.Fatalf("interval_clamped = %v", got)
+	}
+}
+
+// A node gossips at most MaxAgentsPerPeer of the agents it hosts, what
+// each peer admits of one peer: the others are quiet, left out of sync
+// answers and of the heartbeat budget, and one of them takes the place of
+// a gossiped agent that leaves. A remote agent that becomes hosted here is
+// counted like a registration.
+func TestHostedBeyondTheQuotaAreQuiet(t *testing.T) {
+	f := newFixture(t)
+	_ = f.v.Close()
+	f.v = New(Config{Now: f.clk.Now, MaxAgentsPerPeer: 2}, f.st, nil, nil, nil)
+	t.Cleanup(func() { _ = f.v.Close() })
+	var hosted []string
+	var keys []*agentKeys
+	for range 4 {
+		k := newAgent(t)
+		keys = append(keys, k)
+		f.v.ApplyLocal(k.sign(t, 1, f.clk.Now(), nil, map[string]float64{"x": 1}))
+		hosted = append(hosted, k.id.AgentID)
+	}
+	remote := newAgent(t)
+	f.v.Announce(remote.sign(t, 1, f.clk.Now(), nil, map[string]float64{"x": 1}), remote.id.PeerID, "")
+
+	gossiped, quiet := f.v.HostedIDs(false), f.v.HostedIDs(true)
+	if want := slices.Sorted(slices.Values(hosted[:2])); !slices.Equal(gossiped, want) {
+		t.Fatalf("gossiped %v, want the first two registered %v", gossiped, want)
+	}
+	if len(quiet) != 2 || f.v.QuietCount() != 2 || !f.v.Quiet(hosted[3]) || f.v.Quiet(hosted[0]) || f.v.Quiet(remote.id.AgentID) {
+		t.Fatalf("quiet %v (count %d)", quiet, f.v.QuietCount())
+	}
+	if a, _ := f.v.Get(hosted[2]); !a.Quiet {
+		t.Fatal("a quiet agent's snapshot says it is gossiped")
+	}
+	if n := f.v.Beating(); n != 3 {
+		t.Fatalf("%d agents beating, want the 2 gossiped and the remote one", n)
+	}
+	var synced []string
+	for _, lr := range f.v.LiveRecords(10, nil) {
+		synced = append(synced, lr.Record.Agent.AgentID)
+	}
+	if len(synced) != 3 || slices.Contains(synced, hosted[2]) || slices.Contains(synced, hosted[3]) {
+		t.Fatalf("sync answer %v holds quiet agents", synced)
+	}
+	// Replacing a hosted record keeps its place.
+	for i, k := range keys {
+		f.v.ApplyLocal(k.sign(t, 2, f.clk.Now(), nil, map[string]float64{"y": 1}))
+		if f.v.Quiet(hosted[i]) != (i >= 2) {
+			t.Fatalf("agent %d quiet %v after its record was replaced", i, f.v.Quiet(hosted[i]))
+		}
+	}
+	if promoted := f.v.RemoveLocal(hosted[2], record.ReasonShutdown); promoted != "" {
+		t.Fatalf("a quiet agent's unregistration promoted %s", promoted)
+	}
+	promoted := f.v.RemoveLocal(hosted[0], record.ReasonShutdown)
+	if promoted != hosted[3] || f.v.Quiet(hosted[3]) || f.v.QuietCount() != 0 {
+		t.Fatalf("promoted %q, want the last quiet agent %s (quiet now: %d)", promoted, hosted[3], f.v.QuietCount())
+	}
+	// The remote agent, now hosted here, finds the two places taken.
+	f.v.ApplyLocal(remote.sign(t, 2, f.clk.Now(), nil, map[string]float64{"x": 1}))
+	if !f.v.Quiet(remote.id.AgentID) || f.v.Beating() != 2 {
+		t.Fatalf("a remote agent hosted here beyond the quota: quiet %v, %d beating", f.v.Quiet(remote.id.AgentID), f.v.Beating())
 	}
 }

@@ -64,6 +64,12 @@ type Config struct {
 	// (peer_quota): one peer cannot fill the view, the cache or the
 	// heartbeat budget with agents it mints.
 	MaxAgentsPerPeer int
+	// It also bounds the hosted agents this node gossips (announcements,
+	// heartbeats, sync answers): every peer admits that many of one peer,
+	// so the ones beyond it would be refused as a flood from their author
+	// (a penalty that graylists the node). The others are quiet: served
+	// through the DHT and the LAN, never on gossip (see Agent.Quiet).
+	//
 	// MaxInterval returns the longest heartbeat interval a sender may
 	// claim (default 12 x HeartbeatInterval). A longer claim is clamped to
 	// it: a claim of a day would otherwise keep a silent agent live for
@@ -173,7 +179,9 @@ type agentState struct {
 	interval  time.Duration // the sender's heartbeat interval
 	status    record.Status // status the agent reported (beats), "" = from record
 	unhealthy bool          // marked by the liveness clock
-	beatSeq   uint64        // highest beat seq seen
+	// quiet marks a hosted agent that is not gossiped (Config.MaxAgentsPerPeer).
+	quiet   bool
+	beatSeq uint64 // highest beat seq seen
 	// prefix is the address prefix its peer was vetted at ("" none).
 	prefix string
 	// touched is the cache expiry last written to the store for this
@@ -185,9 +193,13 @@ type agentState struct {
 
 // Agent is a snapshot of one live agent.
 type Agent struct {
-	Record    *record.SignedAgent
-	Source    store.Source
-	Local     bool
+	Record *record.SignedAgent
+	Source store.Source
+	Local  bool
+	// Quiet marks a hosted agent beyond the MaxAgentsPerPeer this node
+	// gossips: found through the DHT and the LAN, not announced, beating
+	// or synced on gossip.
+	Quiet     bool
 	FirstSeen time.Time
 	LastHeard time.Time
 	// Status is the effective agent status: UNHEALTHY when heartbeats were
@@ -218,7 +230,10 @@ type View struct {
 	// 100 000 hosted agents does not walk them twice a second.
 	remote        map[string]*agentState
 	localByStatus [5]int
-	perPeer       map[string]int // remote agents by the record's peer_id
+	// quietN counts the hosted agents that are quiet (agentState.quiet):
+	// hosted beyond MaxAgentsPerPeer, not gossiped.
+	quietN  int
+	perPeer map[string]int // remote agents by the record's peer_id
 	// peerInterval is the interval a peer with agents in the view last
 	// claimed in a beat (clamped). A node beats all the agents it hosts at
 	// one interval, so the liveness clock judges each of them by it: an
@@ -404,6 +419,21 @@ func (v *View) quotaLocked(peerID string) error {
 	return nil
 }
 
+// hostLocked counts an agent that becomes hosted here, quiet when this
+// node already gossips MaxAgentsPerPeer of its hosted agents.
+func (v *View) hostLocked(s *agentState) {
+	gossiped := 0
+	for _, n := range v.localByStatus {
+		gossiped += n
+	}
+	gossiped -= v.quietN
+	s.quiet = gossiped >= v.cfg.MaxAgentsPerPeer
+	if s.quiet {
+		v.quietN++
+	}
+	v.localByStatus[v.effective(s).Rank()]++
+}
+
 // addLocked and delLocked insert and remove an agent, keeping the
 // per-peer and per-prefix counts of remote agents.
 func (v *View) addLocked(s *agentState) {
@@ -412,7 +442,7 @@ func (v *View) addLocked(s *agentState) {
 	}
 	v.agents[s.rec.Agent.AgentID] = s
 	if s.local {
-		v.localByStatus[v.effective(s).Rank()]++
+		v.hostLocked(s)
 	} else {
 		v.remote[s.rec.Agent.AgentID] = s
 	}
@@ -423,6 +453,9 @@ func (v *View) delLocked(s *agentState) {
 	delete(v.agents, s.rec.Agent.AgentID)
 	if s.local {
 		v.localByStatus[v.effective(s).Rank()]--
+		if s.quiet {
+			v.quietN--
+		}
 	} else {
 		delete(v.remote, s.rec.Agent.AgentID)
 		a := &s.rec.Agent
@@ -742,8 +775,8 @@ type LiveRecord struct {
 
 // LiveRecords returns up to limit records of live agents (local ones
 // first), each with how long ago it was last heard from and its
-// heartbeat interval; it answers gossip's sync requests.
-// When keep is not nil, only the agents it accepts are returned.
+// heartbeat interval; it answers gossip's sync requests. Quiet hosted
+// agents are left out: they are not gossiped. When keep is not nil, only the agents it accepts are returned.
 func (v *View) LiveRecords(limit int, keep func(*record.Agent) bool) []LiveRecord {
 	now := v.cfg.Now()
 	v.mu.Lock()
@@ -756,7 +789,7 @@ func (v *View) LiveRecords(limit int, keep func(*record.Agent) bool) []LiveRecor
 			}
 			// A record without peer binding is never forwarded: the peer
 			// it reached would refuse it (trust.ReasonUnbound).
-			if s.local != local || s.rec.Unbound() || (keep != nil && !keep(&s.rec.Agent)) {
+			if s.local != local || s.quiet || s.rec.Unbound() || (keep != nil && !keep(&s.rec.Agent)) {
 				continue
 			}
 			lr := LiveRecord{Record: s.rec, Interval: s.interval, Local: s.local}
@@ -1057,12 +1090,17 @@ func (v *View) ApplyLocal(sa *record.SignedAgent) {
 	} else {
 		old := s.rec
 		v.uncountLocked(s) // a remote agent now hosted here leaves its peer's and prefix's quota
-		if s.local {
+		wasLocal := s.local
+		if wasLocal {
 			v.localByStatus[v.effective(s).Rank()]--
 		}
 		delete(v.remote, sa.Agent.AgentID)
 		s.rec, s.local, s.source, s.lastHeard, s.unhealthy = sa, true, store.SourceLocal, now, false
-		v.localByStatus[v.effective(s).Rank()]++
+		if wasLocal {
+			v.localByStatus[v.effective(s).Rank()]++ // quiet or gossiped as before
+		} else {
+			v.hostLocked(s)
+		}
 		events = append(events, v.proj.update(old, sa, v.effective(s), now)...)
 		events = append(events, v.agentEvent(EventRegistered, s, now, ""))
 	}
@@ -1216,9 +1254,34 @@ func (v *View) SetStatus(agentID string, st record.Status) {
 }
 
 // RemoveLocal removes a local registration (the node has already written
-// the tombstone and published the unregister).
-func (v *View) RemoveLocal(agentID string, reason record.UnregisterReason) {
+// the tombstone and published the unregister). When the agent was
+// gossiped and others are quiet, one of them takes its place: promoted is
+// its id, which the node must announce (its peers have never heard of it).
+func (v *View) RemoveLocal(agentID string, reason record.UnregisterReason) (promoted string) {
+	v.mu.Lock()
+	s := v.agents[agentID]
+	gossiped := s != nil && s.local && !s.quiet
+	v.mu.Unlock()
 	v.remove(agentID, string(reason), v.cfg.Now(), true)
+	if !gossiped {
+		return ""
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.quietN == 0 {
+		return ""
+	}
+	// Any quiet agent will do; the first the map yields is found at once
+	// when most hosted agents are quiet (a registry), and a walk of the
+	// whole view happens only when few are.
+	for id, q := range v.agents {
+		if q.local && q.quiet {
+			q.quiet = false
+			v.quietN--
+			return id
+		}
+	}
+	return ""
 }
 
 func (v *View) unregister(agentID string, seq uint64, reason record.UnregisterReason, now time.Time) {
@@ -1573,6 +1636,46 @@ func (v *View) LocalIDs() []string {
 	return out
 }
 
+// HostedIDs returns the ids of the hosted agents that are quiet (quiet
+// true) or gossiped (false), sorted.
+func (v *View) HostedIDs(quiet bool) []string {
+	v.mu.Lock()
+	var out []string
+	for id, s := range v.agents {
+		if s.local && s.quiet == quiet {
+			out = append(out, id)
+		}
+	}
+	v.mu.Unlock()
+	slices.Sort(out)
+	return out
+}
+
+// Quiet reports whether agentID is hosted here and quiet: not gossiped,
+// as this node gossips MaxAgentsPerPeer of its hosted agents at most.
+func (v *View) Quiet(agentID string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	s := v.agents[agentID]
+	return s != nil && s.local && s.quiet
+}
+
+// QuietCount returns the number of quiet hosted agents (Agent.Quiet).
+func (v *View) QuietCount() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.quietN
+}
+
+// Beating returns the number of live agents that beat on gossip: the
+// remote ones and the hosted ones that are not quiet. The heartbeat
+// budget is shared among them.
+func (v *View) Beating() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return len(v.agents) - v.quietN
+}
+
 // CountByPeer returns the number of remote agents of peer p in the live
 // view (healthy or not): what the per-peer quota counts.
 func (v *View) CountByPeer(p peer.ID) int {
@@ -1599,7 +1702,7 @@ func (v *View) ByPeer(p peer.ID) []*record.SignedAgent {
 // snapshot copies an agent's state out (v.mu held). Its Interval is the
 // one the liveness clock judges it by, so Deadlines agrees with sweep.
 func (v *View) snapshot(s *agentState) Agent {
-	return Agent{Record: s.rec, Source: s.source, Local: s.local, FirstSeen: s.firstSeen,
+	return Agent{Record: s.rec, Source: s.source, Local: s.local, Quiet: s.quiet, FirstSeen: s.firstSeen,
 		LastHeard: s.lastHeard, Status: v.effective(s), Interval: v.judgedByLocked(s)}
 }
 
