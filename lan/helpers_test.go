@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -31,7 +32,13 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(helperMain())
 	}
-	goleak.VerifyTestMain(m)
+	// The agentd binary the CLI tests built goes with the test binary
+	// (60 MB in the temporary directory per run otherwise).
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) {
+		if agentdPath != "" {
+			_ = os.RemoveAll(filepath.Dir(agentdPath))
+		}
+	}))
 }
 
 // bubble runs f in virtual time (testing/synctest). Under -race the bubble
