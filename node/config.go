@@ -8,6 +8,7 @@ import (
 	"github.com/agentd/agentd/gossip"
 	"github.com/agentd/agentd/liveness"
 	"github.com/agentd/agentd/trust"
+	"github.com/agentd/agentd/view"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -30,7 +31,9 @@ type Config struct {
 	// See docs/scaling.md.
 	HeartbeatMaxRate float64
 	// MaxAgentsPerPeer bounds the remote agents one peer may have in the
-	// live view (default view.DefaultMaxAgentsPerPeer, 256).
+	// live view (default view.DefaultMaxAgentsPerPeer, 256), and the
+	// hosted agents this node gossips: the others are quiet
+	// (view.Config.MaxAgentsPerPeer).
 	MaxAgentsPerPeer int
 	// Timeout removes a silent agent from the live view (default 30 s).
 	Timeout time.Duration
@@ -106,6 +109,9 @@ func (c *Config) defaults() {
 	}
 	if c.RecordTTL <= 0 {
 		c.RecordTTL = time.Hour
+	}
+	if c.MaxAgentsPerPeer <= 0 {
+		c.MaxAgentsPerPeer = view.DefaultMaxAgentsPerPeer
 	}
 	if c.CacheTTL <= 0 {
 		c.CacheTTL = 300 * time.Second

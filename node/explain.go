@@ -92,14 +92,17 @@ type ExplainFilter struct {
 
 // ExplainedLive is an agent's state in the live view.
 type ExplainedLive struct {
-	Status    record.Status `json:"status"`
-	Source    store.Source  `json:"source"`
-	Local     bool          `json:"local"`
-	Unbound   bool          `json:"unbound,omitempty"`
-	PeerID    string        `json:"peer_id,omitempty"`
-	Seq       uint64        `json:"seq"`
-	FirstSeen time.Time     `json:"first_seen"`
-	LastHeard time.Time     `json:"last_heard"`
+	Status record.Status `json:"status"`
+	Source store.Source  `json:"source"`
+	Local  bool          `json:"local"`
+	// Quiet: hosted here beyond the agents this node gossips (its peers'
+	// per-peer quota); peers find it through the DHT and the LAN.
+	Quiet     bool      `json:"quiet,omitempty"`
+	Unbound   bool      `json:"unbound,omitempty"`
+	PeerID    string    `json:"peer_id,omitempty"`
+	Seq       uint64    `json:"seq"`
+	FirstSeen time.Time `json:"first_seen"`
+	LastHeard time.Time `json:"last_heard"`
 	// Interval is the heartbeat interval the agent stated (after the
 	// node's clamp); UnhealthyAt and TimeoutAt are when the seed's rules
 	// mark it UNHEALTHY and remove it if nothing more is heard.
@@ -196,7 +199,7 @@ func (n *Node) explainAgent(ctx context.Context, ex *Explanation, id string) *re
 	var rec *record.SignedAgent
 	if a, ok := n.view.Get(id); ok {
 		rec = a.Record
-		l := &ExplainedLive{Status: a.Status, Source: a.Source, Local: a.Local, Unbound: a.Record.Unbound(), PeerID: a.Record.Agent.PeerID,
+		l := &ExplainedLive{Status: a.Status, Source: a.Source, Local: a.Local, Quiet: a.Quiet, Unbound: a.Record.Unbound(), PeerID: a.Record.Agent.PeerID,
 			Seq: a.Record.Agent.Seq, FirstSeen: a.FirstSeen, LastHeard: a.LastHeard, Interval: a.Interval,
 			ExpiresAt: a.Record.Agent.ExpiresAt()}
 		l.UnhealthyAt, l.TimeoutAt = n.view.Deadlines(a)
@@ -320,9 +323,12 @@ func (n *Node) explainVerdict(ex *Explanation, rec *record.SignedAgent, hasQuery
 	case ex.Live != nil:
 		ex.Verdict = ExplainVisible
 		l := ex.Live
-		if l.Local {
+		switch {
+		case l.Local && l.Quiet:
+			ex.Summary = fmt.Sprintf("Agent %s is hosted by this node (status %s) and quiet: the node gossips %d of the agents it hosts, what each peer admits of one peer; peers find this one through the DHT and the LAN, not live on gossip.", id, l.Status, n.cfg.MaxAgentsPerPeer)
+		case l.Local:
 			ex.Summary = fmt.Sprintf("Agent %s is hosted by this node (status %s).", id, l.Status)
-		} else {
+		default:
 			ex.Summary = fmt.Sprintf("Agent %s is live here: heard by %s, last heard %s ago, status %s.", id, l.Source, time.Since(l.LastHeard).Round(time.Millisecond), l.Status)
 		}
 		if hasQuery && !inResults && ex.ResolverError == "" && len(ex.Results) > 0 {

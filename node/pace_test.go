@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentd/agentd/gossip"
 	"github.com/agentd/agentd/internal/testutil"
 	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/trust"
 	"github.com/google/uuid"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
@@ -531,6 +533,10 @@ func TestRegistryBeyondTheQuotaIsNotPenalised(t *testing.T) {
 				quiet = sa
 				break
 			}
+		}
+		if ex, err := reg.Explain(context.Background(), ExplainQuery{Filter: store.Filter{AgentID: quiet.Agent.AgentID}, LocalOnly: true}); err != nil ||
+			ex.Live == nil || !ex.Live.Quiet || !strings.Contains(ex.Summary, "quiet") {
+			t.Fatalf("explain of a quiet agent: %+v, %v", ex, err)
 		}
 		cur, ok := reg.hostedRecord(quiet.Agent.AgentID)
 		if !ok || cur.Agent.Seq <= quiet.Agent.Seq {
