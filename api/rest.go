@@ -689,7 +689,11 @@ type Health struct {
 	// Resigning is how many hosted records wait for their heartbeat slot
 	// to be signed and announced again (after a restart); the stored
 	// records are served meanwhile.
-	Resigning       int               `json:"resigning"`
+	Resigning int `json:"resigning"`
+	// QuietAgents is how many hosted agents are beyond the most this node
+	// gossips (256, what each peer admits of one peer): peers find them
+	// through the DHT and the LAN.
+	QuietAgents     int               `json:"quiet_agents"`
 	DHTRoutingTable int               `json:"dht_routing_table"`
 	Transports      map[string]string `json:"transports"`
 	Auth            string            `json:"auth"` // "none", "bearer"
@@ -717,7 +721,7 @@ func (s *Server) health() Health {
 		Status: st, AgentID: h.AgentID, PeerID: h.PeerID, Listen: listen,
 		UptimeSeconds: math.Round(time.Since(s.start).Seconds()*1000) / 1000,
 		Version:       s.cfg.Version, ProtocolVersion: record.ProtocolVersion,
-		Peers: h.Peers, LiveAgents: h.LiveAgents, CachedRecords: h.Cached, HostedAgents: h.Hosted, Resigning: h.Resigning,
+		Peers: h.Peers, LiveAgents: h.LiveAgents, CachedRecords: h.Cached, HostedAgents: h.Hosted, Resigning: h.Resigning, QuietAgents: h.Quiet,
 		DHTRoutingTable: h.DHTTable, Transports: h.Transports, Auth: auth,
 		Reachability: h.Reachability, DHTMode: h.DHTMode,
 	}
