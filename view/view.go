@@ -1258,30 +1258,35 @@ func (v *View) SetStatus(agentID string, st record.Status) {
 // gossiped and others are quiet, one of them takes its place: promoted is
 // its id, which the node must announce (its peers have never heard of it).
 func (v *View) RemoveLocal(agentID string, reason record.UnregisterReason) (promoted string) {
+	now := v.cfg.Now()
+	var events []Event
 	v.mu.Lock()
 	s := v.agents[agentID]
-	gossiped := s != nil && s.local && !s.quiet
-	v.mu.Unlock()
-	v.remove(agentID, string(reason), v.cfg.Now(), true)
-	if !gossiped {
+	if s == nil || !s.local {
+		v.mu.Unlock()
 		return ""
 	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.quietN == 0 {
-		return ""
-	}
-	// Any quiet agent will do; the first the map yields is found at once
-	// when most hosted agents are quiet (a registry), and a walk of the
-	// whole view happens only when few are.
-	for id, q := range v.agents {
-		if q.local && q.quiet {
-			q.quiet = false
-			v.quietN--
-			return id
+	v.delLocked(s)
+	events = append(events, v.agentEvent(EventDeregistered, s, now, string(reason)))
+	events = append(events, v.proj.update(s.rec, nil, "", now)...)
+	if !s.quiet && v.quietN > 0 {
+		// Under the same lock as the removal: a registration in between
+		// would take the free place too. Any quiet agent will do; the
+		// first the map yields is found at once when most hosted agents
+		// are quiet (a registry), and a walk of the whole view happens
+		// only when few are.
+		for id, q := range v.agents {
+			if q.local && q.quiet {
+				q.quiet = false
+				v.quietN--
+				promoted = id
+				break
+			}
 		}
 	}
-	return ""
+	v.mu.Unlock()
+	v.emit(events)
+	return promoted
 }
 
 func (v *View) unregister(agentID string, seq uint64, reason record.UnregisterReason, now time.Time) {
@@ -1289,14 +1294,14 @@ func (v *View) unregister(agentID string, seq uint64, reason record.UnregisterRe
 	if err := v.st.PutTombstone(ctx, store.Tombstone{AgentID: agentID, Seq: seq, Reason: reason, At: now}); err != nil {
 		v.log.Warn("tombstone write failed", "agent_id", agentID, "err", err)
 	}
-	v.remove(agentID, string(reason), now, false)
+	v.remove(agentID, string(reason), now)
 }
 
-func (v *View) remove(agentID, reason string, now time.Time, localOnly bool) {
+func (v *View) remove(agentID, reason string, now time.Time) {
 	var events []Event
 	v.mu.Lock()
 	s := v.agents[agentID]
-	if s != nil && (!localOnly || s.local) {
+	if s != nil {
 		v.delLocked(s)
 		events = append(events, v.agentEvent(EventDeregistered, s, now, reason))
 		events = append(events, v.proj.update(s.rec, nil, "", now)...)
