@@ -24,6 +24,10 @@ import (
 // than batchWindow, the heartbeats of a window leave together as heartbeat
 // batches wherever the peers read them (gossip.PublishHeartbeats): one
 // message a second per topic instead of one signed message per agent.
+//
+// Only the hosted agents this node gossips beat (at most MaxAgentsPerPeer,
+// what each peer admits of one peer); the quiet ones beyond them are
+// walked by quietLoop, which only signs their records again when due.
 
 // beatTick is the granularity of the heartbeat loop: the agents whose slots
 // fall in one tick are sent together.

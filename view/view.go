@@ -1627,20 +1627,6 @@ func (v *View) LocalCount() int {
 	return n
 }
 
-// LocalIDs returns the ids of the hosted agents, sorted.
-func (v *View) LocalIDs() []string {
-	v.mu.Lock()
-	var out []string
-	for id, s := range v.agents {
-		if s.local {
-			out = append(out, id)
-		}
-	}
-	v.mu.Unlock()
-	slices.Sort(out)
-	return out
-}
-
 // HostedIDs returns the ids of the hosted agents that are quiet (quiet
 // true) or gossiped (false), sorted.
 func (v *View) HostedIDs(quiet bool) []string {
