@@ -231,9 +231,11 @@ type View struct {
 	remote        map[string]*agentState
 	localByStatus [5]int
 	// quietN counts the hosted agents that are quiet (agentState.quiet):
-	// hosted beyond MaxAgentsPerPeer, not gossiped.
-	quietN  int
-	perPeer map[string]int // remote agents by the record's peer_id
+	// hosted beyond MaxAgentsPerPeer, not gossiped. gossiped holds the
+	// others' ids: the heartbeat loop lists them every round.
+	quietN   int
+	gossiped map[string]struct{}
+	perPeer  map[string]int // remote agents by the record's peer_id
 	// peerInterval is the interval a peer with agents in the view last
 	// claimed in a beat (clamped). A node beats all the agents it hosts at
 	// one interval, so the liveness clock judges each of them by it: an
@@ -275,6 +277,7 @@ func New(cfg Config, st store.Store, ver *trust.Verifier, m *metrics.Metrics, lo
 		remote:       map[string]*agentState{},
 		perPeer:      map[string]int{},
 		peerInterval: map[string]time.Duration{},
+		gossiped:     map[string]struct{}{},
 		perPrefix:    map[string]int{},
 		pending:      map[string]*pendingRec{},
 		down:         map[string]time.Time{},
@@ -422,14 +425,11 @@ func (v *View) quotaLocked(peerID string) error {
 // hostLocked counts an agent that becomes hosted here, quiet when this
 // node already gossips MaxAgentsPerPeer of its hosted agents.
 func (v *View) hostLocked(s *agentState) {
-	gossiped := 0
-	for _, n := range v.localByStatus {
-		gossiped += n
-	}
-	gossiped -= v.quietN
-	s.quiet = gossiped >= v.cfg.MaxAgentsPerPeer
+	s.quiet = len(v.gossiped) >= v.cfg.MaxAgentsPerPeer
 	if s.quiet {
 		v.quietN++
+	} else {
+		v.gossiped[s.rec.Agent.AgentID] = struct{}{}
 	}
 	v.localByStatus[v.effective(s).Rank()]++
 }
@@ -455,6 +455,8 @@ func (v *View) delLocked(s *agentState) {
 		v.localByStatus[v.effective(s).Rank()]--
 		if s.quiet {
 			v.quietN--
+		} else {
+			delete(v.gossiped, s.rec.Agent.AgentID)
 		}
 	} else {
 		delete(v.remote, s.rec.Agent.AgentID)
@@ -1279,6 +1281,7 @@ func (v *View) RemoveLocal(agentID string, reason record.UnregisterReason) (prom
 			if q.local && q.quiet {
 				q.quiet = false
 				v.quietN--
+				v.gossiped[id] = struct{}{}
 				promoted = id
 				break
 			}
@@ -1632,8 +1635,18 @@ func (v *View) LocalCount() int {
 func (v *View) HostedIDs(quiet bool) []string {
 	v.mu.Lock()
 	var out []string
-	for id, s := range v.agents {
-		if s.local && s.quiet == quiet {
+	if quiet {
+		out = make([]string, 0, v.quietN)
+		for id, s := range v.agents {
+			if s.local && s.quiet {
+				out = append(out, id)
+			}
+		}
+	} else {
+		// Every heartbeat round (5 s): the at most MaxAgentsPerPeer ids,
+		// not a walk of 100 000 hosted agents.
+		out = make([]string, 0, len(v.gossiped))
+		for id := range v.gossiped {
 			out = append(out, id)
 		}
 	}
