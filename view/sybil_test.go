@@ -417,6 +417,9 @@ func TestHostedBeyondTheQuotaAreQuiet(t *testing.T) {
 	if promoted != hosted[3] || f.v.Quiet(hosted[3]) || f.v.QuietCount() != 0 {
 		t.Fatalf("promoted %q, want the last quiet agent %s (quiet now: %d)", promoted, hosted[3], f.v.QuietCount())
 	}
+	if got, want := f.v.HostedIDs(false), slices.Sorted(slices.Values([]string{hosted[1], hosted[3]})); !slices.Equal(got, want) {
+		t.Fatalf("gossiped after the promotion %v, want %v", got, want)
+	}
 	// The remote agent, now hosted here, finds the two places taken.
 	f.v.ApplyLocal(remote.sign(t, 2, f.clk.Now(), nil, map[string]float64{"x": 1}))
 	if !f.v.Quiet(remote.id.AgentID) || f.v.Beating() != 2 {

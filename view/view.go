@@ -63,13 +63,13 @@ type Config struct {
 	// (default 256). A record beyond it is refused and counted
 	// (peer_quota): one peer cannot fill the view, the cache or the
 	// heartbeat budget with agents it mints.
-	MaxAgentsPerPeer int
+	//
 	// It also bounds the hosted agents this node gossips (announcements,
 	// heartbeats, sync answers): every peer admits that many of one peer,
 	// so the ones beyond it would be refused as a flood from their author
 	// (a penalty that graylists the node). The others are quiet: served
 	// through the DHT and the LAN, never on gossip (see Agent.Quiet).
-	//
+	MaxAgentsPerPeer int
 	// MaxInterval returns the longest heartbeat interval a sender may
 	// claim (default 12 x HeartbeatInterval). A longer claim is clamped to
 	// it: a claim of a day would otherwise keep a silent agent live for
@@ -778,7 +778,8 @@ type LiveRecord struct {
 // LiveRecords returns up to limit records of live agents (local ones
 // first), each with how long ago it was last heard from and its
 // heartbeat interval; it answers gossip's sync requests. Quiet hosted
-// agents are left out: they are not gossiped. When keep is not nil, only the agents it accepts are returned.
+// agents are left out: they are not gossiped. When keep is not nil, only
+// the agents it accepts are returned.
 func (v *View) LiveRecords(limit int, keep func(*record.Agent) bool) []LiveRecord {
 	now := v.cfg.Now()
 	v.mu.Lock()
