@@ -394,13 +394,13 @@ func (n *Node) heartbeatInterval() time.Duration {
 	return adaptiveInterval(n.cfg.HeartbeatInterval, n.view.Beating(), n.cfg.HeartbeatMaxRate)
 }
 
-// adaptiveInterval is max(base, agents/maxRate): with every agent beating
-// at this interval the topic carries at most maxRate heartbeats per second.
-// maxRate <= 0 disables the adaptation.
 // HeartbeatInterval returns the interval this node currently beats at: the
 // configured interval, stretched by the heartbeat budget (docs/scaling.md).
 func (n *Node) HeartbeatInterval() time.Duration { return n.heartbeatInterval() }
 
+// adaptiveInterval is max(base, agents/maxRate): with every agent beating
+// at this interval the topic carries at most maxRate heartbeats per second.
+// maxRate <= 0 disables the adaptation.
 func adaptiveInterval(base time.Duration, agents int, maxRate float64) time.Duration {
 	if maxRate <= 0 {
 		return base
