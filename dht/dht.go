@@ -106,6 +106,11 @@ type Status struct {
 	// LastRepublish is when the last republish round queued the values
 	// not put within RepublishInterval (zero before the first round).
 	LastRepublish time.Time
+	// Lookups counts the closest-peer lookups run for provides and puts;
+	// LookupsSaved those a small network's last answer stood in for
+	// (smallNet).
+	Lookups      int64
+	LookupsSaved int64
 }
 
 // DHT is agentd's Kademlia node. Create it with New, then Start; Close
@@ -122,6 +127,7 @@ type DHT struct {
 
 	fetchSem chan struct{}
 	limiter  *peerLimiter
+	small    smallNet // the closest peers of a small network, for provides and puts
 
 	changed    chan struct{}
 	reannounce chan struct{}
@@ -438,6 +444,7 @@ func (d *DHT) RoutingTableSize() int {
 func (d *DHT) Status() Status {
 	d.mu.Lock()
 	s := d.status
+	s.Lookups, s.LookupsSaved = d.small.lookups.Load(), d.small.saved.Load()
 	kad := d.kad
 	ok := d.started && !d.closed
 	d.mu.Unlock()

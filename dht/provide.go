@@ -375,7 +375,7 @@ func (d *DHT) provideKey(ctx context.Context, k record.Key) (stored, asked int, 
 		return 0, 0, fmt.Errorf("local provide: %w", err)
 	}
 	mh := c.Hash()
-	peers, err := kad.GetClosestPeers(ctx, string(mh))
+	peers, err := d.small.closest(ctx, kad.RoutingTable().Size(), string(mh), kad.GetClosestPeers)
 	if err != nil && len(peers) == 0 {
 		return 0, 0, fmt.Errorf("closest peers: %w", err)
 	}
@@ -389,7 +389,11 @@ func (d *DHT) provideKey(ctx context.Context, k record.Key) (stored, asked int, 
 		send = d.addProvider
 	}
 	d.mu.Unlock()
-	return fanOut(peers, func(p peer.ID) error { return send(ctx, p, mh, self) }), len(peers), nil
+	stored = fanOut(peers, func(p peer.ID) error { return send(ctx, p, mh, self) })
+	if stored < len(peers) {
+		d.small.forget()
+	}
+	return stored, len(peers), nil
 }
 
 // fewStored reports whether a provide that reached stored of the asked
@@ -624,13 +628,17 @@ func (d *DHT) putValue(ctx context.Context, v value) (int, error) {
 	if err := d.val.Validate(v.key, val); err != nil {
 		return 0, fmt.Errorf("own value does not validate: %w", err)
 	}
-	peers, err := kad.GetClosestPeers(ctx, v.key)
+	peers, err := d.small.closest(ctx, kad.RoutingTable().Size(), v.key, kad.GetClosestPeers)
 	if err != nil && len(peers) == 0 {
 		return 0, fmt.Errorf("closest peers: %w", err)
 	}
 	rec := lprecord.MakePutRecord(v.key, val)
 	rec.TimeReceived = time.Now().UTC().Format(time.RFC3339Nano)
-	return fanOut(peers, func(p peer.ID) error { return pm.PutValue(ctx, p, rec) }), nil
+	stored := fanOut(peers, func(p peer.ID) error { return pm.PutValue(ctx, p, rec) })
+	if stored < len(peers) {
+		d.small.forget()
+	}
+	return stored, nil
 }
 
 func (d *DHT) countPut(outcome string) {
