@@ -42,6 +42,8 @@ type smallNet struct {
 
 	lookups atomic.Int64 // lookups run
 	saved   atomic.Int64 // lookups answered from the kept set
+	// count, when set, also counts each in a metric ("run", "saved").
+	count func(outcome string)
 }
 
 // closest returns the closest peers to key: the kept set of a small
@@ -54,10 +56,12 @@ func (s *smallNet) closest(ctx context.Context, rtSize int, key string, lookup f
 		peers := slices.Clone(s.peers)
 		s.mu.Unlock()
 		s.saved.Add(1)
+		s.counted("saved")
 		return peers, nil
 	}
 	s.mu.Unlock()
 	s.lookups.Add(1)
+	s.counted("run")
 	peers, err := lookup(ctx, key)
 	if err == nil && len(peers) > 0 && len(peers) < kadBucketSize && rtSize < kadBucketSize {
 		s.mu.Lock()
@@ -73,4 +77,10 @@ func (s *smallNet) forget() {
 	s.mu.Lock()
 	s.peers = nil
 	s.mu.Unlock()
+}
+
+func (s *smallNet) counted(outcome string) {
+	if s.count != nil {
+		s.count(outcome)
+	}
 }

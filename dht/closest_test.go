@@ -101,6 +101,9 @@ func TestSmallNetworkProvidesWithoutALookupPerKey(t *testing.T) {
 		return st.ProvidedKeys == keys && st.LastProvideMin >= len(c.nodes)-1 && st.PendingRetries == 0 && st.QueuedPuts == 0
 	})
 	st := prov.d.Status()
+	if run, saved := counterValue(prov.m.DHTLookups.WithLabelValues("run")), counterValue(prov.m.DHTLookups.WithLabelValues("saved")); run != float64(st.Lookups) || saved != float64(st.LookupsSaved) {
+		t.Fatalf("metric counts %v run and %v saved, status %d and %d", run, saved, st.Lookups, st.LookupsSaved)
+	}
 	if st.Lookups > provideParallel+2 || st.LookupsSaved < keys-provideParallel {
 		t.Fatalf("%d lookups run and %d saved for %d keys and two values: want at most %d run", st.Lookups, st.LookupsSaved, keys, provideParallel+2)
 	}

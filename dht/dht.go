@@ -198,6 +198,9 @@ func New(h host.Host, cfg Config, v *trust.Verifier, hosted Hosted, m *metrics.M
 		d.m.Reject("dht_value", ValueRejectReason(err))
 		d.log.Debug("DHT value refused", "key", truncate(key), "err", err)
 	}
+	if m != nil {
+		d.small.count = func(outcome string) { m.DHTLookups.WithLabelValues(outcome).Inc() }
+	}
 	d.bootPeers = slices.Clone(cfg.BootstrapPeers)
 	d.status.ClientMode = cfg.ClientMode
 	return d, nil

@@ -36,6 +36,8 @@
 // Provide is implemented here (GetClosestPeers, then ADD_PROVIDER to each)
 // so the number of peers that accepted the record is known: kad-dht's own
 // Provide returns nil even when no remote stored anything.
+// In a network of fewer than k (20) servers one lookup meets them all, and
+// its answer stands in for the next ones for a minute (smallNet).
 //
 // The DHT is a hint, never the truth. Find returns a provider only when its
 // record, fetched now over RecordProtocol, verifies through the

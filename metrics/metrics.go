@@ -41,6 +41,9 @@ type Metrics struct {
 	Provides *prometheus.CounterVec
 	// ValuePuts counts puts of hosted records' DHT values by outcome.
 	ValuePuts *prometheus.CounterVec
+	// DHTLookups counts the closest-peer lookups before provides and
+	// puts: run, or saved (a small network's last answer stood in).
+	DHTLookups *prometheus.CounterVec
 	// LANPackets counts LAN datagrams by mechanism (udp, mdns) and outcome.
 	LANPackets *prometheus.CounterVec
 	// HTTPRequests counts API requests by surface and status code.
@@ -106,6 +109,9 @@ func New(withRuntime bool) *Metrics {
 		ValuePuts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentd_dht_value_puts_total", Help: "Puts of hosted records' DHT values (/agentd/<agent id>), by outcome; paced by dht.valuePutRate.",
 		}, []string{"outcome"}),
+		DHTLookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentd_dht_lookups_total", Help: "Closest-peer lookups before DHT provides and value puts: run, or saved (in a network smaller than a lookup's answer, the last answer stands in).",
+		}, []string{"outcome"}),
 		LANPackets: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentd_lan_packets_total", Help: "LAN packets by mechanism and outcome.",
 		}, []string{"mechanism", "outcome"}),
@@ -143,7 +149,7 @@ func New(withRuntime bool) *Metrics {
 		m.DownClaims.WithLabelValues(o)
 	}
 	r.MustRegister(m.Rejects, m.Lookups, m.LookupLatency, m.GossipDelivered, m.GossipPublished, m.BatchedBeats,
-		m.Peers, m.Records, m.LiveAgents, m.Fetches, m.Provides, m.ValuePuts, m.LANPackets, m.HTTPRequests,
+		m.Peers, m.Records, m.LiveAgents, m.Fetches, m.Provides, m.ValuePuts, m.DHTLookups, m.LANPackets, m.HTTPRequests,
 		m.Suspicions, m.DownClaims, m.ShardSyncs, m.Probes)
 	return m
 }
