@@ -80,9 +80,15 @@ func (d *DHT) run(ctx context.Context) {
 	defer republish.Stop()
 	prune := time.NewTicker(time.Minute)
 	defer prune.Stop()
+	// retry is armed while keys or values wait for a retry. Only a retry
+	// that fails again re-arms it, a backoff step further: when every
+	// pass of the loop re-armed it (the prune tick every minute, each
+	// change), it never fired, and the values of agents registered while
+	// the node had no peer waited for the hourly republish round.
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
+	retryArmed := false
 
 	for {
 		select {
@@ -100,6 +106,7 @@ func (d *DHT) run(ctx context.Context) {
 				d.putValues(st, dueValues(st.values, st.roundStart, d.cfg.RepublishInterval), false)
 			}
 		case <-retry.C:
+			retryArmed = false
 			d.retryFailed(ctx, st)
 		case <-d.reannounce:
 			d.provideKeys(ctx, st, mapValues(st.keys), true)
@@ -122,10 +129,13 @@ func (d *DHT) run(ctx context.Context) {
 		d.status.QueuedPuts = st.puts.len() + len(st.inflight)
 		d.status.LastRepublish = st.roundStart
 		d.mu.Unlock()
-		if pending > 0 {
+		switch {
+		case pending > 0 && !retryArmed:
 			retry.Reset(st.retry.Next())
-		} else {
+			retryArmed = true
+		case pending == 0:
 			retry.Stop()
+			retryArmed = false
 			st.retry.Reset()
 		}
 	}
