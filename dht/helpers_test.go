@@ -181,6 +181,28 @@ func testConfig() Config {
 	}
 }
 
+// newNode adds node i to mn with testConfig (changed by mod, if not nil);
+// it is not started.
+func newNode(t testing.TB, mn mocknet.Mocknet, i int, mod func(i int, c *Config)) *node {
+	t.Helper()
+	id := mustIdentity(t)
+	h, err := mn.AddPeer(id.PeerKey, ma.StringCast(fmt.Sprintf("/ip4/10.0.%d.%d/tcp/4777", i/250, i%250+1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	if mod != nil {
+		mod(i, &cfg)
+	}
+	hosted := newFakeHosted()
+	m := metrics.New(false)
+	d, err := New(h, cfg, newVerifier(t), hosted, m, newTestLogger(t).With("node", i))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &node{id: id, h: h, d: d, hosted: hosted, m: m}
+}
+
 // newCluster starts n DHT nodes on a fully linked mocknet with the given
 // link latency. Every node bootstraps from node 0; routing tables are then
 // refreshed one node at a time (kad-dht's own tests do it sequentially).
@@ -199,22 +221,7 @@ func newCluster(t testing.TB, n int, latency time.Duration, mod func(i int, c *C
 		_ = mn.Close()
 	})
 	for i := range n {
-		id := mustIdentity(t)
-		h, err := mn.AddPeer(id.PeerKey, ma.StringCast(fmt.Sprintf("/ip4/10.0.%d.%d/tcp/4777", i/250, i%250+1)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := testConfig()
-		if mod != nil {
-			mod(i, &cfg)
-		}
-		hosted := newFakeHosted()
-		m := metrics.New(false)
-		d, err := New(h, cfg, newVerifier(t), hosted, m, newTestLogger(t).With("node", i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.nodes = append(c.nodes, &node{id: id, h: h, d: d, hosted: hosted, m: m})
+		c.nodes = append(c.nodes, newNode(t, mn, i, mod))
 	}
 	if err := mn.LinkAll(); err != nil {
 		t.Fatal(err)

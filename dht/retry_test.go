@@ -7,11 +7,9 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/testutil"
-	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/record"
 	"github.com/libp2p/go-libp2p/core/peer"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
-	ma "github.com/multiformats/go-multiaddr"
 )
 
 // A node that hosted agents while it had no peer puts their values once a
@@ -25,24 +23,14 @@ func TestValuesPutWhileAloneReachALaterPeer(t *testing.T) {
 	t.Cleanup(func() { _ = mn.Close() })
 	var nodes []*node
 	for i := range 2 {
-		id := mustIdentity(t)
-		h, err := mn.AddPeer(id.PeerKey, ma.StringCast(fmt.Sprintf("/ip4/10.1.0.%d/tcp/4777", i+1)))
-		if err != nil {
+		n := newNode(t, mn, i, func(_ int, c *Config) {
+			c.ReprovideInterval = time.Minute // the retry backoff's ceiling
+		})
+		t.Cleanup(func() { _ = n.d.Close() })
+		if err := n.d.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		cfg := testConfig()
-		cfg.ReprovideInterval = time.Minute // the retry backoff's ceiling
-		hosted := newFakeHosted()
-		m := metrics.New(false)
-		d, err := New(h, cfg, newVerifier(t), hosted, m, newTestLogger(t).With("node", i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = d.Close() })
-		if err := d.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		nodes = append(nodes, &node{id: id, h: h, d: d, hosted: hosted, m: m})
+		nodes = append(nodes, n)
 	}
 	if err := mn.LinkAll(); err != nil {
 		t.Fatal(err)
