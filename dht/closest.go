@@ -25,9 +25,9 @@ const smallNetTTL = time.Minute
 // k, or the answer would hold k), so it met every server of the network:
 // the closest peers of any other key are the same set. A node hosting
 // 10 000 agents in a network of a few servers otherwise ran a lookup per
-// provided key and per put value — 450 lookups every reprovide round and
+// provided key and per put value — 450–650 lookups every reprovide round and
 // 10 000 in each re-signing round, each as costly as the store it
-// precedes (docs/performance.md, "Small networks: one lookup for all").
+// precedes (docs/performance.md, "Small networks: one walk for every key").
 //
 // The answer is dropped after smallNetTTL, when the routing table's size
 // changes (a server joined or left) and when a store to one of its peers
