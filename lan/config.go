@@ -96,8 +96,9 @@ type Config struct {
 	// is removed, so that a re-announcement can cancel it (RFC 6762
 	// §10.1; default 1 s).
 	GoodbyeGrace time.Duration
-	// UnknownBackoff is how long an agent whose record could not be
-	// obtained is not tried again (default 10 s).
+	// UnknownBackoff is the longest an agent whose record could not be
+	// obtained is not tried again (default 10 s); the first failure waits
+	// about a second, and each further one twice as long.
 	UnknownBackoff time.Duration
 	// Port is the port published in the SRV record; 0 takes the libp2p
 	// host's TCP port.

@@ -80,7 +80,9 @@
 // whose key is not pinned is held (at most 8 per agent) while a worker
 // obtains the agent's record (Resolve, then Fetch from the libp2p peers
 // known at the datagram's source address), verifies it, and then the held
-// datagrams with its key; failures back off for UnknownBackoff (10 s).
+// datagrams with its key; failures back off from about 1 s, doubling to
+// UnknownBackoff (10 s): the first failure is often a dial that lost a
+// race, such as a TCP simultaneous open with a peer dialling at once.
 // The record is learnt only once a datagram verifies with its key. An
 // accepted UNREGISTER calls Deps.Forget once per agent; a later, newer
 // registration revives it. A registration that no longer matches the held

@@ -71,6 +71,19 @@ type memNet struct {
 	peers map[peer.ID]func() []*record.SignedAgent
 	// drop, when set, drops a datagram (true) before delivery.
 	drop func(b []byte, src netip.AddrPort) bool
+	// failing is how many more fetches from a peer fail (failFetches).
+	failing map[peer.ID]int
+}
+
+// failFetches makes the next k fetches from p fail, as a dial that lost a
+// race does.
+func (n *memNet) failFetches(p peer.ID, k int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.failing == nil {
+		n.failing = map[peer.ID]int{}
+	}
+	n.failing[p] = k
 }
 
 func newMemNet() *memNet {
@@ -228,8 +241,12 @@ func (s *memSock) next(t *testing.T, prefix string, d time.Duration) datagram {
 func (n *memNet) fetch(ctx context.Context, p peer.AddrInfo, agentID string) ([]*record.SignedAgent, error) {
 	n.mu.Lock()
 	f, ok := n.peers[p.ID]
+	failing := n.failing[p.ID] > 0
+	if failing {
+		n.failing[p.ID]--
+	}
 	n.mu.Unlock()
-	if !ok {
+	if !ok || failing {
 		return nil, fmt.Errorf("peer %s unreachable", p.ID)
 	}
 	var out []*record.SignedAgent

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/agentd/agentd/internal/backoff"
 	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/store"
@@ -579,6 +581,18 @@ func (l *LAN) count(mechanism, outcome string) {
 // with transport udp or mdns).
 func (l *LAN) reject(mechanism string, reason trust.Reason) {
 	l.m.Reject(mechanism, string(reason))
+}
+
+// retryBackoff is how long an agent's record is not sought again after
+// failures failed attempts in a row: 1 s doubling up to UnknownBackoff,
+// each lengthened by up to half at random, so that two daemons that lost
+// a dial race to each other do not meet again in step. A first failure is
+// often only a dial that lost a race (a TCP simultaneous open, a peer not
+// connected yet); a record that really is not to be had is sought again
+// at most every UnknownBackoff.
+func (l *LAN) retryBackoff(failures int) time.Duration {
+	d := backoff.Delay(min(time.Second, l.cfg.UnknownBackoff), l.cfg.UnknownBackoff, failures, 0)
+	return d + rand.N(d/2+1)
 }
 
 // learn hands a verified record to the node.

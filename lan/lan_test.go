@@ -63,9 +63,11 @@ func TestUDPUnknownAgentResolved(t *testing.T) {
 	})
 }
 
-// Without any way to obtain the record, the agent is not learnt, the
-// datagrams are counted as unresolved and the agent is not retried before
-// the back-off.
+// Without any way to obtain the record, the agent is not learnt and the
+// datagrams are counted as unresolved. The first failure is retried at the
+// next heartbeat (it is often a dial that lost a race); further ones back
+// off, doubling to UnknownBackoff (10 s), so that not every heartbeat
+// (every 5 s) starts a resolution.
 func TestUDPUnknownAgentUnresolved(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		n := newMemNet()
@@ -75,17 +77,46 @@ func TestUDPUnknownAgentUnresolved(t *testing.T) {
 		a.start()
 		b.start()
 		eventually(t, 2*time.Second, "unresolved", func() bool { return a.counter(mechUDP, "unresolved") >= 1 })
-		time.Sleep(6 * time.Second) // virtual: one heartbeat round inside the back-off
+		time.Sleep(6 * time.Second) // virtual: one heartbeat round, after the first back-off (1–1.5 s)
+		synctestWait()
+		if got := a.counter(mechUDP, "unresolved"); got != 2 {
+			t.Fatalf("unresolved after one heartbeat round = %v, want 2 (retried once)", got)
+		}
+		time.Sleep(60 * time.Second) // virtual: 12 more heartbeats
 		synctestWait()
 		if a.learnedRec(rb.Agent.AgentID) != nil {
 			t.Fatal("learnt a record nobody could provide")
 		}
-		if got := a.counter(mechUDP, "unresolved"); got != 1 {
-			t.Fatalf("unresolved = %v, want 1 (back-off)", got)
+		// Failures at about 0, 5, 10, 15–20, 25–35 s, then every 10–15 s:
+		// 7 to 9 in 66 s, against 14 heartbeats.
+		if got := a.counter(mechUDP, "unresolved"); got < 6 || got > 10 {
+			t.Fatalf("unresolved after 66 s = %v, want 6–10 (back-off doubling to 10 s)", got)
 		}
 		if a.rejects(mechUDP, "unknown_key") < 2 {
 			t.Fatal("the held datagrams were not counted as unknown_key")
 		}
+	})
+}
+
+// A record fetch that fails once, as a dial that lost a TCP simultaneous
+// open to the peer dialling back does, is retried within seconds, not
+// after UnknownBackoff (10 s): the failure behind a flaky
+// TestProcessesInNamespaces.
+func TestMDNSFetchRetriedSoonAfterAFailure(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		n := newMemNet()
+		a := newNode(t, n, "10.0.0.1", mdnsOnly)
+		b := newNode(t, n, "10.0.0.2", mdnsOnly)
+		rb := b.host("beta", 1, skill("skill-b", record.SkillTool, nil, "cap-b"))
+		n.failFetches(b.id.PeerID, 1)
+		start := time.Now()
+		a.start()
+		b.start()
+		eventually(t, 9*time.Second, "a learns b after a failed fetch", func() bool { return a.learnedRec(rb.Agent.AgentID) != nil })
+		if a.counter(mechMDNS, "fetch_failed") != 1 {
+			t.Fatalf("fetch_failed = %v, want 1", a.counter(mechMDNS, "fetch_failed"))
+		}
+		t.Logf("learnt %s after the start (virtual)", time.Since(start))
 	})
 }
 

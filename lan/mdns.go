@@ -109,6 +109,7 @@ type instance struct {
 	handled   [32]byte // hash of the last summary acted on
 	fetching  bool
 	retryAt   time.Time
+	failures  int // fetches failed in a row (retryBackoff)
 }
 
 type hostEntry struct {
@@ -939,7 +940,10 @@ func (p *mdnsProto) found(in *instance, now time.Time) {
 		in.fetching = false
 		in.handled = sum.Hash
 		if err != nil {
-			in.retryAt = time.Now().Add(l.cfg.UnknownBackoff)
+			in.retryAt = time.Now().Add(l.retryBackoff(in.failures))
+			in.failures++
+		} else {
+			in.failures = 0
 		}
 		p.mu.Unlock()
 		if err != nil {

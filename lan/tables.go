@@ -115,6 +115,7 @@ type agentEntry struct {
 	// and a back-off after a failure.
 	resolving   bool
 	failedUntil time.Time
+	failures    int // in a row; sets the next back-off (retryBackoff)
 	pending     []pendingMsg
 }
 

@@ -499,7 +499,8 @@ func (u *udpProto) resolved(agentID string, sa *record.SignedAgent, err error) {
 	held := e.pending
 	e.pending = nil
 	if err != nil {
-		e.failedUntil = now.Add(l.cfg.UnknownBackoff)
+		e.failedUntil = now.Add(l.retryBackoff(e.failures))
+		e.failures++
 		t.mu.Unlock()
 		l.count(mechUDP, "unresolved")
 		l.reject(mechUDP, trust.ReasonUnknownKey)
@@ -508,6 +509,7 @@ func (u *udpProto) resolved(agentID string, sa *record.SignedAgent, err error) {
 		l.log.Debug("no verified record for an agent seen on the LAN", "agent_id", agentID, "err", err)
 		return
 	}
+	e.failures = 0
 	if e.rec == nil || sa.Agent.Seq > e.rec.Agent.Seq {
 		e.rec, e.hash = sa, sa.Hash()
 	}
