@@ -1,12 +1,14 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/agentd/agentd/node"
 	"github.com/agentd/agentd/record"
@@ -167,17 +169,32 @@ func rejectError(re *trust.RejectError) *Error {
 
 // writeJSON writes v as the JSON response body.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
+	buf := jsonBufs.Get().(*bytes.Buffer)
+	defer putJSONBuf(buf)
+	buf.Reset()
+	// Encode writes what Marshal would, and the newline after it.
+	if err := json.NewEncoder(buf).Encode(v); err != nil {
 		status = http.StatusInternalServerError
-		b = []byte(`{"error":"ErrInternal","message":"response encoding failed"}`)
+		buf.Reset()
+		buf.WriteString(`{"error":"ErrInternal","message":"response encoding failed"}` + "\n")
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(buf.Bytes())
+}
+
+// jsonBufs holds writeJSON's buffers: a response was encoded into a fresh
+// slice and copied once more to append its newline.
+var jsonBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// putJSONBuf returns buf to jsonBufs unless one large answer grew it.
+func putJSONBuf(buf *bytes.Buffer) {
+	if buf.Cap() <= 64<<10 {
+		jsonBufs.Put(buf)
+	}
 }
 
 // writeError writes the error body of e.

@@ -49,7 +49,7 @@ var maxDouble = []byte("1.7976931348623157e+308")
 // checkNumberRange reports the first number of the JSON text raw that
 // does not fit a double.
 func checkNumberRange(raw []byte) error {
-	dec := jsontext.NewDecoder(bytes.NewReader(raw))
+	dec := jsontext.NewDecoder(bytes.NewBuffer(raw)) // parsed in place; raw is only read
 	for {
 		tok, err := dec.ReadToken()
 		if err == io.EOF {

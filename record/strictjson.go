@@ -74,8 +74,10 @@ func checkMembers(raw []byte, t reflect.Type, path string, known bool) error {
 	// One pass over the tokens: a member's value is walked only when its
 	// field is a struct or a slice of structs, and skipped otherwise.
 	// Duplicate names and invalid UTF-8 are json.Unmarshal's to report.
-	dec := jsontext.NewDecoder(bytes.NewReader(raw), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
-	err := walkMembers(dec, t, path, known)
+	// A bytes.Buffer is parsed in place (a bytes.Reader would be copied
+	// into the decoder's growing buffer); raw is only read.
+	dec := jsontext.NewDecoder(bytes.NewBuffer(raw), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	err := walkMembers(dec, t, &memberPath{name: path}, known)
 	var fe *FieldError
 	if errors.As(err, &fe) && json.Valid(raw) {
 		return err
@@ -84,9 +86,32 @@ func checkMembers(raw []byte, t reflect.Type, path string, known bool) error {
 	return nil
 }
 
+// memberPath is where walkMembers is: a chain of member names and array
+// indexes, written out (String) only for an error, so that a valid
+// document costs no path strings.
+type memberPath struct {
+	up    *memberPath
+	name  string // a member name, or the root's path
+	index int    // an array index, when isIdx
+	isIdx bool
+}
+
+func (p *memberPath) String() string {
+	if p == nil {
+		return ""
+	}
+	if p.isIdx {
+		return fmt.Sprintf("%s[%d]", p.up.String(), p.index)
+	}
+	if p.up == nil {
+		return p.name
+	}
+	return join(p.up.String(), p.name)
+}
+
 // walkMembers reads the next value of dec as a value of type t and
 // returns the first member name error in it, or the decoder's error.
-func walkMembers(dec *jsontext.Decoder, t reflect.Type, path string, known bool) error {
+func walkMembers(dec *jsontext.Decoder, t reflect.Type, path *memberPath, known bool) error {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -99,27 +124,45 @@ func walkMembers(dec *jsontext.Decoder, t reflect.Type, path string, known bool)
 		}
 		fields := JSONFields(t)
 		for dec.PeekKind() != '}' {
-			tok, err := dec.ReadToken()
+			// The name as it stands in the input, unquoted only when it
+			// has escapes: looking it up costs no string.
+			v, err := dec.ReadValue()
 			if err != nil {
 				return err
 			}
-			k := tok.String()
-			f, ok := fields[k]
+			name := []byte(v)
+			if len(name) >= 2 && name[0] == '"' {
+				name = name[1 : len(name)-1]
+			}
+			if bytes.IndexByte(name, '\\') >= 0 {
+				if name, err = jsontext.AppendUnquote(nil, v); err != nil {
+					return err
+				}
+			}
+			f, ok := fields[string(name)]
 			if !ok {
-				for name := range fields {
-					if strings.EqualFold(name, k) {
-						return fieldErr(join(path, trunc(k)), "unknown member; member names are case-sensitive (did you mean %q?)", name)
+				k := string(name)
+				for fn := range fields {
+					if strings.EqualFold(fn, k) {
+						return fieldErr(join(path.String(), trunc(k)), "unknown member; member names are case-sensitive (did you mean %q?)", fn)
 					}
 				}
 				if known {
-					return fieldErr(join(path, trunc(k)), "unknown member")
+					return fieldErr(join(path.String(), trunc(k)), "unknown member")
 				}
 				if err := dec.SkipValue(); err != nil {
 					return err
 				}
 				continue
 			}
-			if err := walkMembers(dec, f.Type, join(path, k), known); err != nil {
+			// Only a member walkMembers descends into needs its name kept.
+			if !hasMembers(f.Type) {
+				if err := dec.SkipValue(); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := walkMembers(dec, f.Type, &memberPath{up: path, name: string(name)}, known); err != nil {
 				return err
 			}
 		}
@@ -130,7 +173,7 @@ func walkMembers(dec *jsontext.Decoder, t reflect.Type, path string, known bool)
 			return err
 		}
 		for i := 0; dec.PeekKind() != ']'; i++ {
-			if err := walkMembers(dec, t.Elem(), fmt.Sprintf("%s[%d]", path, i), known); err != nil {
+			if err := walkMembers(dec, t.Elem(), &memberPath{up: path, index: i, isIdx: true}, known); err != nil {
 				return err
 			}
 		}
@@ -138,6 +181,15 @@ func walkMembers(dec *jsontext.Decoder, t reflect.Type, path string, known bool)
 		return err
 	}
 	return dec.SkipValue()
+}
+
+// hasMembers reports whether walkMembers descends into a value of type t:
+// a struct or a slice of structs, other than json.RawMessage.
+func hasMembers(t reflect.Type) bool {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t != rawMessageType && (t.Kind() == reflect.Struct || (t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct))
 }
 
 func join(path, field string) string {

@@ -368,3 +368,27 @@ func TestIdentitySign(t *testing.T) {
 		t.Fatalf("signing a record that names another agent key: %v", err)
 	}
 }
+
+// PublicKeyPEM is encoded once per agent key: later calls allocate
+// nothing, and a replaced AgentKey gets its own encoding.
+func TestIdentityPublicKeyPEMCached(t *testing.T) {
+	id, err := Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := PublicKeyPEM(&id.AgentKey.PublicKey)
+	if got := id.PublicKeyPEM(); got != want {
+		t.Fatalf("PublicKeyPEM = %q, want %q", got, want)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = id.PublicKeyPEM() }); n != 0 {
+		t.Fatalf("PublicKeyPEM allocates %.0f times once encoded", n)
+	}
+	other, err := Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id.AgentKey = other.AgentKey
+	if got := id.PublicKeyPEM(); got != other.PublicKeyPEM() || got == want {
+		t.Fatal("PublicKeyPEM kept the encoding of the replaced key")
+	}
+}
