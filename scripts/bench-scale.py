@@ -10,7 +10,13 @@ keep-alive HTTP client per system unless said otherwise:
              /agents/<id>, plus one key per capability /cap/<cap>/<id>
              (what a capability lookup reads), both in one transaction
              (one disk sync, as agentd's one per registration); the cost
-             of the first and the last 1 000, and the total
+             of the first and the last 1 000, and the total; and,
+             right after the last 1 000, the first 1 000 of a fresh
+             daemon (fresh etcd) while the loaded one is stopped with
+             SIGSTOP: the same cost a minute or two apart moves by up to
+             a quarter on a shared machine, so the loaded daemon's last
+             thousand is compared with a first thousand of the same
+             moment as well
   lookup     p50/p99 of a cached capability lookup (GET /agents?capability=)
              against an etcd prefix range over /cap/<cap>/
   search     p50/p99 of free-text queries (GET /agents?q=, two words);
@@ -277,6 +283,23 @@ def ms(x):
     return f"{x * 1000:.2f} ms"
 
 
+def fresh_first(loaded, fresh, store, bodies):
+    """The mean cost of the first len(bodies) stores into fresh (a fresh
+    daemon, started here and stopped), while loaded is stopped (SIGSTOP)
+    so that it takes no CPU meanwhile."""
+    loaded.proc.send_signal(signal.SIGSTOP)
+    try:
+        fresh.start()
+        times = []
+        store(fresh, bodies, times)
+        fresh.stop()
+        return statistics.mean(times)
+    finally:
+        loaded.proc.send_signal(signal.SIGCONT)
+
+
+
+
 def bench(n, idle, skip_etcd):
     rng = random.Random(n)
     d = tempfile.mkdtemp(prefix="agentd-bench-scale-")
@@ -292,6 +315,10 @@ def bench(n, idle, skip_etcd):
         register_agentd(a, bodies, recs, times)
         reg_a = time.time() - t0
         first, last = statistics.mean(times[:1000]), statistics.mean(times[-1000:])
+        ctrl = [agent_body(n + 8000 + i, rng) for i in range(1000)]
+        fd = os.path.join(d, "fresh")
+        os.makedirs(fd)
+        fresh = fresh_first(a, Agentd(fd), lambda f, b, t: register_agentd(f, b, None, t), ctrl)
         e = None
         if not skip_etcd:
             e = Etcd(d)
@@ -301,12 +328,21 @@ def bench(n, idle, skip_etcd):
             t0 = time.time()
             put_etcd(e, recs, etimes)
             reg_e = time.time() - t0
+            efirst, elast = statistics.mean(etimes[:1000]), statistics.mean(etimes[-1000:])
+            # The control records for etcd: what the fresh daemon signed
+            # is gone with it; any 1 000 records of the same shape will do.
+            fe = os.path.join(d, "fresh-etcd")
+            os.makedirs(fe)
+            efresh = fresh_first(e, Etcd(fe), put_etcd, recs[-1000:])
             row("register all, 1 client", f"{reg_a:.1f} s", f"{reg_e:.1f} s")
             row("register, first / last 1 000", f"{ms(first)} / {ms(last)} (×{last / first:.2f})",
-                f"{ms(statistics.mean(etimes[:1000]))} / {ms(statistics.mean(etimes[-1000:]))}")
+                f"{ms(efirst)} / {ms(elast)} (×{elast / efirst:.2f})")
+            row("register, last 1 000 / a fresh store's first 1 000 just after",
+                f"{ms(last)} / {ms(fresh)} (×{last / fresh:.2f})", f"{ms(elast)} / {ms(efresh)} (×{elast / efresh:.2f})")
         else:
             row("register all, 1 client", f"{reg_a:.1f} s")
             row("register, first / last 1 000", f"{ms(first)} / {ms(last)} (×{last / first:.2f})")
+            row("register, last 1 000 / a fresh store's first 1 000 just after", f"{ms(last)} / {ms(fresh)} (×{last / fresh:.2f})")
         # Bulk with 4 clients each.
         more = [agent_body(n + i, rng) for i in range(4000)]
         t0 = time.time()
