@@ -4,6 +4,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"unsafe"
 )
@@ -43,6 +44,37 @@ func TestDecodedRecordsShareCommonStrings(t *testing.T) {
 	same("tag", a.Agent.Tags[1], b.Agent.Tags[1])
 	if a.Agent.AgentName != b.Agent.AgentName || a.Agent.Description != b.Agent.Description {
 		t.Fatal("the records differ")
+	}
+}
+
+// TestDecodedRecordPacksItsOwnStrings: a decoded record's own strings
+// (name, description, endpoints, issued_at, capability descriptions) are
+// slices of one allocation, in order, with their values kept; the agent id
+// is a string of its own.
+func TestDecodedRecordPacksItsOwnStrings(t *testing.T) {
+	for _, sa := range func() []*SignedAgent { a, b := signedAndStored(t); return []*SignedAgent{a, b} }() {
+		a := &sa.Agent
+		want := sampleAgent(newKeys(t))
+		var fields []string
+		for _, s := range a.packed(nil) {
+			if *s != "" {
+				fields = append(fields, *s)
+			}
+		}
+		if len(fields) != 6 || a.AgentName != want.AgentName || a.Description != want.Description ||
+			a.Transport.Endpoint != want.Transport.Endpoint || a.Skills[0].Endpoint != want.Skills[0].Endpoint ||
+			a.Skills[0].Capabilities[0].Description != want.Skills[0].Capabilities[0].Description {
+			t.Fatalf("packed fields %q", fields)
+		}
+		for i := 1; i < len(fields); i++ {
+			if unsafe.Pointer(unsafe.StringData(fields[i])) != unsafe.Add(unsafe.Pointer(unsafe.StringData(fields[i-1])), len(fields[i-1])) {
+				t.Fatalf("%q does not follow %q in one allocation", fields[i], fields[i-1])
+			}
+		}
+		end := uintptr(unsafe.Pointer(unsafe.StringData(fields[0])))
+		if p := uintptr(unsafe.Pointer(unsafe.StringData(a.AgentID))); p >= end && p < end+uintptr(len(strings.Join(fields, ""))) {
+			t.Fatal("the agent id was packed")
+		}
 	}
 }
 
