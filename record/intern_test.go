@@ -1,6 +1,8 @@
 package record
 
 import (
+	"bytes"
+	"encoding/base64"
 	"maps"
 	"reflect"
 	"slices"
@@ -113,5 +115,46 @@ func TestDecodedRecordsShareCapabilities(t *testing.T) {
 	d.Capabilities = map[string]string{"other": "2.0.0"}
 	if got := shareCapabilities(d.Capabilities); !maps.Equal(got, map[string]string{"other": "2.0.0"}) {
 		t.Fatalf("shareCapabilities returned %v", got)
+	}
+}
+
+// TestSignaturesInOneAllocation: a signed and a decoded record hold both
+// signatures in one allocation, both still verify, and appending to the
+// agent signature does not write over the peer signature.
+func TestSignaturesInOneAllocation(t *testing.T) {
+	a, _ := signedAndStored(t)
+	b, err := FromStored(ProtocolVersion, a.Canonical(), base64.StdEncoding.EncodeToString(a.Signature), base64.StdEncoding.EncodeToString(a.PeerSignature))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sa := range []*SignedAgent{a, b} {
+		s, p := sa.Signature, sa.PeerSignature
+		if len(s) == 0 || len(p) == 0 {
+			t.Fatal("a signature is missing")
+		}
+		if unsafe.Pointer(unsafe.SliceData(p)) != unsafe.Add(unsafe.Pointer(unsafe.SliceData(s)), len(s)) {
+			t.Fatal("the signatures are two allocations")
+		}
+		if err := sa.VerifySignatures(); err != nil {
+			t.Fatal(err)
+		}
+		peer := bytes.Clone(p)
+		_ = append(sa.Signature, 0xff, 0xff)
+		if !bytes.Equal(sa.PeerSignature, peer) {
+			t.Fatal("an append to the agent signature overwrote the peer signature")
+		}
+	}
+}
+
+// TestShardsInterned: two records of one capability hold one copy of its
+// shard's name (a registry keeps every hosted agent's shards).
+func TestShardsInterned(t *testing.T) {
+	a, b := signedAndStored(t)
+	x, y := a.Agent.Shards(), b.Agent.Shards()
+	if len(x) == 0 || !slices.Equal(x, y) {
+		t.Fatalf("shards %v and %v", x, y)
+	}
+	if unsafe.StringData(x[0]) != unsafe.StringData(y[0]) {
+		t.Fatal("two copies of one shard name")
 	}
 }

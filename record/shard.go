@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"slices"
+	"unique"
 )
 
 // ShardBits is the width of a liveness shard: 2^16 shards. A shard is the
@@ -39,7 +40,9 @@ func ValidShard(s string) bool {
 func (a *Agent) Shards() []string {
 	var out []string
 	for _, c := range a.AllCapabilities() {
-		out = append(out, Shard(c))
+		// Interned: a registry keeps every hosted agent's shards, and
+		// agents of one capability share one string.
+		out = append(out, unique.Make(Shard(c)).Value())
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
