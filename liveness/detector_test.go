@@ -284,7 +284,11 @@ func TestLoneRefusedIsConfirmed(t *testing.T) {
 	if err := hp.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "confirmation", func() bool { return len(a.downs()) == 1 })
+	if !wait.Within(20*time.Second, func() bool { return len(a.downs()) == 1 }) {
+		// "unconfirmed": the refusal was not seen (tcpRefused).
+		t.Fatalf("no confirmation within 20 s; suspicions: confirmed %v, unconfirmed %v, alive %v, refuted %v",
+			count(a.m, "confirmed"), count(a.m, "unconfirmed"), count(a.m, "alive"), count(a.m, "refuted"))
+	}
 	if count(a.m, "confirmed") != 1 {
 		t.Errorf("confirmed %v", count(a.m, "confirmed"))
 	}

@@ -84,42 +84,54 @@ func ping(ctx context.Context, h host.Host, p peer.ID, timeout time.Duration) Ou
 	return Unreachable
 }
 
-// refusedProbeTimeout bounds the TCP connects of tcpRefused.
-const refusedProbeTimeout = 500 * time.Millisecond
+// refusedProbeTimeout bounds the TCP connects of tcpRefused. A refusal
+// comes back within a round trip; the bound is for a starved process (a
+// loaded machine, where 500 ms once passed before the refusal was read
+// and the lone node's proof was lost to the seed's 30 s timeout) and for
+// addresses that drop packets instead of refusing.
+const refusedProbeTimeout = 2 * time.Second
 
 // tcpRefused reports whether every TCP address the peerstore holds for p
-// (at most 4 tried) refuses a plain TCP connect: nothing listens where
-// the peer was, the positive evidence a lone node needs. The swarm's own
-// dial error cannot say it: it dials QUIC too, which on a closed port
-// waits for the timeout, and then reports only the deadline. Only a
-// real swarm's addresses are dialled (a simulated network's are not the
-// machine's).
+// (at most 4, connected to at once) refuses a plain TCP connect: nothing
+// listens where the peer was, the positive evidence a lone node needs.
+// The swarm's own dial error cannot say it: it dials QUIC too, which on a
+// closed port waits for the timeout, and then reports only the deadline.
+// Only a real swarm's addresses are dialled (a simulated network's are not
+// the machine's).
 func tcpRefused(ctx context.Context, h host.Host, p peer.ID) bool {
 	if _, real := h.Network().(*swarm.Swarm); !real {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refusedProbeTimeout)
-	defer cancel()
-	var d net.Dialer
-	tried := 0
+	var addrs []string
 	for _, a := range h.Peerstore().Addrs(p) {
-		na, err := manet.ToNetAddr(a)
-		if err != nil || na.Network() != "tcp" {
-			continue
-		}
-		if tried++; tried > 4 {
-			break
-		}
-		c, err := d.DialContext(ctx, "tcp", na.String())
-		if err == nil {
-			_ = c.Close()
-			return false // something listens: not proof of anything
-		}
-		if !errors.Is(err, syscall.ECONNREFUSED) {
-			return false
+		if na, err := manet.ToNetAddr(a); err == nil && na.Network() == "tcp" && len(addrs) < 4 {
+			addrs = append(addrs, na.String())
 		}
 	}
-	return tried > 0
+	if len(addrs) == 0 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refusedProbeTimeout)
+	defer cancel()
+	refused := make(chan bool, len(addrs))
+	for _, addr := range addrs {
+		go func() {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, "tcp", addr)
+			if err == nil {
+				_ = c.Close() // something listens: not proof of anything
+			}
+			refused <- errors.Is(err, syscall.ECONNREFUSED)
+		}()
+	}
+	all := true
+	for range addrs {
+		if !<-refused {
+			all = false
+			cancel() // one address is no proof: the others need not finish
+		}
+	}
+	return all
 }
 
 // ask asks helper whether target is reachable (target == helper: a ping),
