@@ -3,6 +3,7 @@ package record
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -59,4 +60,36 @@ func BenchmarkCheckKnownMembers(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// FuzzCheckMembers: any input is walked without a panic, the same way
+// twice, and a refused member is named under the root path given.
+func FuzzCheckMembers(f *testing.F) {
+	for _, s := range []string{
+		`{"agent_id":"a","skills":[{"skill_id":"s","capabilities":[{"id":"c"},{"ID":"d"}]}]}`,
+		`{"agent\u005fid":"a","AGENT\u005fID":"b"}`,
+		`{"skills":[{"skill_id":"s","extra":1}]}`,
+		`{"transport":{"Endpoint":"x"}}`,
+		`{"skills":{"Skill_ID":1}}`,
+		`[`, `{"a":`, `{"\ud800":1}`,
+	} {
+		f.Add([]byte(s), true)
+	}
+	at := reflect.TypeOf(Agent{})
+	f.Fuzz(func(t *testing.T, doc []byte, known bool) {
+		check := func() error {
+			if known {
+				return CheckKnownMembers(doc, at, "agent")
+			}
+			return checkMemberCase(doc, at, "agent")
+		}
+		err := check()
+		if again := check(); (err == nil) != (again == nil) || (err != nil && err.Error() != again.Error()) {
+			t.Fatalf("two walks disagree: %v, then %v", err, again)
+		}
+		var fe *FieldError
+		if errors.As(err, &fe) && fe.Field != "agent" && !strings.HasPrefix(fe.Field, "agent.") {
+			t.Fatalf("field %q is not under the root path", fe.Field)
+		}
+	})
 }
