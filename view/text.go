@@ -156,7 +156,10 @@ func (x *textIndex) update(old, new *record.SignedAgent) {
 		probe.term = t
 		p, ok := x.dict.Get(probe)
 		if !ok {
-			p = &posting{term: t}
+			// A term may be a slice of the record's packed strings
+			// (record's pack): the dictionary keeps its own copy, not the
+			// first record's strings for as long as the term is indexed.
+			p = &posting{term: strings.Clone(t)}
 			x.dict.ReplaceOrInsert(p)
 		}
 		p.refs = append(p.refs, n<<2|uint32(class))

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/store"
@@ -335,5 +336,22 @@ func BenchmarkTextQuery(b *testing.B) {
 		}
 		_ = v.Close()
 		_ = st.Close()
+	}
+}
+
+// TestTextIndexTermsOwnTheirBytes: a term cut from a record's text (a
+// lowercase word is a slice of it) is copied into the dictionary, so the
+// index does not keep a replaced record's strings alive.
+func TestTextIndexTermsOwnTheirBytes(t *testing.T) {
+	x := newTextIndex()
+	desc := strings.Repeat("x", 64) + " zeppelin"
+	x.update(nil, textAgent("a1", "n", desc, nil))
+	p, ok := x.dict.Get(&posting{term: "zeppelin"})
+	if !ok {
+		t.Fatal("the term is not indexed")
+	}
+	start := uintptr(unsafe.Pointer(unsafe.StringData(desc)))
+	if at := uintptr(unsafe.Pointer(unsafe.StringData(p.term))); at >= start && at < start+uintptr(len(desc)) {
+		t.Fatal("the dictionary's term is a slice of the record's description")
 	}
 }
