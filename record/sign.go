@@ -205,7 +205,7 @@ func (sa *SignedAgent) CoSign(peerPriv crypto.PrivKey) (*SignedAgent, error) {
 // packSignatures puts both signatures into one allocation (the agent
 // key's first, capped so that an append to it cannot reach the peer
 // key's): a held record is one object fewer for the collector to mark
-// (docs/performance.md, "Registry scale").
+// (docs/performance.md, "The last thousand at 100 000").
 func (sa *SignedAgent) packSignatures() {
 	s, p := sa.Signature, sa.PeerSignature
 	if len(s) == 0 || len(p) == 0 {

@@ -14,7 +14,7 @@ keep-alive HTTP client per system unless said otherwise:
              right after the last 1 000, the first 1 000 of a fresh
              daemon (fresh etcd) while the loaded one is stopped with
              SIGSTOP: the same cost a minute or two apart moves by up to
-             a quarter on a shared machine, so the loaded daemon's last
+             half on a shared machine, so the loaded daemon's last
              thousand is compared with a first thousand of the same
              moment as well
   lookup     p50/p99 of a cached capability lookup (GET /agents?capability=)
@@ -296,8 +296,6 @@ def fresh_first(loaded, fresh, store, bodies):
         return statistics.mean(times)
     finally:
         loaded.proc.send_signal(signal.SIGCONT)
-
-
 
 
 def bench(n, idle, skip_etcd):
