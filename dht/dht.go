@@ -218,9 +218,10 @@ func (d *DHT) kadOptions() []kaddht.Option {
 	case d.cfg.AutoMode:
 		mode = kaddht.ModeAutoServer
 	}
-	return []kaddht.Option{
+	opts := []kaddht.Option{
 		kaddht.Mode(mode),
 		kaddht.ProtocolPrefix(ProtocolPrefix),
+		kaddht.Concurrency(LookupConcurrency),
 		kaddht.Validator(lprecord.NamespacedValidator{ValueNamespace: d.val}),
 		kaddht.BootstrapPeersFunc(d.bootstrapPeers),
 		kaddht.ProviderManagerOpts(
@@ -234,6 +235,7 @@ func (d *DHT) kadOptions() []kaddht.Option {
 		kaddht.ValueGCInterval(max(d.cfg.ValueMaxAge/12, time.Minute)),
 		kaddht.ValueDatastore(newBoundedValues(d.cfg.MaxStoredValues)),
 	}
+	return append(opts, d.cfg.kadExtra...)
 }
 
 // Start creates the Kademlia node, registers the record fetch handler,
