@@ -273,7 +273,7 @@ func Default() Config {
 		Relay: RelayConfig{MaxReservations: 1024, MaxReservationsPerIP: 64, MaxCircuits: 16,
 			ReservationTTL: Duration(time.Hour), ConnDuration: Duration(2 * time.Minute), ConnData: 128 << 10}}
 	// package p2p's defaults (TestConnDefaultsMatchConfig there)
-	c.Connections = ConnectionsConfig{LowWater: 32, HighWater: 64, GracePeriod: Duration(10 * time.Second)}
+	c.Connections = ConnectionsConfig{LowWater: 32, HighWater: 64, GracePeriod: Duration(3 * time.Second)}
 	c.Discovery.SkillCenter.Timeout = Duration(10 * time.Second)
 	c.Discovery.SkillCenter.Cache.Enabled = true
 	c.Discovery.SkillCenter.Cache.TTL = Duration(300 * time.Second)

@@ -157,7 +157,7 @@ discovery:
 		{"connections low above high", "connections:\n  lowWater: 100\n",
 			"agentd.yaml:1: connections.highWater: 64 must be above connections.lowWater (100)"},
 		{"connections grace", "connections:\n  gracePeriod: 2h\n",
-			"agentd.yaml:2: connections.gracePeriod: 2h0m0s is out of range (0 = default 10s; 1s-1h)"},
+			"agentd.yaml:2: connections.gracePeriod: 2h0m0s is out of range (0 = default 3s; 1s-1h)"},
 		{"log level", "log:\n  level: verbose\n", `agentd.yaml:2: log.level: "verbose" is not one of debug, info, warn, error`},
 		{"log format", "log:\n  format: xml\n", `agentd.yaml:2: log.format: "xml" is not one of text, json`},
 		{"skillcenter without url", "discovery:\n  skillCenter:\n    enabled: true\n",

@@ -167,7 +167,7 @@ func (c ConnectionsConfig) validate(v *validator) {
 		v.add("connections.highWater", "%d must be above connections.lowWater (%d)", c.HighWater, c.LowWater)
 	}
 	if g := c.GracePeriod.D(); g != 0 && (g < time.Second || g > time.Hour) {
-		v.add("connections.gracePeriod", "%s is out of range (0 = default 10s; 1s-1h)", c.GracePeriod)
+		v.add("connections.gracePeriod", "%s is out of range (0 = default 3s; 1s-1h)", c.GracePeriod)
 	}
 }
 
