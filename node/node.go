@@ -745,7 +745,9 @@ func (n *Node) updateGauges() {
 // before its connection can be trimmed. A pass over a node's ~100–200
 // connections is a sort and a map lookup each.
 const (
-	viewTag         = "agentd-view"
+	// ViewTag is the connection manager tag (and protection) of view peers.
+	ViewTag         = "agentd-view"
+	viewTag         = ViewTag
 	viewTagWeight   = 20
 	viewTagInterval = time.Second
 	viewProtectMax  = 64

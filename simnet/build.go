@@ -134,6 +134,7 @@ func (sm *sim) report(setup SetupInfo) *Report {
 		res.HeapPerNodeMB = sm.heapSum / float64(res.Samples)
 		res.StacksPerNodeMB = sm.stackSum / float64(res.Samples)
 		res.PeersPerNode = sm.connSum / float64(res.Samples)
+		res.Conns = sm.conns.mean(res.Samples)
 	}
 	r.Resources = res
 

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	ic "github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/event"
@@ -367,7 +368,7 @@ func newMemConn(local, remote *peerNet, l *memLink, dir network.Direction) *memC
 	return &memConn{
 		id: memConnIDs.Add(1), net: local, remotePeer: remote.peer, remoteAddr: remote.addr,
 		remotePub: remote.ps.PubKey(remote.peer), link: l,
-		stat:    network.ConnStats{Stats: network.Stats{Direction: dir}},
+		stat:    network.ConnStats{Stats: network.Stats{Direction: dir, Opened: time.Now()}},
 		streams: map[*memStream]struct{}{},
 	}
 }

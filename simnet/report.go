@@ -271,8 +271,10 @@ type Resources struct {
 	GoroutinesPerNode float64 `json:"goroutines_per_node"`
 	// PeersPerNode is the mean number of peers an agent node is
 	// connected to.
-	PeersPerNode   float64 `json:"peers_per_node"`
-	GoroutinesPeak int     `json:"goroutines_peak"`
+	PeersPerNode float64 `json:"peers_per_node"`
+	// Conns splits PeersPerNode by why the connection manager keeps each.
+	Conns          ConnsPerNode `json:"conns_per_node"`
+	GoroutinesPeak int          `json:"goroutines_peak"`
 	// HeapPerNodeMB and HeapPeakMB are the live heap (what survived the
 	// last GC, independent of GOGC).
 	HeapPerNodeMB float64 `json:"heap_per_node_mb"`
@@ -502,6 +504,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	row("bootstrap node", fmt.Sprintf("%.1f msg/s, %s/s out", t.BootstrapMsgsPerS, bytesStr(t.BootstrapBytesOutS)))
 	res := r.Resources
 	row("goroutines", fmt.Sprintf("%.0f per node (peak %d in the process); %.0f connected peers per node", res.GoroutinesPerNode, res.GoroutinesPeak, res.PeersPerNode))
+	if c := res.Conns; c.Protected+c.Young+c.Other > 0 {
+		row("  connections", fmt.Sprintf("%.0f protected (%.0f view peers, %.0f DHT nearest buckets, %.0f only GossipSub meshes), %.0f younger than the grace period, %.0f others", c.Protected, c.View, c.DHT, c.Protected-c.ViewOrDHT, c.Young, c.Other))
+	}
 	row("live heap", fmt.Sprintf("%.2f MB per node (peak %.0f MB); stacks %.2f MB per node (peak %.0f MB)", res.HeapPerNodeMB, res.HeapPeakMB, res.StacksPerNodeMB, res.StacksPeakMB))
 	row("RSS", fmt.Sprintf("peak %.0f MB, %.1f MB per node at the peak's node count (%d)", res.RSSPeakMB, perNode(res.RSSPeakMB, res.PeakNodes), res.PeakNodes))
 	row("CPU", fmt.Sprintf("%.1f s total, %.1f s in the measured window (%.3f s per node per second)", res.CPUSeconds, res.RunCPUSeconds, perNodeSecond(res.RunCPUSeconds, t.NodeSeconds)))

@@ -154,6 +154,7 @@ type sim struct {
 	heapSum      float64
 	stackSum     float64
 	connSum      float64 // connected peers per agent node, summed over samples
+	conns        connSums
 	lastSample   trafficTotals
 	lastSampleAt time.Time
 	sybil        *sybilRun // KindSybil's hostile peer, once it has joined
@@ -1090,14 +1091,15 @@ func (sm *sim) sampleAt(now time.Time) {
 	rss := rssBytes()
 	sm.mu.Lock()
 	defer sm.mu.Unlock()
-	up, live, conns := 0, 0, 0
+	up, live := 0, 0
+	var cs connSums
 	for _, vn := range sm.nodes {
 		if vn.state == stateUp {
 			up++
 			if !vn.boot {
 				live++
-				if vn.raw != nil {
-					conns += len(vn.raw.Network().Peers())
+				if vn.sh != nil {
+					cs.add(vn.sh, now.Add(-sm.s.ConnGrace))
 				}
 			}
 		}
@@ -1106,7 +1108,8 @@ func (sm *sim) sampleAt(now time.Time) {
 		return
 	}
 	if live > 0 {
-		sm.connSum += float64(conns) / float64(live)
+		sm.connSum += float64(cs.peers) / float64(live)
+		sm.conns.addMean(cs, live)
 	}
 	agents, _ := sm.trafficLocked()
 	d := agents.sub(sm.lastSample)

@@ -3,6 +3,7 @@ package simnet
 import (
 	"context"
 	"log/slog"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -128,6 +129,12 @@ func checkRun(t *testing.T, rep *Report, minRecall, maxStale float64) {
 	}
 	if rep.Resources.Samples == 0 || rep.Resources.GoroutinesPerNode <= 0 || rep.Resources.HeapPerNodeMB <= 0 {
 		t.Errorf("resources not sampled: %+v", rep.Resources)
+	}
+	// Every connected peer is counted once: protected, young or other;
+	// a node's own agents' peers are in its view and kept.
+	c := rep.Resources.Conns
+	if sum := c.Protected + c.Young + c.Other; math.Abs(sum-rep.Resources.PeersPerNode) > 1e-6 || c.View <= 0 || c.ViewOrDHT > c.Protected {
+		t.Errorf("connections split %+v; %.2f peers per node", c, rep.Resources.PeersPerNode)
 	}
 	if len(rep.Timeline) == 0 || rep.Timeline[0].Live == 0 {
 		t.Errorf("timeline: %+v", rep.Timeline)
