@@ -46,7 +46,9 @@ type loopState struct {
 	rvKeys     []record.Key     // the rendezvous keys counted in refs (a hosted record's are its DHTKeys)
 	values     map[string]value
 	failKeys   map[[32]byte]record.Key
-	failValues map[string]value
+	// failValues are the keys of values whose last put reached no peer
+	// (the value itself is in values: a lone registry keeps 100 000 here).
+	failValues map[string]struct{}
 	retry      backoff.Backoff
 
 	// Value puts are paced (Config.ValuePutRate): puts waits for its
@@ -63,7 +65,7 @@ func (d *DHT) run(ctx context.Context) {
 	st := &loopState{
 		keys: map[[32]byte]record.Key{}, values: map[string]value{},
 		refs:     map[[32]byte]int{},
-		failKeys: map[[32]byte]record.Key{}, failValues: map[string]value{},
+		failKeys: map[[32]byte]record.Key{}, failValues: map[string]struct{}{},
 		retry:    backoff.Backoff{Base: d.cfg.RetryInterval, Max: d.cfg.ReprovideInterval},
 		puts:     newPutQueue(),
 		inflight: map[string]bool{},
@@ -165,12 +167,11 @@ func mapValues[K comparable, V any](m map[K]V) []V {
 }
 
 func (d *DHT) retryFailed(ctx context.Context, st *loopState) {
-	keys, vals := mapValues(st.failKeys), mapValues(st.failValues)
-	if len(keys) > 0 {
+	if keys := mapValues(st.failKeys); len(keys) > 0 {
 		d.provideKeys(ctx, st, keys, false)
 	}
-	if len(vals) > 0 {
-		d.putValues(st, vals, true)
+	for k := range st.failValues {
+		st.puts.push(k, true)
 	}
 }
 
@@ -466,8 +467,8 @@ func (d *DHT) drainPuts(ctx context.Context, st *loopState, done chan<- putResul
 			if !ok {
 				break
 			}
-			if v, ok := st.values[k]; ok {
-				st.failValues[k] = v
+			if _, ok := st.values[k]; ok {
+				st.failValues[k] = struct{}{}
 			}
 		}
 		return
@@ -545,7 +546,7 @@ func (d *DHT) putFinished(st *loopState, r putResult) {
 		return
 	}
 	d.log.Debug("dht put value failed", "key", r.v.key, "stored", r.stored, "err", r.err)
-	st.failValues[r.v.key] = r.v
+	st.failValues[r.v.key] = struct{}{}
 }
 
 // putQueue is the FIFO of value keys waiting for their put: urgent keys
