@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentd/agentd/internal/weakctx"
 	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/trust"
@@ -170,6 +171,9 @@ type Gossip struct {
 	m    *metrics.Metrics
 	log  *slog.Logger
 	ps   *pubsub.PubSub
+	// psCtx is the context pubsub runs under: g.ctx, holding the contexts
+	// pubsub derives from it weakly.
+	psCtx *weakctx.Context
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -299,7 +303,11 @@ func New(ctx context.Context, h host.Host, cfg Config, v *trust.Verifier, sink S
 	for _, t := range c.Tracers {
 		opts = append(opts, pubsub.WithRawTracer(t))
 	}
-	ps, err := pubsub.NewGossipSub(g.ctx, h, opts...)
+	// go-libp2p-pubsub v0.17.0 derives a context from this one per peer
+	// session and never cancels it: with an ordinary context each stays
+	// in the parent's children until the node stops (package weakctx).
+	g.psCtx = weakctx.New(g.ctx)
+	ps, err := pubsub.NewGossipSub(g.psCtx, h, opts...)
 	if err != nil {
 		g.cancel()
 		return nil, fmt.Errorf("gossip: gossipsub: %w", err)
