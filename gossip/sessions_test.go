@@ -50,3 +50,33 @@ func TestPeerSessionsAreNotKept(t *testing.T) {
 	}
 	t.Logf("%d contexts registered after %d sessions (%d while one was up)", n, sessions, live)
 }
+
+// A peer that leaves with nothing against it is forgotten by pubsub's
+// scoring; one with a penalty is kept (RetainScore), so that it cannot
+// shed the penalty by reconnecting.
+func TestNeutralPeerScoreIsNotKept(t *testing.T) {
+	tn := newTestNet(t, 3, Config{ScoreInspectPeriod: 100 * time.Millisecond})
+	a, good, bad := tn.nodes[0], tn.nodes[1], tn.nodes[2]
+	for _, p := range []*tnode{good, bad} {
+		tn.connect(a, p)
+	}
+	testutil.Eventually(t, 10*time.Second, "both peers scored", func() bool {
+		s := a.g.PeerScores()
+		_, g := s[good.h.ID()]
+		_, b := s[bad.h.ID()]
+		return g && b
+	})
+	a.g.pen.add(bad.h.ID()) // one unvetted delivery: −10
+	for _, p := range []*tnode{good, bad} {
+		if err := tn.mn.DisconnectPeers(a.h.ID(), p.h.ID()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, 10*time.Second, "the neutral peer forgotten", func() bool {
+		_, ok := a.g.PeerScores()[good.h.ID()]
+		return !ok
+	})
+	if s, ok := a.g.PeerScores()[bad.h.ID()]; !ok || s >= 0 {
+		t.Fatalf("penalised peer: score %v, kept %v; want kept below zero", s, ok)
+	}
+}
