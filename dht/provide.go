@@ -41,11 +41,11 @@ func (v value) bytes() []byte { return v.rec.MarshalAnnounce() }
 
 // loopState is owned by the run goroutine.
 type loopState struct {
-	keys       map[[32]byte]record.Key
-	refs       map[[32]byte]int // how many sources want each key
-	rvKeys     []record.Key     // the rendezvous keys counted in refs (a hosted record's are its DHTKeys)
-	values     map[string]value
-	failKeys   map[[32]byte]record.Key
+	keys     map[[32]byte]record.Key
+	refs     map[[32]byte]int // how many sources want each key
+	rvKeys   []record.Key     // the rendezvous keys counted in refs (a hosted record's are its DHTKeys)
+	values   map[string]value
+	failKeys map[[32]byte]record.Key
 	// failValues are the keys of values whose last put reached no peer
 	// (the value itself is in values: a lone registry keeps 100 000 here).
 	failValues map[string]struct{}
