@@ -31,7 +31,11 @@ func TestConnSums(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer cm.Close()
+		defer func() {
+			if err := cm.Close(); err != nil {
+				t.Error(err)
+			}
+		}()
 		ps := []peer.ID{"view", "view+dht", "mesh", "old", "young"}
 		for _, p := range ps[:4] {
 			cm.Notifee().Connected(nil, fakeConn{p: p})
