@@ -49,7 +49,7 @@ func TestViewPeersAreProtected(t *testing.T) {
 		p := host0.Host().ID()
 		waitFor(t, 10*time.Second, "the agent in the watcher's view", func() bool { return hears(watcher, sa.Agent.AgentID) })
 		watcher.tagViewPeers()
-		if !cm.IsProtected(p, viewTag) {
+		if !cm.IsProtected(p, ViewTag) {
 			t.Fatalf("connection to a view peer not protected: %+v", cm.GetTagInfo(p))
 		}
 		if err := host0.Unregister(ctx, sa.Agent.AgentID, record.ReasonMaintenance); err != nil {
@@ -60,7 +60,7 @@ func TestViewPeersAreProtected(t *testing.T) {
 		if cm.GetTagInfo(p) == nil {
 			t.Fatal("the connection is gone")
 		}
-		if cm.IsProtected(p, viewTag) {
+		if cm.IsProtected(p, ViewTag) {
 			t.Fatal("protection kept after the peer's last agent left")
 		}
 	})

@@ -747,7 +747,6 @@ func (n *Node) updateGauges() {
 const (
 	// ViewTag is the connection manager tag (and protection) of view peers.
 	ViewTag         = "agentd-view"
-	viewTag         = ViewTag
 	viewTagWeight   = 20
 	viewTagInterval = time.Second
 	viewProtectMax  = 64
@@ -772,17 +771,17 @@ func (n *Node) tagViewPeers() {
 	protect, tag, release := planViewConns(n.host.Network().Peers(), func(p peer.ID) bool { return n.view.CountByPeer(p) > 0 },
 		func(p peer.ID) uint64 { return maphash.String(n.vc.seed, string(p)) }, n.vc.protected, viewProtectMax)
 	for _, p := range release {
-		cm.Unprotect(p, viewTag)
-		cm.UntagPeer(p, viewTag)
+		cm.Unprotect(p, ViewTag)
+		cm.UntagPeer(p, ViewTag)
 	}
 	n.vc.protected = make(map[peer.ID]struct{}, len(protect))
 	for _, p := range protect {
 		n.vc.protected[p] = struct{}{}
-		cm.Protect(p, viewTag)
-		cm.UntagPeer(p, viewTag)
+		cm.Protect(p, ViewTag)
+		cm.UntagPeer(p, ViewTag)
 	}
 	for _, p := range tag {
-		cm.TagPeer(p, viewTag, viewTagWeight)
+		cm.TagPeer(p, ViewTag, viewTagWeight)
 	}
 }
 
