@@ -133,8 +133,8 @@ func (sm *sim) report(setup SetupInfo) *Report {
 		res.GoroutinesPerNode = sm.goroSum / float64(res.Samples)
 		res.HeapPerNodeMB = sm.heapSum / float64(res.Samples)
 		res.StacksPerNodeMB = sm.stackSum / float64(res.Samples)
-		res.PeersPerNode = sm.connSum / float64(res.Samples)
 		res.Conns = sm.conns.mean(res.Samples)
+		res.PeersPerNode = res.Conns.Peers
 	}
 	r.Resources = res
 

@@ -16,25 +16,24 @@ const kbucketTag = "kbucket"
 // ConnsPerNode is why an agent node's connections stay open, as the
 // connection manager sees them: a protected connection is never trimmed
 // (view peers, kad-dht's nearest buckets, GossipSub mesh peers; a peer may
-// be protected for several reasons, so View and DHT overlap); a young one
-// is within the grace period; the others are what a trim may close once
-// the node holds more than the high watermark. Means per node over the
-// samples.
+// be protected for several reasons, so View and DHT overlap, and MeshOnly
+// counts the protected peers that are neither); a young one is within the
+// grace period; the others are what a trim may close once the node holds
+// more than the high watermark. Means per node over the samples; Peers is
+// their sum.
 type ConnsPerNode struct {
+	Peers     float64 `json:"peers"`
 	Protected float64 `json:"protected"`
 	View      float64 `json:"view"`
 	DHT       float64 `json:"dht_buckets"`
-	ViewOrDHT float64 `json:"view_or_dht"`
+	MeshOnly  float64 `json:"mesh_only"`
 	Young     float64 `json:"young"`
 	Other     float64 `json:"other"`
 }
 
-// connSums counts connections of the nodes of one sample (or, summed over
-// samples, their per-node means).
-type connSums struct {
-	peers                                         int
-	protected, view, dht, viewOrDHT, young, other float64
-}
+// connSums counts the connections of the nodes of one sample, or, summed
+// over samples, their per-node means.
+type connSums ConnsPerNode
 
 // add counts h's connected peers; a peer whose oldest open connection
 // was opened after since is young (the connection manager's grace period
@@ -54,19 +53,19 @@ func (c *connSums) add(h host.Host, since time.Time) {
 
 func (c *connSums) count(peers []peer.ID, cm connmgr.ConnManager, young func(peer.ID) bool) {
 	for _, p := range peers {
-		c.peers++
+		c.Peers++
 		if cm.IsProtected(p, "") {
-			c.protected++
+			c.Protected++
 			v, d := cm.IsProtected(p, node.ViewTag), cm.IsProtected(p, kbucketTag)
-			c.view += b2f(v)
-			c.dht += b2f(d)
-			c.viewOrDHT += b2f(v || d)
+			c.View += b2f(v)
+			c.DHT += b2f(d)
+			c.MeshOnly += b2f(!v && !d)
 			continue
 		}
 		if young(p) {
-			c.young++
+			c.Young++
 		} else {
-			c.other++
+			c.Other++
 		}
 	}
 }
@@ -74,17 +73,18 @@ func (c *connSums) count(peers []peer.ID, cm connmgr.ConnManager, young func(pee
 // addMean adds one sample's per-node means (s over live nodes).
 func (c *connSums) addMean(s connSums, live int) {
 	n := float64(live)
-	c.protected += s.protected / n
-	c.view += s.view / n
-	c.dht += s.dht / n
-	c.viewOrDHT += s.viewOrDHT / n
-	c.young += s.young / n
-	c.other += s.other / n
+	c.Peers += s.Peers / n
+	c.Protected += s.Protected / n
+	c.View += s.View / n
+	c.DHT += s.DHT / n
+	c.MeshOnly += s.MeshOnly / n
+	c.Young += s.Young / n
+	c.Other += s.Other / n
 }
 
 func (c *connSums) mean(samples int) ConnsPerNode {
 	n := float64(samples)
-	return ConnsPerNode{Protected: c.protected / n, View: c.view / n, DHT: c.dht / n, ViewOrDHT: c.viewOrDHT / n, Young: c.young / n, Other: c.other / n}
+	return ConnsPerNode{Peers: c.Peers / n, Protected: c.Protected / n, View: c.View / n, DHT: c.DHT / n, MeshOnly: c.MeshOnly / n, Young: c.Young / n, Other: c.Other / n}
 }
 
 func b2f(b bool) float64 {

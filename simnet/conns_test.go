@@ -53,14 +53,14 @@ func TestConnSums(t *testing.T) {
 			ti := cm.GetTagInfo(p)
 			return ti != nil && ti.FirstSeen.After(since)
 		})
-		if one.peers != 5 {
-			t.Fatalf("peers = %d, want 5", one.peers)
+		if one.Peers != 5 {
+			t.Fatalf("peers = %v, want 5", one.Peers)
 		}
 		var all connSums
 		all.addMean(one, 1)
 		all.addMean(one, 1)
 		got := all.mean(2)
-		want := ConnsPerNode{Protected: 3, View: 2, DHT: 1, ViewOrDHT: 2, Young: 1, Other: 1}
+		want := ConnsPerNode{Peers: 5, Protected: 3, View: 2, DHT: 1, MeshOnly: 1, Young: 1, Other: 1}
 		if got != want {
 			t.Fatalf("mean = %+v, want %+v", got, want)
 		}

@@ -505,7 +505,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	res := r.Resources
 	row("goroutines", fmt.Sprintf("%.0f per node (peak %d in the process); %.0f connected peers per node", res.GoroutinesPerNode, res.GoroutinesPeak, res.PeersPerNode))
 	if c := res.Conns; c.Protected+c.Young+c.Other > 0 {
-		row("  connections", fmt.Sprintf("%.0f protected (%.0f view peers, %.0f DHT nearest buckets, %.0f only GossipSub meshes), %.0f younger than the grace period, %.0f others", c.Protected, c.View, c.DHT, c.Protected-c.ViewOrDHT, c.Young, c.Other))
+		row("  connections", fmt.Sprintf("%.0f protected (%.0f view peers, %.0f DHT nearest buckets, %.0f only GossipSub meshes), %.0f younger than the grace period, %.0f others", c.Protected, c.View, c.DHT, c.MeshOnly, c.Young, c.Other))
 	}
 	row("live heap", fmt.Sprintf("%.2f MB per node (peak %.0f MB); stacks %.2f MB per node (peak %.0f MB)", res.HeapPerNodeMB, res.HeapPeakMB, res.StacksPerNodeMB, res.StacksPeakMB))
 	row("RSS", fmt.Sprintf("peak %.0f MB, %.1f MB per node at the peak's node count (%d)", res.RSSPeakMB, perNode(res.RSSPeakMB, res.PeakNodes), res.PeakNodes))

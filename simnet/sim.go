@@ -153,8 +153,7 @@ type sim struct {
 	goroSum      float64
 	heapSum      float64
 	stackSum     float64
-	connSum      float64 // connected peers per agent node, summed over samples
-	conns        connSums
+	conns        connSums // per agent node, summed over samples
 	lastSample   trafficTotals
 	lastSampleAt time.Time
 	sybil        *sybilRun // KindSybil's hostile peer, once it has joined
@@ -1108,7 +1107,6 @@ func (sm *sim) sampleAt(now time.Time) {
 		return
 	}
 	if live > 0 {
-		sm.connSum += float64(cs.peers) / float64(live)
 		sm.conns.addMean(cs, live)
 	}
 	agents, _ := sm.trafficLocked()

@@ -133,7 +133,7 @@ func checkRun(t *testing.T, rep *Report, minRecall, maxStale float64) {
 	// Every connected peer is counted once: protected, young or other;
 	// a node's own agents' peers are in its view and kept.
 	c := rep.Resources.Conns
-	if sum := c.Protected + c.Young + c.Other; math.Abs(sum-rep.Resources.PeersPerNode) > 1e-6 || c.View <= 0 || c.ViewOrDHT > c.Protected {
+	if sum := c.Protected + c.Young + c.Other; math.Abs(sum-rep.Resources.PeersPerNode) > 1e-6 || c.View <= 0 || c.MeshOnly > c.Protected {
 		t.Errorf("connections split %+v; %.2f peers per node", c, rep.Resources.PeersPerNode)
 	}
 	if len(rep.Timeline) == 0 || rep.Timeline[0].Live == 0 {
