@@ -124,6 +124,7 @@ type DHT struct {
 	log    *slog.Logger
 	val    Validator
 	priv   crypto.PrivKey
+	selfID string // h.ID() as text: the id of the node's own DHT value
 
 	fetchSem chan struct{}
 	limiter  *peerLimiter
@@ -186,6 +187,7 @@ func New(h host.Host, cfg Config, v *trust.Verifier, hosted Hosted, m *metrics.M
 		h: h, cfg: cfg, v: v, hosted: hosted, m: m,
 		log:        log.With("component", "dht"),
 		priv:       priv,
+		selfID:     h.ID().String(),
 		fetchSem:   make(chan struct{}, cfg.MaxConcurrentFetch),
 		limiter:    newPeerLimiter(cfg.ServeRateLimit, cfg.ServeBurst),
 		changed:    make(chan struct{}, 1),

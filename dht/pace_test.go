@@ -1,6 +1,8 @@
 package dht
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -37,6 +39,48 @@ func TestPutQueueOrder(t *testing.T) {
 	q.push("y", true)
 	if q.routineLen() != 1 || q.len() != 2 {
 		t.Fatalf("routine %d of %d", q.routineLen(), q.len())
+	}
+}
+
+// A node alone has every value's put fail: once all have, one flag says so
+// instead of an entry per value (85 bytes a record for a registry loading
+// 100 000 before any peer joins), and the retry puts them all. Some failed
+// out of many keep an entry each, and only they are put again.
+func TestEveryValueFailedIsOneFlag(t *testing.T) {
+	var cfg Config
+	cfg.setDefaults()
+	st := newLoopState(cfg)
+	const n = 1000
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("agent-%d", i)
+		st.values[ids[i]] = value{id: ids[i], seq: 1}
+	}
+	for _, id := range ids[:10] {
+		st.valueFailed(id)
+	}
+	if st.failAll || len(st.failValues) != 10 || st.failedValues() != 10 {
+		t.Fatalf("10 of %d failed: failAll %v, %d entries, %d pending", n, st.failAll, len(st.failValues), st.failedValues())
+	}
+	d := &DHT{}
+	d.retryFailed(context.Background(), st)
+	if st.puts.len() != 10 {
+		t.Fatalf("retry queued %d puts, want the 10 that failed", st.puts.len())
+	}
+	for st.puts.len() > 0 {
+		st.puts.pop()
+	}
+	for _, id := range ids {
+		st.valueFailed(id)
+		st.valueFailed(id) // failed again: counted once
+	}
+	if !st.failAll || len(st.failValues) != 0 || st.failedValues() != n {
+		t.Fatalf("all %d failed: failAll %v, %d entries, %d pending", n, st.failAll, len(st.failValues), st.failedValues())
+	}
+	delete(st.values, ids[0]) // unregistered meanwhile: not put again
+	d.retryFailed(context.Background(), st)
+	if st.failAll || st.failedValues() != 0 || st.puts.len() != n-1 {
+		t.Fatalf("after the retry: failAll %v, %d pending, %d queued, want %d queued", st.failAll, st.failedValues(), st.puts.len(), n-1)
 	}
 }
 

@@ -20,9 +20,12 @@ import (
 // loop; each runs its own lookup and up to k stores.
 const provideParallel = 4
 
-// value is one DHT value the node keeps alive.
+// value is one DHT value the node keeps alive. The loop's maps and queue
+// name it by id, not by its key ("/agentd/" + id): id is the record's own
+// agent id string (or the node's peer id for its own value), so a hosted
+// value costs no string of its own — 48 bytes a record at 100 000.
 type value struct {
-	key string
+	id  string // an agent id, or the node's peer id (ValueKey)
 	seq uint64
 	rec *record.SignedAgent // the hosted record, verified by the node
 	// putAt is when this seq of the value last reached a peer (Unix ns; 0:
@@ -39,16 +42,23 @@ type value struct {
 // and the record itself is held by the live view anyway.
 func (v value) bytes() []byte { return v.rec.MarshalAnnounce() }
 
+// key is the DHT key the value is stored under.
+func (v value) key() string { return ValueKey(v.id) }
+
 // loopState is owned by the run goroutine.
 type loopState struct {
 	keys     map[[32]byte]record.Key
 	refs     map[[32]byte]int // how many sources want each key
 	rvKeys   []record.Key     // the rendezvous keys counted in refs (a hosted record's are its DHTKeys)
-	values   map[string]value
+	values   map[string]value // by value.id
 	failKeys map[[32]byte]record.Key
-	// failValues are the keys of values whose last put reached no peer
-	// (the value itself is in values: a lone registry keeps 100 000 here).
+	// failValues are the ids of values whose last put reached no peer
+	// (the value itself is in values), unless failAll: then every value
+	// waits for a retry. A node alone (a registry loading 100 000 records
+	// before any peer joins) has every value fail; an entry each was 85
+	// bytes a record.
 	failValues map[string]struct{}
+	failAll    bool
 	retry      backoff.Backoff
 
 	// Value puts are paced (Config.ValuePutRate): puts waits for its
@@ -59,18 +69,22 @@ type loopState struct {
 	roundStart time.Time // when the last republish round was queued
 }
 
-// run is the reprovide/republish loop. It owns every provide and put.
-func (d *DHT) run(ctx context.Context) {
-	defer d.wg.Done()
-	st := &loopState{
+func newLoopState(cfg Config) *loopState {
+	return &loopState{
 		keys: map[[32]byte]record.Key{}, values: map[string]value{},
 		refs:     map[[32]byte]int{},
 		failKeys: map[[32]byte]record.Key{}, failValues: map[string]struct{}{},
-		retry:    backoff.Backoff{Base: d.cfg.RetryInterval, Max: d.cfg.ReprovideInterval},
+		retry:    backoff.Backoff{Base: cfg.RetryInterval, Max: cfg.ReprovideInterval},
 		puts:     newPutQueue(),
 		inflight: map[string]bool{},
-		lim:      rate.NewLimiter(d.cfg.ValuePutRate, d.cfg.ValuePutBurst),
+		lim:      rate.NewLimiter(cfg.ValuePutRate, cfg.ValuePutBurst),
 	}
+}
+
+// run is the reprovide/republish loop. It owns every provide and put.
+func (d *DHT) run(ctx context.Context) {
+	defer d.wg.Done()
+	st := newLoopState(d.cfg)
 	// Puts still running when ctx ends send their result nowhere.
 	putDone := make(chan putResult, maxPutsInFlight)
 	pace := time.NewTimer(time.Hour)
@@ -123,7 +137,7 @@ func (d *DHT) run(ctx context.Context) {
 			return
 		}
 		d.drainPuts(ctx, st, putDone, pace)
-		pending := len(st.failKeys) + len(st.failValues)
+		pending := len(st.failKeys) + st.failedValues()
 		d.mu.Lock()
 		d.status.ProvidedKeys = len(st.keys)
 		d.status.PublishedValues = len(st.values)
@@ -170,8 +184,36 @@ func (d *DHT) retryFailed(ctx context.Context, st *loopState) {
 	if keys := mapValues(st.failKeys); len(keys) > 0 {
 		d.provideKeys(ctx, st, keys, false)
 	}
-	for k := range st.failValues {
-		st.puts.push(k, true)
+	if st.failAll {
+		for id := range st.values {
+			st.puts.push(id, true)
+		}
+		st.failAll = false
+		return
+	}
+	for id := range st.failValues {
+		st.puts.push(id, true)
+	}
+}
+
+// failedValues is how many values wait for a retry.
+func (st *loopState) failedValues() int {
+	if st.failAll {
+		return len(st.values)
+	}
+	return len(st.failValues)
+}
+
+// valueFailed marks the value id (one of values) as waiting for a retry.
+// Once every value is, one flag says so instead of an entry each.
+func (st *loopState) valueFailed(id string) {
+	if st.failAll {
+		return
+	}
+	st.failValues[id] = struct{}{}
+	if len(st.failValues) == len(st.values) {
+		st.failAll = true
+		st.failValues = map[string]struct{}{}
 	}
 }
 
@@ -206,7 +248,7 @@ func (d *DHT) applyChange(ctx context.Context, st *loopState) {
 		// The keys counted for the agent are those of the record the loop
 		// holds as its value: derived again rather than kept (3 keys of
 		// 64 bytes per hosted agent, 43 MB at 100 000).
-		if v, ok := st.values[ValueKey(id)]; ok {
+		if v, ok := st.values[id]; ok {
 			old = v.rec.Agent.DHTKeys()
 		}
 		added = d.swapKeys(st, old, keys, added)
@@ -218,29 +260,30 @@ func (d *DHT) applyChange(ctx context.Context, st *loopState) {
 
 	var puts []value
 	put := func(v value) {
-		if old, ok := st.values[v.key]; !ok || old.seq != v.seq || (old.rec != v.rec && old.rec.Hash() != v.rec.Hash()) {
+		if old, ok := st.values[v.id]; !ok || old.seq != v.seq || (old.rec != v.rec && old.rec.Hash() != v.rec.Hash()) {
 			puts = append(puts, v)
 		} else {
 			v.putAt = old.putAt // the same value: its last put still counts
 		}
-		st.values[v.key] = v
+		st.values[v.id] = v
 	}
-	drop := func(k string) {
-		delete(st.values, k)
-		delete(st.failValues, k)
+	drop := func(id string) {
+		delete(st.values, id)
+		delete(st.failValues, id)
 	}
 	for id, r := range changed {
 		if r == nil {
-			drop(ValueKey(id))
+			drop(id)
 			continue
 		}
-		put(value{key: ValueKey(id), seq: r.Agent.Seq, rec: r})
+		// The record's own string, not the dirty set's.
+		put(value{id: r.Agent.AgentID, seq: r.Agent.Seq, rec: r})
 	}
-	self := d.h.ID().String()
+	self := d.selfID
 	if own != nil && own.Agent.PeerID == self {
-		put(value{key: ValueKey(self), seq: own.Agent.Seq, rec: own})
+		put(value{id: self, seq: own.Agent.Seq, rec: own})
 	} else {
-		drop(ValueKey(self))
+		drop(self)
 	}
 
 	if len(added) > 0 {
@@ -439,7 +482,7 @@ func fanOut(peers []peer.ID, f func(peer.ID) error) int {
 // records, retries) before the republish round's.
 func (d *DHT) putValues(st *loopState, vals []value, urgent bool) {
 	for _, v := range vals {
-		st.puts.push(v.key, urgent)
+		st.puts.push(v.id, urgent)
 	}
 }
 
@@ -468,12 +511,12 @@ func (d *DHT) drainPuts(ctx context.Context, st *loopState, done chan<- putResul
 				break
 			}
 			if _, ok := st.values[k]; ok {
-				st.failValues[k] = struct{}{}
+				st.valueFailed(k)
 			}
 		}
 		return
 	}
-	var busy []string // keys with a put running: queued again after it
+	var busy []string // ids with a put running: queued again after it
 	for len(st.inflight) < maxPutsInFlight {
 		k, ok := st.puts.peek()
 		if !ok {
@@ -527,8 +570,8 @@ func (d *DHT) drainPuts(ctx context.Context, st *loopState, done chan<- putResul
 // peer is kept for retry. A value replaced meanwhile (a newer seq) was
 // queued again by the change.
 func (d *DHT) putFinished(st *loopState, r putResult) {
-	delete(st.inflight, r.v.key)
-	cur, still := st.values[r.v.key]
+	delete(st.inflight, r.v.id)
+	cur, still := st.values[r.v.id]
 	if !still || cur.seq != r.v.seq {
 		return
 	}
@@ -539,22 +582,22 @@ func (d *DHT) putFinished(st *loopState, r putResult) {
 		d.countPut("no_peers")
 	default:
 		d.countPut("ok")
-		d.log.Debug("dht put value", "key", r.v.key, "seq", r.v.seq, "stored", r.stored)
-		delete(st.failValues, r.v.key)
+		d.log.Debug("dht put value", "id", r.v.id, "seq", r.v.seq, "stored", r.stored)
+		delete(st.failValues, r.v.id) // under failAll, put again at the retry
 		cur.putAt = time.Now().UnixNano()
-		st.values[r.v.key] = cur
+		st.values[r.v.id] = cur
 		return
 	}
-	d.log.Debug("dht put value failed", "key", r.v.key, "stored", r.stored, "err", r.err)
-	st.failValues[r.v.key] = struct{}{}
+	d.log.Debug("dht put value failed", "id", r.v.id, "stored", r.stored, "err", r.err)
+	st.valueFailed(r.v.id)
 }
 
-// putQueue is the FIFO of value keys waiting for their put: urgent keys
-// first. A key is queued once; an urgent push of a key waiting in the
+// putQueue is the FIFO of values (by id) waiting for their put: urgent
+// ones first. An id is queued once; an urgent push of an id waiting in the
 // routine list moves it ahead.
 type putQueue struct {
 	urgent, routine []string
-	// queued: the keys waiting, true when urgent.
+	// queued: the ids waiting, true when urgent.
 	queued map[string]bool
 }
 
@@ -636,14 +679,15 @@ func (d *DHT) putValue(ctx context.Context, v value) (int, error) {
 	// it to its key and its validity window, and kad-dht's own validation
 	// of the local copy finds it verified.
 	d.val.Verified.put(sha256.Sum256(val), v.rec)
-	if err := d.val.Validate(v.key, val); err != nil {
+	key := v.key()
+	if err := d.val.Validate(key, val); err != nil {
 		return 0, fmt.Errorf("own value does not validate: %w", err)
 	}
-	peers, err := d.small.closest(ctx, kad.RoutingTable().Size(), v.key, kad.GetClosestPeers)
+	peers, err := d.small.closest(ctx, kad.RoutingTable().Size(), key, kad.GetClosestPeers)
 	if err != nil && len(peers) == 0 {
 		return 0, fmt.Errorf("closest peers: %w", err)
 	}
-	rec := lprecord.MakePutRecord(v.key, val)
+	rec := lprecord.MakePutRecord(key, val)
 	rec.TimeReceived = time.Now().UTC().Format(time.RFC3339Nano)
 	stored := fanOut(peers, func(p peer.ID) error { return pm.PutValue(ctx, p, rec) })
 	if stored < len(peers) {
