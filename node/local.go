@@ -316,10 +316,10 @@ func (n *Node) nextRecordSeq(ctx context.Context, agentID string) (uint64, error
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if last := n.lastSeq[agentID]; seq <= last {
+	if last := n.seqLocked(agentID); seq <= last {
 		seq = last + 1
 	}
-	n.lastSeq[agentID] = seq
+	n.setSeqLocked(agentID, seq)
 	return seq, nil
 }
 
@@ -328,17 +328,37 @@ func (n *Node) nextRecordSeq(ctx context.Context, agentID string) (uint64, error
 func (n *Node) nextBeatSeq(agentID string) uint64 {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	seq := max(n.lastSeq[agentID]+1, uint64(time.Now().UnixMilli()))
-	n.lastSeq[agentID] = seq
+	seq := max(n.seqLocked(agentID)+1, uint64(time.Now().UnixMilli()))
+	n.setSeqLocked(agentID, seq)
 	return seq
 }
 
 func (n *Node) noteSeq(agentID string, seq uint64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if seq > n.lastSeq[agentID] {
-		n.lastSeq[agentID] = seq
+	if seq > n.seqLocked(agentID) {
+		n.setSeqLocked(agentID, seq)
 	}
+}
+
+// seqLocked is the highest seq this node used for agentID (n.mu held):
+// kept in the hosted agent's memo, or in lastSeq for an agent whose
+// record the view has not taken yet or that is no longer hosted.
+func (n *Node) seqLocked(agentID string) uint64 {
+	if m, ok := n.memo[agentID]; ok {
+		return m.seq
+	}
+	return n.lastSeq[agentID]
+}
+
+// setSeqLocked records seq as the highest used for agentID (n.mu held).
+func (n *Node) setSeqLocked(agentID string, seq uint64) {
+	if m, ok := n.memo[agentID]; ok {
+		m.seq = seq
+		n.memo[agentID] = m
+		return
+	}
+	n.lastSeq[agentID] = seq
 }
 
 // signBeat signs a beat with the agent key when this node holds it, else

@@ -130,10 +130,13 @@ type Node struct {
 	// interest, read without walking every hosted record.
 	hostedShardCount map[string]int
 	agentMu          agentLocks
-	lastSeq          map[string]uint64 // highest seq used per hosted agent
-	fetches          map[string]time.Time
-	fetchSem         chan struct{}
-	leases           map[string]time.Time // hosted registrations that expire
+	// lastSeq is the highest seq used per agent that has no memo: not
+	// yet taken by the view, or no longer hosted (a hosted agent's is in
+	// its memo: one map entry per hosted agent, not two).
+	lastSeq  map[string]uint64
+	fetches  map[string]time.Time
+	fetchSem chan struct{}
+	leases   map[string]time.Time // hosted registrations that expire
 
 	ctx     context.Context
 	cancel  context.CancelFunc

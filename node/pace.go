@@ -173,7 +173,7 @@ func (n *Node) quietDue(id string, interval time.Duration) {
 		}
 		m = newHostedMemo(sa)
 	}
-	if stale || dueForResign(time.Now(), m.issued, m.ttl, interval) {
+	if stale || dueForResign(time.Now(), m.issuedAt(), m.ttl, interval) {
 		n.takeStale(id)
 		n.resignHosted(id)
 	}
@@ -217,7 +217,7 @@ func (n *Node) beatDue(id string, interval time.Duration) (hb gossip.Heartbeat, 
 		return hb, false
 	}
 	m := n.memoOf(a.Record)
-	if n.takeStale(id) || dueForResign(time.Now(), m.issued, m.ttl, interval) {
+	if n.takeStale(id) || dueForResign(time.Now(), m.issuedAt(), m.ttl, interval) {
 		n.resignHosted(id)
 		return hb, false
 	}
@@ -255,10 +255,13 @@ func (n *Node) memoOf(sa *record.SignedAgent) hostedMemo {
 // them all again.
 func (n *Node) applyHosted(sa *record.SignedAgent) {
 	m := newHostedMemo(sa)
+	id := sa.Agent.AgentID
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.dropHostedLocked(sa.Agent.AgentID)
-	n.memo[sa.Agent.AgentID] = m
+	n.dropHostedLocked(id)
+	m.seq = max(n.lastSeq[id], sa.Agent.Seq)
+	delete(n.lastSeq, id)
+	n.memo[id] = m
 	for _, s := range m.shards {
 		n.hostedShardCount[s]++
 	}
@@ -271,6 +274,7 @@ func (n *Node) dropHostedLocked(id string) {
 		return
 	}
 	delete(n.memo, id)
+	n.lastSeq[id] = m.seq // the seqs used stay above it if the agent comes back
 	for _, s := range m.shards {
 		if n.hostedShardCount[s] <= 1 {
 			delete(n.hostedShardCount, s)
@@ -285,14 +289,32 @@ func (n *Node) dropHostedLocked(id string) {
 type hostedMemo struct {
 	rec    *record.SignedAgent
 	shards []string
-	issued time.Time
+	issued int64 // Unix ns, 0 when issued_at does not parse (issuedAt)
 	ttl    time.Duration
+	seq    uint64 // the highest seq this node used for the agent (seqLocked)
+}
+
+// issuedAt is the record's issue time; the zero time when it does not parse.
+func (m hostedMemo) issuedAt() time.Time {
+	if m.issued == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, m.issued)
+}
+
+// unixNano is t in Unix ns, 0 for the zero time (or one outside the
+// years 1678–2262 that Unix ns can hold).
+func unixNano(t time.Time) int64 {
+	if t.IsZero() || t.Year() < 1678 || t.Year() > 2261 {
+		return 0
+	}
+	return t.UnixNano()
 }
 
 func newHostedMemo(sa *record.SignedAgent) hostedMemo {
 	return hostedMemo{
 		rec: sa, shards: sa.Agent.Shards(),
-		issued: sa.Agent.Issued(), ttl: time.Duration(sa.Agent.TTLSeconds) * time.Second,
+		issued: unixNano(sa.Agent.Issued()), ttl: time.Duration(sa.Agent.TTLSeconds) * time.Second,
 	}
 }
 
