@@ -46,8 +46,9 @@ type Config struct {
 
 // ConnectionsConfig is go-libp2p's connection manager: once a node holds
 // HighWater connections it closes the least valuable ones older than
-// GracePeriod until LowWater remain. Never closed: GossipSub's mesh peers,
-// kad-dht's nearest buckets and the peers of the live view (64 at most).
+// GracePeriod until LowWater of them remain. Never closed, and not counted
+// in LowWater: GossipSub's mesh peers, kad-dht's nearest buckets and the
+// peers of the live view (64 at most).
 type ConnectionsConfig struct {
 	LowWater    int      `yaml:"lowWater" json:"lowWater"`
 	HighWater   int      `yaml:"highWater" json:"highWater"`
@@ -273,7 +274,7 @@ func Default() Config {
 		Relay: RelayConfig{MaxReservations: 1024, MaxReservationsPerIP: 64, MaxCircuits: 16,
 			ReservationTTL: Duration(time.Hour), ConnDuration: Duration(2 * time.Minute), ConnData: 128 << 10}}
 	// package p2p's defaults (TestConnDefaultsMatchConfig there)
-	c.Connections = ConnectionsConfig{LowWater: 32, HighWater: 64, GracePeriod: Duration(3 * time.Second)}
+	c.Connections = ConnectionsConfig{LowWater: 16, HighWater: 64, GracePeriod: Duration(3 * time.Second)}
 	c.Discovery.SkillCenter.Timeout = Duration(10 * time.Second)
 	c.Discovery.SkillCenter.Cache.Enabled = true
 	c.Discovery.SkillCenter.Cache.TTL = Duration(300 * time.Second)

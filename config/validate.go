@@ -160,7 +160,7 @@ func (c Config) validate(v *validator) {
 func (c ConnectionsConfig) validate(v *validator) {
 	switch {
 	case c.LowWater < 0 || c.LowWater > 100_000:
-		v.add("connections.lowWater", "%d is out of range (0 = default 32, at most 100000)", c.LowWater)
+		v.add("connections.lowWater", "%d is out of range (0 = default 16, at most 100000)", c.LowWater)
 	case c.HighWater < 0 || c.HighWater > 100_000:
 		v.add("connections.highWater", "%d is out of range (0 = default 64, at most 100000)", c.HighWater)
 	case c.LowWater > 0 && c.HighWater > 0 && c.HighWater <= c.LowWater:

@@ -328,11 +328,18 @@ func ResourceManager(cfg Config) (network.ResourceManager, error) {
 		rcmgr.WithMetricsDisabled())
 }
 
-// Connection manager defaults: a node keeps DefaultLowWater connections
-// once it has more than DefaultHighWater, closing the least valuable
-// (untagged first: DHT lookups' leftovers) among those older than
-// DefaultConnGrace. GossipSub protects its mesh peers and kad-dht the
-// peers of its nearest buckets; agentd tags the peers of its live view.
+// Connection manager defaults: once a node has more than DefaultHighWater
+// connections, it closes the least valuable (untagged first: DHT lookups'
+// leftovers) among those older than DefaultConnGrace and not protected,
+// until DefaultLowWater of those remain. GossipSub protects its mesh peers,
+// kad-dht the peers of its nearest buckets, and agentd the first 64 peers
+// of its live view; protected connections are not counted in the low
+// watermark (go-libp2p's BasicConnMgr trims the candidates down to it), so
+// a node holds its protected connections plus DefaultLowWater others.
+// An agentd node protects some 75 at 250 nodes, already above the high
+// watermark: 16 others rather than 32 is 16 connections, 58 goroutines and
+// 0.4 MB of stacks less per node in simnet, with the same recall and DHT
+// lookup latency (docs/simnet.md, "Memory, fifth step").
 //
 // The grace period is short because what it shelters is mostly DHT
 // lookups' leftovers: a connection a node keeps is protected or tagged
@@ -343,7 +350,7 @@ func ResourceManager(cfg Config) (network.ResourceManager, error) {
 // 122 connections per node instead of 161 and 17.1 MB of RSS per node
 // instead of 21.7, with the same recall.
 const (
-	DefaultLowWater  = 32
+	DefaultLowWater  = 16
 	DefaultHighWater = 64
 	DefaultConnGrace = 3 * time.Second
 )
