@@ -6,12 +6,16 @@ import (
 	"unsafe"
 )
 
-// A registry's view holds an agentState per agent: its moments are
-// instants, not time.Time values, which keeps it in the 112-byte size
-// class (160 with three time.Time fields).
-func TestAgentStateSize(t *testing.T) {
+// A registry's view holds an agentState and a textDoc per agent. The
+// state's moments are instants, not time.Time values, which keeps it in
+// the 112-byte size class (160 with three time.Time fields); a textDoc
+// takes its agent id from its record (16 bytes, not 32).
+func TestPerAgentStructSizes(t *testing.T) {
 	if n := unsafe.Sizeof(agentState{}); n > 112 {
-		t.Fatalf("agentState is %d bytes, want at most 112", n)
+		t.Errorf("agentState is %d bytes, want at most 112", n)
+	}
+	if n := unsafe.Sizeof(textDoc{}); n > 16 {
+		t.Errorf("textDoc is %d bytes, want at most 16", n)
 	}
 }
 

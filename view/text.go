@@ -43,7 +43,7 @@ import (
 type textIndex struct {
 	mu      sync.RWMutex
 	dict    *btree.BTreeG[*posting]
-	docs    []textDoc // by doc number; agentID "" = dead
+	docs    []textDoc // by doc number; rec nil = dead
 	byAgent map[string]uint32
 	live    int
 	// suspended: changes only mark their agents dirty, and search
@@ -57,10 +57,10 @@ type posting struct {
 	refs []uint32 // doc<<2 | class, ascending doc, each doc once (its best class)
 }
 
+// textDoc is one indexed record (16 bytes: the agent id is the record's).
 type textDoc struct {
-	agentID string
-	sum     uint64              // hash of the record's terms and classes
-	rec     *record.SignedAgent // the record indexed (or one with the same text)
+	sum uint64              // hash of the record's terms and classes
+	rec *record.SignedAgent // the record indexed (or one with the same text); nil once removed
 }
 
 // textHit is a search result: the relevance score and the record the
@@ -148,7 +148,7 @@ func (x *textIndex) update(old, new *record.SignedAgent) {
 		x.compactLocked()
 	}
 	n := uint32(len(x.docs))
-	x.docs = append(x.docs, textDoc{agentID: id, sum: sum, rec: new})
+	x.docs = append(x.docs, textDoc{sum: sum, rec: new})
 	x.byAgent[id] = n
 	x.live++
 	probe := &posting{}
@@ -249,18 +249,18 @@ func (x *textIndex) compactLocked() {
 	renum := make([]uint32, len(x.docs))
 	docs := make([]textDoc, 0, x.live)
 	for i, d := range x.docs {
-		if d.agentID == "" {
+		if d.rec == nil {
 			continue
 		}
 		renum[i] = uint32(len(docs))
-		x.byAgent[d.agentID] = uint32(len(docs))
+		x.byAgent[d.rec.Agent.AgentID] = uint32(len(docs))
 		docs = append(docs, d)
 	}
 	var empty []*posting
 	x.dict.Ascend(func(p *posting) bool {
 		kept := p.refs[:0]
 		for _, r := range p.refs {
-			if x.docs[r>>2].agentID != "" {
+			if x.docs[r>>2].rec != nil {
 				kept = append(kept, renum[r>>2]<<2|r&3)
 			}
 		}
@@ -340,7 +340,7 @@ func (x *textIndex) search(q string) (hits map[string]textHit, ok, exact bool) {
 		term := map[uint32]float64{}
 		note := func(r uint32, exact float64) {
 			doc := r >> 2
-			if x.docs[doc].agentID == "" {
+			if x.docs[doc].rec == nil {
 				return
 			}
 			if s := classWeight[r&3] * exact * idf; s > term[doc] {
@@ -386,7 +386,7 @@ func (x *textIndex) search(q string) (hits map[string]textHit, ok, exact bool) {
 	hits = make(map[string]textHit, len(scores))
 	for doc, s := range scores {
 		d := x.docs[doc]
-		hits[d.agentID] = textHit{score: s, rec: d.rec}
+		hits[d.rec.Agent.AgentID] = textHit{score: s, rec: d.rec}
 	}
 	return hits, true, len(exps) == len(want)
 }
