@@ -69,6 +69,7 @@ type loopState struct {
 	roundStart time.Time // when the last republish round was queued
 }
 
+// newLoopState returns the loop's state before it holds anything.
 func newLoopState(cfg Config) *loopState {
 	return &loopState{
 		keys: map[[32]byte]record.Key{}, values: map[string]value{},
