@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/agentd/agentd/internal/testutil"
 	"github.com/agentd/agentd/record"
@@ -54,7 +55,7 @@ func TestEveryValueFailedIsOneFlag(t *testing.T) {
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("agent-%d", i)
-		st.values[ids[i]] = value{id: ids[i], seq: 1}
+		st.values[ids[i]] = value{}
 	}
 	for _, id := range ids[:10] {
 		st.valueFailed(id)
@@ -81,6 +82,15 @@ func TestEveryValueFailedIsOneFlag(t *testing.T) {
 	d.retryFailed(context.Background(), st)
 	if st.failAll || st.failedValues() != 0 || st.puts.len() != n-1 {
 		t.Fatalf("after the retry: failAll %v, %d pending, %d queued, want %d queued", st.failAll, st.failedValues(), st.puts.len(), n-1)
+	}
+}
+
+// The loop holds a value per hosted agent: its record and when it was last
+// put, named by the map's key (a 100 000-record registry's map was 40-byte
+// values keyed by a string of their own).
+func TestValueSize(t *testing.T) {
+	if n := unsafe.Sizeof(value{}); n > 16 {
+		t.Fatalf("value is %d bytes, want at most 16", n)
 	}
 }
 

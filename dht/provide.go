@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -20,13 +21,13 @@ import (
 // loop; each runs its own lookup and up to k stores.
 const provideParallel = 4
 
-// value is one DHT value the node keeps alive. The loop's maps and queue
-// name it by id, not by its key ("/agentd/" + id): id is the record's own
-// agent id string (or the node's peer id for its own value), so a hosted
-// value costs no string of its own — 48 bytes a record at 100 000.
+// value is one DHT value the node keeps alive: the record whose Announce
+// is stored, under ValueKey(id). The loop's maps and queue name a value
+// by its id (an agent id, or the node's peer id for its own value), not
+// by its key: an agent's id is its record's own string, so a hosted value
+// costs no string of its own (48 bytes a record at 100 000), and the value
+// is 16 bytes (its seq is the record's).
 type value struct {
-	id  string // an agent id, or the node's peer id (ValueKey)
-	seq uint64
 	rec *record.SignedAgent // the hosted record, verified by the node
 	// putAt is when this seq of the value last reached a peer (Unix ns; 0:
 	// never). The republish round skips a value put less than
@@ -42,15 +43,15 @@ type value struct {
 // and the record itself is held by the live view anyway.
 func (v value) bytes() []byte { return v.rec.MarshalAnnounce() }
 
-// key is the DHT key the value is stored under.
-func (v value) key() string { return ValueKey(v.id) }
+// seq is the value's version: its record's seq.
+func (v value) seq() uint64 { return v.rec.Agent.Seq }
 
 // loopState is owned by the run goroutine.
 type loopState struct {
 	keys     map[[32]byte]record.Key
 	refs     map[[32]byte]int // how many sources want each key
 	rvKeys   []record.Key     // the rendezvous keys counted in refs (a hosted record's are its DHTKeys)
-	values   map[string]value // by value.id
+	values   map[string]value // by id (ValueKey)
 	failKeys map[[32]byte]record.Key
 	// failValues are the ids of values whose last put reached no peer
 	// (the value itself is in values), unless failAll: then every value
@@ -127,7 +128,7 @@ func (d *DHT) run(ctx context.Context) {
 			d.retryFailed(ctx, st)
 		case <-d.reannounce:
 			d.provideKeys(ctx, st, mapValues(st.keys), true)
-			d.putValues(st, mapValues(st.values), false)
+			d.putValues(st, slices.Collect(maps.Keys(st.values)), false)
 		case r := <-putDone:
 			d.putFinished(st, r)
 		case <-pace.C:
@@ -162,12 +163,12 @@ func (d *DHT) run(ctx context.Context) {
 // now. A value skipped by one round is due at the next, so no value goes
 // longer than two intervals (plus its wait in the queue) between puts,
 // within ValueMaxAge's three.
-func dueValues(values map[string]value, now time.Time, interval time.Duration) []value {
+func dueValues(values map[string]value, now time.Time, interval time.Duration) []string {
 	cut := now.Add(-interval).UnixNano()
-	var out []value
-	for _, v := range values {
+	var out []string
+	for id, v := range values {
 		if v.putAt <= cut {
-			out = append(out, v)
+			out = append(out, id)
 		}
 	}
 	return out
@@ -259,14 +260,14 @@ func (d *DHT) applyChange(ctx context.Context, st *loopState) {
 		st.rvKeys = rv
 	}
 
-	var puts []value
-	put := func(v value) {
-		if old, ok := st.values[v.id]; !ok || old.seq != v.seq || (old.rec != v.rec && old.rec.Hash() != v.rec.Hash()) {
-			puts = append(puts, v)
+	var puts []string
+	put := func(id string, v value) {
+		if old, ok := st.values[id]; !ok || old.seq() != v.seq() || (old.rec != v.rec && old.rec.Hash() != v.rec.Hash()) {
+			puts = append(puts, id)
 		} else {
 			v.putAt = old.putAt // the same value: its last put still counts
 		}
-		st.values[v.id] = v
+		st.values[id] = v
 	}
 	drop := func(id string) {
 		delete(st.values, id)
@@ -278,11 +279,11 @@ func (d *DHT) applyChange(ctx context.Context, st *loopState) {
 			continue
 		}
 		// The record's own string, not the dirty set's.
-		put(value{id: r.Agent.AgentID, seq: r.Agent.Seq, rec: r})
+		put(r.Agent.AgentID, value{rec: r})
 	}
 	self := d.selfID
 	if own != nil && own.Agent.PeerID == self {
-		put(value{id: self, seq: own.Agent.Seq, rec: own})
+		put(self, value{rec: own})
 	} else {
 		drop(self)
 	}
@@ -481,14 +482,15 @@ func fanOut(peers []peer.ID, f func(peer.ID) error) int {
 
 // putValues queues values to be put: urgent ones (new and changed
 // records, retries) before the republish round's.
-func (d *DHT) putValues(st *loopState, vals []value, urgent bool) {
-	for _, v := range vals {
-		st.puts.push(v.id, urgent)
+func (d *DHT) putValues(st *loopState, ids []string, urgent bool) {
+	for _, id := range ids {
+		st.puts.push(id, urgent)
 	}
 }
 
 // putResult is the outcome of one value put.
 type putResult struct {
+	id     string
 	v      value
 	stored int
 	err    error
@@ -542,10 +544,10 @@ func (d *DHT) drainPuts(ctx context.Context, st *loopState, done chan<- putResul
 		go func() {
 			defer d.wg.Done()
 			pctx, cancel := context.WithTimeout(ctx, d.cfg.ProvideTimeout)
-			n, err := d.putValue(pctx, v)
+			n, err := d.putValue(pctx, k, v)
 			cancel()
 			select {
-			case done <- putResult{v: v, stored: n, err: err}:
+			case done <- putResult{id: k, v: v, stored: n, err: err}:
 			case <-ctx.Done():
 			}
 		}()
@@ -571,9 +573,9 @@ func (d *DHT) drainPuts(ctx context.Context, st *loopState, done chan<- putResul
 // peer is kept for retry. A value replaced meanwhile (a newer seq) was
 // queued again by the change.
 func (d *DHT) putFinished(st *loopState, r putResult) {
-	delete(st.inflight, r.v.id)
-	cur, still := st.values[r.v.id]
-	if !still || cur.seq != r.v.seq {
+	delete(st.inflight, r.id)
+	cur, still := st.values[r.id]
+	if !still || cur.seq() != r.v.seq() {
 		return
 	}
 	switch {
@@ -583,14 +585,14 @@ func (d *DHT) putFinished(st *loopState, r putResult) {
 		d.countPut("no_peers")
 	default:
 		d.countPut("ok")
-		d.log.Debug("dht put value", "id", r.v.id, "seq", r.v.seq, "stored", r.stored)
-		delete(st.failValues, r.v.id) // under failAll, put again at the retry
+		d.log.Debug("dht put value", "id", r.id, "seq", r.v.seq(), "stored", r.stored)
+		delete(st.failValues, r.id) // under failAll, put again at the retry
 		cur.putAt = time.Now().UnixNano()
-		st.values[r.v.id] = cur
+		st.values[r.id] = cur
 		return
 	}
-	d.log.Debug("dht put value failed", "id", r.v.id, "stored", r.stored, "err", r.err)
-	st.valueFailed(r.v.id)
+	d.log.Debug("dht put value failed", "id", r.id, "stored", r.stored, "err", r.err)
+	st.valueFailed(r.id)
 }
 
 // putQueue is the FIFO of values (by id) waiting for their put: urgent
@@ -670,7 +672,7 @@ func (q *putQueue) routineLen() int {
 
 // putValue validates v, finds the closest peers of its key and sends each
 // a PUT_VALUE; it returns how many stored it (they echo the record back).
-func (d *DHT) putValue(ctx context.Context, v value) (int, error) {
+func (d *DHT) putValue(ctx context.Context, id string, v value) (int, error) {
 	kad, pm, err := d.running()
 	if err != nil {
 		return 0, err
@@ -680,7 +682,7 @@ func (d *DHT) putValue(ctx context.Context, v value) (int, error) {
 	// it to its key and its validity window, and kad-dht's own validation
 	// of the local copy finds it verified.
 	d.val.Verified.put(sha256.Sum256(val), v.rec)
-	key := v.key()
+	key := ValueKey(id)
 	if err := d.val.Validate(key, val); err != nil {
 		return 0, fmt.Errorf("own value does not validate: %w", err)
 	}
