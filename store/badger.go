@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +15,9 @@ import (
 	"github.com/agentd/agentd/record"
 	badger "github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
+	"github.com/dgraph-io/badger/v4/pb"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"google.golang.org/protobuf/proto"
 )
 
 // Defaults of Options (seed 001 §11.1 for the cache).
@@ -76,14 +79,77 @@ const (
 // restoreMaxPending bounds the writes in flight while a snapshot loads.
 const restoreMaxPending = 16
 
-// Snapshot writes the whole content of s, a store of this package, to w
-// in Badger's backup format; Options.Restore loads it into a new store.
+// snapshotChunk bounds one framed list of a snapshot (entries, bytes).
+const (
+	snapshotChunkEntries = 1000
+	snapshotChunkBytes   = 1 << 20
+)
+
+// Snapshot writes the live content of s, a store of this package, to w
+// in Badger's backup format (little-endian uint64 length, then a
+// protobuf pb.KVList, repeated); Options.Restore loads it into a new
+// store. It holds the latest version of every key that is neither
+// deleted nor expired, with its expiry.
+//
+// It is not Badger's DB.Backup: that runs a Stream whose every worker
+// allocates and zeroes a 32 MiB buffer, whatever the store's size, which
+// made snapshots of simnet's small in-memory stores (taken at every
+// departure) 4.5 % of a 100-node run's CPU and spikes of its memory.
+// Snapshot iterates once, in one read transaction, with a buffer the size
+// of what it holds.
 func Snapshot(s Store, w io.Writer) error {
 	d, ok := s.(*db)
 	if !ok {
 		return fmt.Errorf("store: snapshot of a %T", s)
 	}
-	if _, err := d.bdb.Backup(w, 0); err != nil {
+	if err := d.bdb.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{})
+		defer it.Close()
+		var (
+			list pb.KVList
+			size int
+			buf  []byte
+		)
+		flush := func() error {
+			if len(list.Kv) == 0 {
+				return nil
+			}
+			var err error
+			buf = binary.LittleEndian.AppendUint64(buf[:0], uint64(proto.Size(&list)))
+			if buf, err = (proto.MarshalOptions{}).MarshalAppend(buf, &list); err != nil {
+				return err
+			}
+			if _, err := w.Write(buf); err != nil {
+				return err
+			}
+			list.Kv, size = list.Kv[:0], 0
+			return nil
+		}
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			val, err := item.ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			kv := &pb.KV{
+				Key:       item.KeyCopy(nil),
+				Value:     val,
+				Version:   item.Version(),
+				ExpiresAt: item.ExpiresAt(),
+			}
+			if um := item.UserMeta(); um != 0 {
+				kv.UserMeta = []byte{um}
+			}
+			list.Kv = append(list.Kv, kv)
+			size += len(kv.Key) + len(kv.Value)
+			if len(list.Kv) >= snapshotChunkEntries || size >= snapshotChunkBytes {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+		return flush()
+	}); err != nil {
 		return fmt.Errorf("store: snapshot: %w", err)
 	}
 	return nil
