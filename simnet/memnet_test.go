@@ -1,6 +1,7 @@
 package simnet
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -208,6 +209,115 @@ func TestMemStreamLossKeepsOrder(t *testing.T) {
 		// With 30 % loss some write was retransmitted at least once.
 		if d := time.Since(start); d < 20*time.Millisecond+minRTO {
 			t.Fatalf("200 writes under 30 %% loss arrived after %s: no retransmission modelled", d)
+		}
+	})
+}
+
+// TestMemStreamCarriesEveryByte: writes of every size — many within one
+// millisecond, which join one chunk, some beyond a pooled buffer — arrive
+// whole and in order on two streams at once, while both recycle chunk
+// buffers.
+func TestMemStreamCarriesEveryByte(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		_, a, b := twoHosts(t)
+		const total = 3 << 20 // beyond maxInFlight: writers wait for the readers, and buffers are reused meanwhile
+		payload := func(seed byte) []byte {
+			p := make([]byte, total)
+			for i := range p {
+				p[i] = byte(i*7) ^ seed
+			}
+			return p
+		}
+		got := make(chan []byte, 2)
+		b.SetStreamHandler(testProto, func(s network.Stream) {
+			// Small reads: most chunks are taken in several parts.
+			var data []byte
+			buf := make([]byte, 37)
+			for {
+				n, err := s.Read(buf)
+				data = append(data, buf[:n]...)
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Error(err)
+					break
+				}
+			}
+			got <- data
+			_ = s.Close()
+		})
+		sizes := []int{1, 3, 100, 2047, 2048, 2049, 700, 5000, 9, 1500}
+		send := func(seed byte) {
+			s, err := a.NewStream(context.Background(), b.ID(), testProto)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			p := payload(seed)
+			for i, k := 0, 0; i < len(p); k++ {
+				n := min(sizes[k%len(sizes)], len(p)-i)
+				if _, err := s.Write(p[i : i+n]); err != nil {
+					t.Error(err)
+					return
+				}
+				i += n
+				if k%3 == 0 {
+					time.Sleep(time.Millisecond) // the next writes start a new chunk
+				}
+			}
+			_ = s.CloseWrite()
+		}
+		go send(1)
+		go send(2)
+		for range 2 {
+			data := <-got
+			if len(data) != total {
+				t.Fatalf("read %d bytes, want %d", len(data), total)
+			}
+			seed := data[0]
+			if want := payload(seed); !bytes.Equal(data, want) {
+				i := 0
+				for data[i] == want[i] {
+					i++
+				}
+				t.Fatalf("stream %d: byte %d is %d, want %d", seed, i, data[i], want[i])
+			}
+		}
+	})
+}
+
+// TestHalfKeepsAChunkUntilRead: a chunk's pooled buffer is not reused
+// while part of it is unread — a write between two partial reads gets a
+// buffer of its own.
+func TestHalfKeepsAChunkUntilRead(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		sn := newSimNet(Scenario{})
+		defer sn.alarm.close()
+		h := newHalf(&memLink{latency: int64(time.Millisecond)}, sn)
+		first, second := bytes.Repeat([]byte("a"), 100), bytes.Repeat([]byte("b"), 100)
+		if _, err := h.write(first); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+		buf := make([]byte, 200)
+		n, err := h.read(buf[:10])
+		if err != nil || n != 10 {
+			t.Fatalf("first read: %d, %v", n, err)
+		}
+		if _, err := h.write(second); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+		for n < 200 {
+			k, err := h.read(buf[n:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += k
+		}
+		if want := append(first, second...); !bytes.Equal(buf, want) {
+			t.Fatalf("read %q, want %q", buf, want)
 		}
 	})
 }

@@ -151,8 +151,48 @@ type half struct {
 }
 
 type chunk struct {
-	data []byte
-	due  time.Time
+	data   []byte
+	due    time.Time
+	pooled *[]byte // data's array is chunkBufs' (returned when read), or nil
+}
+
+// chunkCap is the capacity of a pooled chunk buffer: most writes (an RPC
+// frame, a length prefix) are below it.
+const chunkCap = 2 << 10
+
+// chunkBufs recycles the buffers of chunks once read. Copying each write
+// into a new slice, and growing it when the next write of the same
+// millisecond joined it, was 3.7 % of a 100-node real-time run's CPU.
+var chunkBufs = sync.Pool{New: func() any { b := make([]byte, 0, chunkCap); return &b }}
+
+// newChunk holds a copy of p, due at due.
+func newChunk(p []byte, due time.Time) chunk {
+	if len(p) > chunkCap {
+		return chunk{data: append([]byte(nil), p...), due: due}
+	}
+	bp := chunkBufs.Get().(*[]byte)
+	return chunk{data: append((*bp)[:0], p...), due: due, pooled: bp}
+}
+
+// add appends p to c: in place while the pooled buffer has room, else in
+// a new slice (and the pooled buffer goes back).
+func (c *chunk) add(p []byte) {
+	if c.pooled != nil && len(c.data)+len(p) > cap(c.data) {
+		grown := append(make([]byte, 0, 2*(len(c.data)+len(p))), c.data...)
+		c.release()
+		c.data = append(grown, p...)
+		return
+	}
+	c.data = append(c.data, p...)
+}
+
+// release returns c's pooled buffer; c must not be used after.
+func (c *chunk) release() {
+	if c.pooled != nil {
+		*c.pooled = c.data[:0]
+		chunkBufs.Put(c.pooled)
+		c.pooled = nil
+	}
 }
 
 func newHalf(l *memLink, sn *simNet) *half {
@@ -194,9 +234,9 @@ func (h *half) write(p []byte) (int, error) {
 	}
 	h.lastDue = due
 	if n := len(h.q); n > 0 && h.q[n-1].due.Equal(due) {
-		h.q[n-1].data = append(h.q[n-1].data, p...)
+		h.q[n-1].add(p)
 	} else {
-		h.q = append(h.q, chunk{data: append([]byte(nil), p...), due: due})
+		h.q = append(h.q, newChunk(p, due))
 	}
 	h.queued += len(p)
 	h.wakeReader()
@@ -237,6 +277,7 @@ func (h *half) read(b []byte) (int, error) {
 			k := copy(b[n:], c)
 			n += k
 			if k == len(c) {
+				h.q[0].release()
 				h.q[0] = chunk{}
 				h.q = h.q[1:]
 				h.off = 0
@@ -285,6 +326,9 @@ func (h *half) fail(rerr, werr error) {
 	}
 	if h.werr == nil || h.werr == errStreamClosed && werr == network.ErrReset {
 		h.werr = werr
+	}
+	for i := range h.q {
+		h.q[i].release()
 	}
 	h.q, h.off, h.queued = nil, 0, 0
 	h.writable.Broadcast()
