@@ -198,9 +198,10 @@ func (g *Gossip) check(topic, scene, shard string, data []byte, author peer.ID) 
 // rejected here: what an entry is worth depends on the receiver's view.
 func (g *Gossip) checkBatch(topic string, key [32]byte, m *Message, author peer.ID, local bool) (*accepted, pubsub.ValidationResult, trust.Reason, error) {
 	beats := make([]*record.SignedBeat, len(m.Beats))
+	authorID := author.String()
 	for i := range m.Beats {
 		sb := &record.SignedBeat{Beat: m.Beats[i], Signer: record.BeatSignerBatch}
-		sb.Beat.PeerID = author.String()
+		sb.Beat.PeerID = authorID
 		beats[i] = sb
 	}
 	if local {

@@ -762,6 +762,10 @@ type viewConns struct {
 	mu        sync.Mutex
 	seed      maphash.Seed // keys the order of view peers (set in New)
 	protected map[peer.ID]struct{}
+	// names holds the text form of the peers connected at the last pass:
+	// a peer id's base58 encoding, once per pass and peer, was half of
+	// this pass's CPU.
+	names map[peer.ID]string
 }
 
 // tagViewPeers protects, tags or releases every connected peer by whether
@@ -771,7 +775,17 @@ func (n *Node) tagViewPeers() {
 	cm := n.host.ConnManager()
 	n.vc.mu.Lock()
 	defer n.vc.mu.Unlock()
-	protect, tag, release := planViewConns(n.host.Network().Peers(), func(p peer.ID) bool { return n.view.CountByPeer(p) > 0 },
+	connected := n.host.Network().Peers()
+	names := make(map[peer.ID]string, len(connected))
+	for _, p := range connected {
+		s, ok := n.vc.names[p]
+		if !ok {
+			s = p.String()
+		}
+		names[p] = s
+	}
+	n.vc.names = names
+	protect, tag, release := planViewConns(connected, func(p peer.ID) bool { return n.view.CountByPeerString(names[p]) > 0 },
 		func(p peer.ID) uint64 { return maphash.String(n.vc.seed, string(p)) }, n.vc.protected, viewProtectMax)
 	for _, p := range release {
 		cm.Unprotect(p, ViewTag)
@@ -793,12 +807,20 @@ func (n *Node) tagViewPeers() {
 // peers protected before that are no longer protected (gone from the view,
 // disconnected or beyond max) and the connected peers outside the view.
 func planViewConns(connected []peer.ID, inView func(peer.ID) bool, rank func(peer.ID) uint64, before map[peer.ID]struct{}, max int) (protect, tag, release []peer.ID) {
-	connected = slices.Clone(connected)
-	slices.SortFunc(connected, func(a, b peer.ID) int {
-		return cmp.Or(cmp.Compare(rank(a), rank(b)), strings.Compare(string(a), string(b)))
+	type ranked struct {
+		p peer.ID
+		r uint64
+	}
+	order := make([]ranked, len(connected))
+	for i, p := range connected {
+		order[i] = ranked{p, rank(p)}
+	}
+	slices.SortFunc(order, func(a, b ranked) int {
+		return cmp.Or(cmp.Compare(a.r, b.r), strings.Compare(string(a.p), string(b.p)))
 	})
 	settled := make(map[peer.ID]struct{}) // protected now, or released already
-	for _, p := range connected {
+	for _, o := range order {
+		p := o.p
 		switch {
 		case !inView(p):
 			release = append(release, p)

@@ -1698,9 +1698,15 @@ func (v *View) Beating() int {
 // CountByPeer returns the number of remote agents of peer p in the live
 // view (healthy or not): what the per-peer quota counts.
 func (v *View) CountByPeer(p peer.ID) int {
+	return v.CountByPeerString(p.String())
+}
+
+// CountByPeerString is CountByPeer of a peer id in its text form (saving
+// its base58 encoding to a caller that keeps it).
+func (v *View) CountByPeerString(p string) int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.perPeer[p.String()]
+	return v.perPeer[p]
 }
 
 // ByPeer returns the live records hosted by peer p (for the DHT's "live in
