@@ -26,14 +26,13 @@ type Heartbeat struct {
 }
 
 // PublishHeartbeats publishes heartbeats of agents this node hosts, each on
-// the topics PublishBeat would use. On a topic whose peers all read
-// batches (BatchProtocol), they leave as heartbeat batches of up to
-// MaxBatchBeats (one heartbeat alone too): one message and one pubsub
-// signature for all of them, where a signed heartbeat costs an agent-key
-// signature, its RFC 8785 form and a pubsub signature, and every receiver
-// an ECDSA verification. Elsewhere each beat is signed with sign (once,
-// however many such topics it goes to) and published alone. Each beat's
-// PeerID must be this host's.
+// the topics PublishBeat would use. On a topic where two or more of them
+// go and whose peers all read batches (BatchProtocol), they leave as
+// heartbeat batches of up to MaxBatchBeats: one message and one pubsub
+// signature for many agents, where a heartbeat alone costs an agent-key
+// signature, its RFC 8785 form and a pubsub signature. Elsewhere each beat
+// is signed with sign (once, however many such topics it goes to) and
+// published alone. Each beat's PeerID must be this host's.
 func (g *Gossip) PublishHeartbeats(ctx context.Context, hbs []Heartbeat, sign func(record.Beat) (*record.SignedBeat, error)) error {
 	if g.cfg.DisableBatches {
 		return g.publishSingly(ctx, hbs, nil, sign)
@@ -69,14 +68,12 @@ func (g *Gossip) PublishHeartbeats(ctx context.Context, hbs []Heartbeat, sign fu
 			}
 		}
 	}
-	// A heartbeat alone on a topic whose peers read batches goes as a batch
-	// of one too: its host signs nothing but the pubsub message, and each
-	// receiver verifies no ECDSA signature and canonicalizes nothing — a
-	// lone beat's signature was 27 % of agentd's gossip check in a
-	// 100-node simnet (docs/scaling.md). Its copies on the agent's other
-	// topics are the same bytes, checked once per receiver.
 	for _, ts := range order {
 		idx := perTopic[ts]
+		if len(idx) == 1 {
+			single[idx[0]] = append(single[idx[0]], ts) // a batch of one saves nothing
+			continue
+		}
 		for chunk := range slices.Chunk(idx, MaxBatchBeats) {
 			beats := make([]record.Beat, len(chunk))
 			for j, i := range chunk {

@@ -162,33 +162,6 @@ func TestBatchesOnlyToPeersThatReadThem(t *testing.T) {
 	})
 }
 
-// TestLoneHeartbeatIsABatchOfOne: a node hosting one agent, heard by a
-// peer that reads batches, sends each heartbeat as a batch of one entry —
-// no agent-key signature to make, none for the listener to verify — and
-// those alone keep the agent alive at the listener past twice the
-// liveness timeout.
-func TestLoneHeartbeatIsABatchOfOne(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		tn := newNet(t, 2, Config{HeartbeatInterval: 5 * time.Second})
-		listener, nd := tn.nodes[0], tn.nodes[1]
-		sa := registerMany(t, nd, 1)[0]
-		waitFor(t, 5*time.Second, "a listener", func() bool { return nd.gsp.Listened(record.Shard("cap.p")) })
-		batches := func() float64 { return promtest.ToFloat64(nd.m.GossipPublished.WithLabelValues("beats")) }
-		singles := func() float64 { return promtest.ToFloat64(nd.m.GossipPublished.WithLabelValues(kindHeartbeat)) }
-		singles0 := singles()
-		time.Sleep(70 * time.Second)
-		if n := singles() - singles0; n != 0 {
-			t.Fatalf("%v heartbeats sent alone and signed to a listener that reads batches", n)
-		}
-		if n := batches(); n < 10 {
-			t.Fatalf("%v heartbeat batches in 70 s at a 5 s interval, want about 14", n)
-		}
-		if a, ok := live(listener.Node, sa.Agent.AgentID); !ok || a.Status != record.StatusHealthy {
-			t.Fatalf("agent at the listener after 70 s of batches of one: %+v (present %v), want HEALTHY", a, ok)
-		}
-	})
-}
-
 // TestRestartResignsInTheBackground: after a restart the stored records are
 // served at once and signed again in their heartbeat slots; a
 // registration made meanwhile is not overwritten by the background
