@@ -72,7 +72,10 @@
 // membership on scene topics; the signatures and the peer binding
 // (trust.Verifier.VerifyAgent with From = author, VerifyBeat with the
 // author); then, for messages from other nodes, whether the message is
-// news (Sink.CheckAnnounce / CheckBeat). Failures every node judges alike
+// news (Sink.CheckAnnounce / CheckBeat). A heartbeat whose author is its
+// peer is first judged on the pubsub signature alone (record.
+// BeatSignerAuthor, checkByAuthor): its own signature is verified only
+// when the sink refuses it as that peer's statement. Failures every node judges alike
 // — malformed, too_large, unsigned, bad_signature, bad_peer_signature,
 // peer_mismatch, scene_mismatch — are rejected, which costs the peer that
 // forwarded the message score (P4); failures that depend on local state

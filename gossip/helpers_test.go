@@ -121,7 +121,18 @@ func (s *fakeSink) CheckAnnounce(sa *record.SignedAgent) error {
 }
 
 func (s *fakeSink) CheckBeat(_ Kind, sb *record.SignedBeat) error {
-	return s.check(sb.Beat.AgentID, sb.Beat.Seq)
+	if err := s.check(sb.Beat.AgentID, sb.Beat.Seq); err != nil {
+		return err
+	}
+	// The view's peer-signed rule: a beat that speaks for its peer counts
+	// only from the peer of the agent's current record.
+	s.mu.Lock()
+	rec := s.live[sb.Beat.AgentID]
+	s.mu.Unlock()
+	if sb.PeerBound() && rec != nil && rec.Agent.PeerID != sb.Beat.PeerID {
+		return &trust.RejectError{Reason: trust.ReasonPeerMismatch, Detail: "beat from " + sb.Beat.PeerID + ", the record's peer is " + rec.Agent.PeerID}
+	}
+	return nil
 }
 
 func (s *fakeSink) Announce(sa *record.SignedAgent, from peer.ID, topic string) {

@@ -138,6 +138,9 @@ func (g *Gossip) check(topic, scene, shard string, data []byte, author peer.ID) 
 	if m.Kind == KindBeats {
 		return g.checkBatch(topic, key, m, author, local)
 	}
+	if ok, a, res, reason, err := g.checkByAuthor(topic, key, m, author, local); ok {
+		return a, res, reason, err
+	}
 	if m.Kind == KindAnnounce {
 		err = g.v.VerifyAgent(m.Agent, trust.VerifyOptions{From: author, Transport: "gossip"})
 	} else {
@@ -185,6 +188,49 @@ func (g *Gossip) check(topic, scene, shard string, data []byte, author peer.ID) 
 		return nil, pubsub.ValidationIgnore, reason, err
 	}
 	return a, pubsub.ValidationAccept, "", nil
+}
+
+// checkByAuthor judges a heartbeat on its pubsub signature when the
+// message's author is the beat's own peer: pubsub has verified the
+// author's Ed25519 signature, so the beat is that peer's statement, and
+// judged as one (record.BeatSignerAuthor: the verifier's policy, then the
+// sink's news and the peer-signed rule — the author must host the agent's
+// current record) it needs no verification of its own signature. The
+// agent key's ECDSA verification was a fifth of agentd's gossip check in
+// a 100-node simnet (docs/scaling.md).
+//
+// It reports ok false, and the caller takes the signature's path, for
+// anything else: another kind, a beat whose author is not its peer, a
+// policy refusal (the signature's path gives the same, and asks for the
+// record of an unknown agent), and a beat the rule refuses — the author
+// does not host the agent as far as this node knows, and the agent's key
+// may still vouch for it. A beat that is not news is ignored here, as it
+// would be after its signature.
+//
+// Nothing changes on the wire: the beat stays signed, and a node that
+// does not take this path verifies it.
+func (g *Gossip) checkByAuthor(topic string, key [32]byte, m *Message, author peer.ID, local bool) (ok bool, a *accepted, res pubsub.ValidationResult, reason trust.Reason, err error) {
+	if local || m.Kind != KindHeartbeat {
+		return false, nil, 0, "", nil
+	}
+	sb := *m.Beat
+	sb.Signer = record.BeatSignerAuthor
+	if sb.Beat.PeerID != author.String() || g.v.VerifyBeat(&sb, author) != nil {
+		return false, nil, 0, "", nil
+	}
+	am := *m
+	am.Beat = &sb
+	if g.recent.claim(key, topic, &am) {
+		return true, &accepted{msg: &am, dup: true}, pubsub.ValidationAccept, "", nil
+	}
+	if err := g.sink.CheckBeat(am.Kind, &sb); err != nil {
+		g.recent.release(key, topic)
+		if reason := verifyReason(err); reason == trust.ReasonReplay {
+			return true, nil, pubsub.ValidationIgnore, reason, err
+		}
+		return false, nil, 0, "", nil
+	}
+	return true, &accepted{msg: &am}, pubsub.ValidationAccept, "", nil
 }
 
 // checkBatch judges a decoded heartbeat batch by its author. pubsub has

@@ -107,10 +107,18 @@ func (b *Beat) Interval() time.Duration {
 // author's. Receivers hold it to the peer-signed rule. It never appears on
 // the wire: ParseWireBeat refuses it, and such a beat has no canonical
 // form to encode.
+//
+// BeatSignerAuthor marks an agent-signed beat whose agent signature a
+// receiver chose not to verify because the pubsub message that carried it
+// is signed by the beat's own peer: it is judged, like a batch entry, as
+// that peer's statement, held to the peer-signed rule (gossip's validator
+// falls back to the agent signature when the rule refuses it). It is a
+// receiver's label only, never on the wire.
 const (
-	BeatSignerAgent = "agent"
-	BeatSignerPeer  = "peer"
-	BeatSignerBatch = "batch"
+	BeatSignerAgent  = "agent"
+	BeatSignerPeer   = "peer"
+	BeatSignerBatch  = "batch"
+	BeatSignerAuthor = "author"
 )
 
 // SignedBeat is a Beat with its signature over the canonical form: by the
@@ -170,7 +178,7 @@ func (sb *SignedBeat) PeerSigned() bool { return sb.Signer == BeatSignerPeer }
 // the agent's key (peer-signed or a batch entry): it counts only when that
 // peer hosts the agent's current record.
 func (sb *SignedBeat) PeerBound() bool {
-	return sb.Signer == BeatSignerPeer || sb.Signer == BeatSignerBatch
+	return sb.Signer == BeatSignerPeer || sb.Signer == BeatSignerBatch || sb.Signer == BeatSignerAuthor
 }
 
 // VerifyPeer checks a peer-signed beat with the key embedded in its

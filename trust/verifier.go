@@ -737,14 +737,15 @@ func (v *Verifier) verifyBeat(sb *record.SignedBeat, from peer.ID) error {
 		return reject(ReasonUnknownKey, "no key known for agent %s", sb.Beat.AgentID)
 	}
 	now := v.cfg.Now()
-	if sb.Signer == record.BeatSignerBatch {
-		// An entry of a heartbeat batch: the batch's pubsub signature,
-		// checked by pubsub before any validator runs, is the author's,
-		// and the author is the beat's peer (checked above). Like a
-		// peer-signed beat, the live view accepts it only if that peer
-		// hosts the agent's current record.
+	if sb.Signer == record.BeatSignerBatch || sb.Signer == record.BeatSignerAuthor {
+		// An entry of a heartbeat batch, or a beat taken on its pubsub
+		// message's signature: that signature, checked by pubsub before
+		// any validator runs, is the author's, and the author is the
+		// beat's peer (checked above). Like a peer-signed beat, the live
+		// view accepts it only if that peer hosts the agent's current
+		// record.
 		if from == "" {
-			return reject(ReasonUnsigned, "batched beat of agent %s without the batch's author", sb.Beat.AgentID)
+			return reject(ReasonUnsigned, "beat of agent %s taken on its pubsub signature without the message's author", sb.Beat.AgentID)
 		}
 		if k, err := record.ParsePublicKeyPEM(p.KeyPEM); err == nil {
 			return v.checkBeatCert(sb.Beat.AgentID, k, p, now)

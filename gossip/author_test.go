@@ -1,0 +1,75 @@
+package gossip
+
+import (
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/record"
+)
+
+// TestBeatTakenOnItsAuthorsSignature: a heartbeat published by its own
+// peer is judged on the pubsub message's signature (record.
+// BeatSignerAuthor), its agent signature not verified, as long as that
+// peer hosts the agent's current record; when the record names another
+// peer, the agent signature decides again — a valid one delivers the beat
+// as the agent's, a broken one is rejected.
+func TestBeatTakenOnItsAuthorsSignature(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn := newTestNet(t, 1, testConfig())
+		b := tn.nodes[0]
+		x, pub := tn.rawPeer(t, b)
+		rec := x.record(t) // pins X's agent key at B
+		data, err := EncodeAnnounce(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub(data)
+		waitFor(t, 5*time.Second, "X's record at B", func() bool { return len(b.sink.announcesOf(x.id.AgentID, rec.Agent.Seq)) == 1 })
+		x.seq = rec.Agent.Seq
+
+		heartbeats := func() []delivery {
+			return b.sink.deliveries(func(d delivery) bool { return d.kind == KindHeartbeat })
+		}
+		send := func(sb *record.SignedBeat) {
+			t.Helper()
+			data, err := EncodeBeat(KindHeartbeat, sb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pub(data)
+		}
+		broken := func(sb *record.SignedBeat) *record.SignedBeat {
+			c := *sb
+			c.Signature = append([]byte(nil), sb.Signature...)
+			c.Signature[8] ^= 1 // inside r: still well-formed DER
+			return &c
+		}
+
+		send(x.beat(t, KindHeartbeat))
+		waitFor(t, 5*time.Second, "the first heartbeat", func() bool { return len(heartbeats()) == 1 })
+		if d := heartbeats()[0]; d.beat.Signer != record.BeatSignerAuthor || d.from != x.h.ID() {
+			t.Fatalf("delivered %+v from %s, want a beat taken on its author's signature", d.beat, d.from)
+		}
+		// Its host could sign the same with its peer key: the agent
+		// signature adds nothing, and is not checked.
+		send(broken(x.beat(t, KindHeartbeat)))
+		waitFor(t, 5*time.Second, "the second heartbeat", func() bool { return len(heartbeats()) == 2 })
+
+		// B now holds a record of the agent that names another peer (the
+		// agent moved): the author's word is not enough, its agent key's is.
+		b.sink.mu.Lock()
+		b.sink.live[x.id.AgentID] = &record.SignedAgent{Agent: record.Agent{AgentID: x.id.AgentID, PeerID: "12D3KooWElsewhere"}}
+		b.sink.mu.Unlock()
+		send(x.beat(t, KindHeartbeat))
+		waitFor(t, 5*time.Second, "the third heartbeat", func() bool { return len(heartbeats()) == 3 })
+		if d := heartbeats()[2]; d.beat.Signer != "" {
+			t.Fatalf("delivered %+v, want the agent-signed beat", d.beat)
+		}
+		before := rejects(t, b.m, "gossip", "bad_signature")
+		send(broken(x.beat(t, KindHeartbeat)))
+		waitFor(t, 5*time.Second, "the broken signature rejected", func() bool { return rejects(t, b.m, "gossip", "bad_signature") == before+1 })
+		if n := len(heartbeats()); n != 3 {
+			t.Fatalf("%d heartbeats delivered, want 3", n)
+		}
+	})
+}
