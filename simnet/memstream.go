@@ -156,6 +156,10 @@ type chunk struct {
 	pooled *[]byte // data's array is chunkBufs' (returned when read), or nil
 }
 
+// keptChunks is the most queue slots an emptied half keeps for its next
+// writes.
+const keptChunks = 4
+
 // chunkCap is the capacity of a pooled chunk buffer: most writes (an RPC
 // frame, a length prefix) are below it.
 const chunkCap = 2 << 10
@@ -277,16 +281,20 @@ func (h *half) read(b []byte) (int, error) {
 			k := copy(b[n:], c)
 			n += k
 			if k == len(c) {
+				// Shift down rather than reslice: the queue is a chunk or
+				// two, and its array then serves the next writes
+				// instead of a new one each time it empties.
 				h.q[0].release()
-				h.q[0] = chunk{}
-				h.q = h.q[1:]
+				last := copy(h.q, h.q[1:])
+				h.q[last] = chunk{}
+				h.q = h.q[:last]
 				h.off = 0
 			} else {
 				h.off += k
 			}
 		}
-		if len(h.q) == 0 {
-			h.q = nil
+		if len(h.q) == 0 && cap(h.q) > keptChunks {
+			h.q = nil // a burst's array is not kept by an idle stream
 		}
 		h.queued -= n
 		h.writable.Broadcast()
