@@ -126,14 +126,7 @@ func TestBatchValidation(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		tn := newTestNet(t, 1, testConfig())
 		b := tn.nodes[0]
-		x, pub := tn.rawPeer(t, b)
-		rec := x.record(t) // pins X's agent key at B
-		data, err := EncodeAnnounce(rec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pub(data)
-		waitFor(t, 5*time.Second, "X's record at B", func() bool { return len(b.sink.announcesOf(x.id.AgentID, rec.Agent.Seq)) == 1 })
+		x, pub, rec := tn.knownRawPeer(t, b) // X's agent key pinned at B
 
 		unknown := uuid.NewString()
 		now := time.Now().UnixMilli()

@@ -444,6 +444,21 @@ func (tn *testNet) rawPeer(t *testing.T, b *tnode) (x *tnode, pub func([]byte)) 
 	}
 }
 
+// knownRawPeer is rawPeer whose agent's record has reached b: b holds
+// its key pinned and the record in its sink.
+func (tn *testNet) knownRawPeer(t *testing.T, b *tnode) (x *tnode, pub func([]byte), rec *record.SignedAgent) {
+	t.Helper()
+	x, pub = tn.rawPeer(t, b)
+	rec = x.record(t)
+	data, err := EncodeAnnounce(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub(data)
+	waitFor(t, 5*time.Second, "X's record at B", func() bool { return len(b.sink.announcesOf(x.id.AgentID, rec.Agent.Seq)) == 1 })
+	return x, pub, rec
+}
+
 // rawPubSub starts a GossipSub router on h without agentd's validator:
 // what an attacker (or another implementation) runs.
 func rawPubSub(t *testing.T, ctx context.Context, h host.Host, topics ...string) (map[string]*pubsub.Topic, context.CancelFunc) {
