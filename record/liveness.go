@@ -175,8 +175,9 @@ func SignBeatPeer(b Beat, peerPriv crypto.PrivKey) (*SignedBeat, error) {
 func (sb *SignedBeat) PeerSigned() bool { return sb.Signer == BeatSignerPeer }
 
 // PeerBound reports whether the beat speaks for its peer rather than for
-// the agent's key (peer-signed or a batch entry): it counts only when that
-// peer hosts the agent's current record.
+// the agent's key (peer-signed, a batch entry, or taken on its author's
+// pubsub signature): it counts only when that peer hosts the agent's
+// current record.
 func (sb *SignedBeat) PeerBound() bool {
 	return sb.Signer == BeatSignerPeer || sb.Signer == BeatSignerBatch || sb.Signer == BeatSignerAuthor
 }
