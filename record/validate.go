@@ -553,6 +553,31 @@ func ParseCertificatesPEM(s string) ([]*x509.Certificate, error) {
 // Only peer ids that embed their key (Ed25519, secp256k1: identity multihash)
 // are accepted, so a peer signature can be checked from the record alone.
 func PeerPublicKey(id string) (peerKey, error) {
+	if k, ok := peerKeys.m.Load(id); ok {
+		return k.(peerKey), nil
+	}
+	k, err := extractPeerKey(id)
+	if err != nil {
+		return nil, err
+	}
+	if peerKeys.n.Load() < maxPeerKeys && peerKeys.n.Add(1) <= maxPeerKeys {
+		peerKeys.m.Store(strings.Clone(id), k)
+	}
+	return k, nil
+}
+
+// peerKeys remembers the public keys PeerPublicKey extracted: every
+// heartbeat names its peer, and decoding the id's base58 and protobuf
+// was an eighth of decoding a heartbeat. Bounded like looseVersions:
+// once full, other ids are decoded every time.
+var peerKeys struct {
+	m sync.Map // peer id → peerKey
+	n atomic.Int32
+}
+
+const maxPeerKeys = 4096
+
+func extractPeerKey(id string) (peerKey, error) {
 	p, err := peer.Decode(id)
 	if err != nil {
 		return nil, fmt.Errorf("%q is not a libp2p peer id: %v", trunc(id), err)

@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/Masterminds/semver/v3"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 func pemOf(t *testing.T, pub any) string {
@@ -204,6 +206,33 @@ func TestCheckLooseVersion(t *testing.T) {
 			if got := checkLooseVersion(v); (got == nil) != (want == nil) {
 				t.Fatalf("checkLooseVersion(%q) = %v, semver.NewVersion: %v", v, got, want)
 			}
+		}
+	}
+}
+
+// TestPeerPublicKeyRemembered: a remembered key is the key the id embeds,
+// and an id refused once is refused again (refusals are not remembered).
+func TestPeerPublicKeyRemembered(t *testing.T) {
+	_, pub, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := peer.IDFromPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		k, err := PeerPublicKey(p.String())
+		if err != nil || !k.Equals(pub) {
+			t.Fatalf("PeerPublicKey = %v, %v; want the embedded key", k, err)
+		}
+	}
+	if _, ok := peerKeys.m.Load(p.String()); !ok {
+		t.Fatal("the key was not remembered")
+	}
+	for range 2 {
+		if _, err := PeerPublicKey("12D3KooWnotapeerid"); err == nil {
+			t.Fatal("an invalid peer id was accepted")
 		}
 	}
 }
