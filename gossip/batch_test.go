@@ -73,7 +73,7 @@ func TestBatchDecodeErrors(t *testing.T) {
 		{"no timestamp", batch("v1.1", `{"agent_id":"`+batchAgentA+`","seq":3}`), "timestamp"},
 		{"bad status", batch("v1.1", `{"agent_id":"`+batchAgentA+`","seq":3,"timestamp":5,"status":"ALIVE"}`), "status"},
 		{"member name case", batch("v1.1", `{"agent_id":"`+batchAgentA+`","Seq":3,"timestamp":5}`), "beats[0].Seq"},
-		{"entry not an object", batch("v1.1", `7`), "message"},
+		{"entry not an object", batch("v1.1", `7`), "beats[0]"},
 		{"with a beat member", strings.Replace(batch("v1.1", entry(batchAgentA, 1)), `"type":"beats"`, `"type":"beats","beat":{"beat":{},"signature":"AA=="}`, 1), "type"},
 		{"beats in a heartbeat", strings.Replace(string(readGolden(t, "heartbeat.json")), `"type":"heartbeat"`, `"type":"heartbeat","beats":[]`, 1), "beats"},
 	}

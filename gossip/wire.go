@@ -3,11 +3,14 @@ package gossip
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
 	"github.com/agentd/agentd/record"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Kind is the type of a gossip message. It is an alias of string so that
@@ -179,6 +182,8 @@ func encode(e envelope) ([]byte, error) {
 //     (*record.FieldError naming the field).
 //
 // Unknown members are ignored, so a later minor version may add some.
+// Checks 2 to 4 read the envelope once (readEnvelope); only the member
+// the type requires is decoded further.
 func Decode(b []byte, maxBytes int) (*Message, error) {
 	if maxBytes <= 0 {
 		maxBytes = record.MaxMessageBytes
@@ -186,39 +191,38 @@ func Decode(b []byte, maxBytes int) (*Message, error) {
 	if len(b) > maxBytes {
 		return nil, fmt.Errorf("%w: message is %d bytes, limit %d", record.ErrTooLarge, len(b), maxBytes)
 	}
-	if _, err := record.CanonicalizeJSON(b); err != nil {
-		return nil, err
-	}
-	version, newer, err := readVersion(b)
+	raw, err := readEnvelope(b)
 	if err != nil {
 		return nil, err
 	}
-	if err := exactMembers(b, "", envelopeMembers); err != nil {
+	var version string
+	if raw.version == nil || json.Unmarshal(raw.version, &version) != nil {
+		return nil, &record.FieldError{Field: "protocol_version", Reason: "is required and must be a string"}
+	}
+	newer, err := record.CheckVersion(version)
+	if err != nil {
 		return nil, err
 	}
+	if raw.caseErr != nil {
+		return nil, raw.caseErr
+	}
 	var e envelope
-	if err := json.Unmarshal(b, &e); err != nil {
-		return nil, &record.FieldError{Field: "message", Reason: err.Error()}
+	if err := raw.decode(&e); err != nil {
+		return nil, err
 	}
-	var raw struct {
-		Announce json.RawMessage   `json:"announce"`
-		Beat     json.RawMessage   `json:"beat"`
-		Beats    []json.RawMessage `json:"beats"`
-	}
-	_ = json.Unmarshal(b, &raw) // the same text decoded above
 	m := &Message{Version: version, NewerMinor: newer, Kind: e.Type}
 	switch {
 	case e.Type == KindAnnounce:
-		if e.Beats != nil {
+		if raw.beats != nil {
 			return nil, &record.FieldError{Field: "beats", Reason: "must not be present in an announce message"}
 		}
-		if e.Beat != nil {
+		if raw.beat != nil {
 			return nil, &record.FieldError{Field: "beat", Reason: "must not be present in an announce message"}
 		}
-		if e.Announce == nil {
+		if raw.announce == nil {
 			return nil, &record.FieldError{Field: "announce", Reason: "is required for type announce"}
 		}
-		if err := exactMembers(raw.Announce, "announce", announceMembers); err != nil {
+		if err := exactMembers(raw.announce, "announce", announceMembers); err != nil {
 			return nil, err
 		}
 		a := *e.Announce
@@ -233,28 +237,28 @@ func Decode(b []byte, maxBytes int) (*Message, error) {
 		}
 		m.Agent = sa
 	case e.Type == KindBeats:
-		if e.Announce != nil || e.Beat != nil {
+		if raw.announce != nil || raw.beat != nil {
 			return nil, &record.FieldError{Field: "type", Reason: "a beats message carries only the beats member"}
 		}
-		beats, newer, err := decodeBatch(version, raw.Beats)
+		beats, newer, err := decodeBatch(version, raw.beatList)
 		if err != nil {
 			return nil, err
 		}
 		m.Beats, m.NewerMinor = beats, newer
 	case IsBeat(e.Type):
-		if e.Beats != nil {
+		if raw.beats != nil {
 			return nil, &record.FieldError{Field: "beats", Reason: "must not be present in a " + e.Type + " message"}
 		}
-		if e.Announce != nil {
+		if raw.announce != nil {
 			return nil, &record.FieldError{Field: "announce", Reason: "must not be present in a " + e.Type + " message"}
 		}
-		if e.Beat == nil {
+		if raw.beat == nil {
 			return nil, &record.FieldError{Field: "beat", Reason: "is required for type " + e.Type}
 		}
-		if len(raw.Beat) > record.MaxBeatBytes {
-			return nil, fmt.Errorf("%w: beat is %d bytes, limit %d", record.ErrTooLarge, len(raw.Beat), record.MaxBeatBytes)
+		if len(raw.beat) > record.MaxBeatBytes {
+			return nil, fmt.Errorf("%w: beat is %d bytes, limit %d", record.ErrTooLarge, len(raw.beat), record.MaxBeatBytes)
 		}
-		if err := exactMembers(raw.Beat, "beat", wireBeatMembers); err != nil {
+		if err := exactMembers(raw.beat, "beat", wireBeatMembers); err != nil {
 			return nil, err
 		}
 		sb, err := record.ParseWireBeat(*e.Beat)
@@ -271,6 +275,117 @@ func Decode(b []byte, maxBytes int) (*Message, error) {
 		return nil, &record.FieldError{Field: "type", Reason: fmt.Sprintf("%q is not one of announce, heartbeat, status, unregister, beats", record.Truncate(e.Type, 64))}
 	}
 	return m, nil
+}
+
+// rawEnvelope is an envelope's members as raw JSON values (sub-slices of
+// the message), read in one pass by readEnvelope. A member that is absent
+// or null is nil.
+type rawEnvelope struct {
+	version, typ, announce, beat, beats jsontext.Value
+	// beatList is beats split into its entries (by decode).
+	beatList []json.RawMessage
+	// caseErr is the first member whose name differs from one of
+	// envelopeMembers only in case: reported after the version, as
+	// before a single pass read both.
+	caseErr error
+}
+
+// readEnvelope reads the top-level object of a message in one pass. The
+// pass checks the whole text as I-JSON (RFC 7493: valid UTF-8, no
+// duplicate member names at any depth, numbers within doubles), which is
+// what canonicalizing it under RFC 8785 would refuse, without building
+// the canonical form.
+func readEnvelope(b []byte) (rawEnvelope, error) {
+	var e rawEnvelope
+	malformed := func(err error) error {
+		return fmt.Errorf("%w: not canonicalizable JSON: %v", record.ErrMalformed, err)
+	}
+	// A *bytes.Buffer is parsed in place: the values read alias b.
+	d := jsontext.NewDecoder(bytes.NewBuffer(b))
+	tok, err := d.ReadToken()
+	if err != nil {
+		return e, malformed(err)
+	}
+	if tok.Kind() != '{' {
+		// Still a malformed text if it is not JSON at all.
+		if _, err := d.ReadValue(); err != nil && err != io.EOF {
+			return e, malformed(err)
+		}
+		return e, &record.FieldError{Field: "message", Reason: "must be a JSON object"}
+	}
+	for d.PeekKind() == '"' {
+		name, err := d.ReadToken()
+		if err != nil {
+			return e, malformed(err)
+		}
+		k := name.String()
+		v, err := d.ReadValue()
+		if err != nil {
+			return e, malformed(err)
+		}
+		if v.Kind() == 'n' {
+			v = nil // null is as good as absent
+		}
+		switch k {
+		case "protocol_version":
+			e.version = v
+		case "type":
+			e.typ = v
+		case "announce":
+			e.announce = v
+		case "beat":
+			e.beat = v
+		case "beats":
+			e.beats = v
+		default:
+			if e.caseErr == nil {
+				e.caseErr = caseMismatch(k, "", envelopeMembers)
+			}
+		}
+	}
+	if _, err := d.ReadToken(); err != nil { // the closing brace
+		return e, malformed(err)
+	}
+	if _, err := d.ReadToken(); err != io.EOF {
+		if err == nil {
+			err = errors.New("text after the top-level value")
+		}
+		return e, malformed(err)
+	}
+	if err := record.CheckNumbers(b); err != nil {
+		return e, err
+	}
+	return e, nil
+}
+
+// decode fills the envelope's typed members from the raw ones.
+func (r *rawEnvelope) decode(e *envelope) error {
+	fail := func(field string, err error) error {
+		return &record.FieldError{Field: field, Reason: err.Error()}
+	}
+	if r.typ != nil {
+		if err := json.Unmarshal(r.typ, &e.Type); err != nil {
+			return fail("type", err)
+		}
+	}
+	if r.announce != nil {
+		e.Announce = new(record.Announce)
+		if err := json.Unmarshal(r.announce, e.Announce); err != nil {
+			return fail("announce", err)
+		}
+	}
+	if r.beat != nil {
+		e.Beat = new(record.WireBeat)
+		if err := json.Unmarshal(r.beat, e.Beat); err != nil {
+			return fail("beat", err)
+		}
+	}
+	if r.beats != nil {
+		if err := json.Unmarshal(r.beats, &r.beatList); err != nil {
+			return fail("beats", err)
+		}
+	}
+	return nil
 }
 
 // decodeBatch reads the entries of a heartbeat batch of protocol version
@@ -328,19 +443,37 @@ var (
 // only case-insensitively. Input that is not an object is left to
 // json.Unmarshal to report.
 func exactMembers(raw []byte, path string, names []string) error {
-	var obj map[string]json.RawMessage
-	if json.Unmarshal(raw, &obj) != nil {
+	// Only the names are read, as leniently as encoding/json reads them;
+	// the values are skipped, not decoded.
+	d := jsontext.NewDecoder(bytes.NewBuffer(raw), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '{' {
 		return nil
 	}
-	for k := range obj {
-		for _, n := range names {
-			if k != n && strings.EqualFold(k, n) {
-				f := k
-				if path != "" {
-					f = path + "." + k
-				}
-				return &record.FieldError{Field: record.Truncate(f, 80), Reason: fmt.Sprintf("unknown member; member names are case-sensitive (did you mean %q?)", n)}
+	for d.PeekKind() == '"' {
+		name, err := d.ReadToken()
+		if err != nil {
+			return nil
+		}
+		if err := caseMismatch(name.String(), path, names); err != nil {
+			return err
+		}
+		if d.SkipValue() != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// caseMismatch refuses the member name k when it equals one of names only
+// case-insensitively.
+func caseMismatch(k, path string, names []string) error {
+	for _, n := range names {
+		if k != n && strings.EqualFold(k, n) {
+			f := k
+			if path != "" {
+				f = path + "." + k
 			}
+			return &record.FieldError{Field: record.Truncate(f, 80), Reason: fmt.Sprintf("unknown member; member names are case-sensitive (did you mean %q?)", n)}
 		}
 	}
 	return nil

@@ -156,7 +156,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"major 0", `{"protocol_version":"v0.9","type":"heartbeat"}`, trust.ReasonVersion, ""},
 		{"no type", `{"protocol_version":"v1.0"}`, trust.ReasonMalformed, "type"},
 		{"unknown type", `{"protocol_version":"v1.0","type":"query"}`, trust.ReasonMalformed, "type"},
-		{"type not string", `{"protocol_version":"v1.0","type":7}`, trust.ReasonMalformed, "message"},
+		{"type not string", `{"protocol_version":"v1.0","type":7}`, trust.ReasonMalformed, "type"},
 		{"announce missing", `{"protocol_version":"v1.0","type":"announce"}`, trust.ReasonMalformed, "announce"},
 		{"beat missing", `{"protocol_version":"v1.0","type":"heartbeat"}`, trust.ReasonMalformed, "beat"},
 		{"announce with beat", strings.Replace(ann, `"type":"announce"`, `"type":"announce","beat":{"beat":{},"signature":""}`, 1), trust.ReasonMalformed, "beat"},

@@ -43,6 +43,54 @@ func CanonicalizeJSON(raw []byte) ([]byte, error) {
 	return out, nil
 }
 
+// CheckNumbers reports, as CanonicalizeJSON would, a number of the JSON
+// text raw that does not fit a double (RFC 7493 §2.2), without building
+// the canonical form. raw must be valid JSON. Only a text holding a
+// number with an exponent or with more than 308 integer digits is parsed:
+// no other number can be beyond a double.
+func CheckNumbers(raw []byte) error {
+	if !mayOverflow(raw) {
+		return nil
+	}
+	if err := checkNumberRange(raw); err != nil {
+		return fmt.Errorf("%w: not canonicalizable JSON: %v", ErrMalformed, err)
+	}
+	return nil
+}
+
+// mayOverflow reports whether the JSON text raw holds, outside its
+// strings, an exponent (an e after a digit) or a run of more than 308
+// digits.
+func mayOverflow(raw []byte) bool {
+	inString, escaped, digits := false, false, 0
+	var prev byte
+	for _, c := range raw {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString, digits = true, 0
+		case c >= '0' && c <= '9':
+			if digits++; digits > 308 {
+				return true
+			}
+		case (c == 'e' || c == 'E') && prev >= '0' && prev <= '9':
+			return true
+		default:
+			digits = 0
+		}
+		prev = c
+	}
+	return false
+}
+
 // maxDouble is math.MaxFloat64 as RFC 8785 writes it.
 var maxDouble = []byte("1.7976931348623157e+308")
 

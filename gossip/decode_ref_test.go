@@ -1,0 +1,236 @@
+package gossip
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/trust"
+)
+
+// decodeReference is Decode as it was before readEnvelope: the whole
+// message canonicalized as a check, then decoded four more times. It is
+// kept as the oracle FuzzDecodeMatchesReference compares Decode with.
+func decodeReference(b []byte, maxBytes int) (*Message, error) {
+	if maxBytes <= 0 {
+		maxBytes = record.MaxMessageBytes
+	}
+	if len(b) > maxBytes {
+		return nil, fmt.Errorf("%w: message is %d bytes, limit %d", record.ErrTooLarge, len(b), maxBytes)
+	}
+	if _, err := record.CanonicalizeJSON(b); err != nil {
+		return nil, err
+	}
+	version, newer, err := referenceVersion(b)
+	if err != nil {
+		return nil, err
+	}
+	if err := exactMembers(b, "", envelopeMembers); err != nil {
+		return nil, err
+	}
+	var e envelope
+	if err := json.Unmarshal(b, &e); err != nil {
+		return nil, &record.FieldError{Field: "message", Reason: err.Error()}
+	}
+	var raw struct {
+		Announce json.RawMessage   `json:"announce"`
+		Beat     json.RawMessage   `json:"beat"`
+		Beats    []json.RawMessage `json:"beats"`
+	}
+	_ = json.Unmarshal(b, &raw) // the same text decoded above
+	m := &Message{Version: version, NewerMinor: newer, Kind: e.Type}
+	switch {
+	case e.Type == KindAnnounce:
+		if e.Beats != nil {
+			return nil, &record.FieldError{Field: "beats", Reason: "must not be present in an announce message"}
+		}
+		if e.Beat != nil {
+			return nil, &record.FieldError{Field: "beat", Reason: "must not be present in an announce message"}
+		}
+		if e.Announce == nil {
+			return nil, &record.FieldError{Field: "announce", Reason: "is required for type announce"}
+		}
+		if err := exactMembers(raw.Announce, "announce", announceMembers); err != nil {
+			return nil, err
+		}
+		a := *e.Announce
+		if a.ProtocolVersion == "" {
+			a.ProtocolVersion = version
+		} else if _, err := record.CheckVersion(a.ProtocolVersion); err != nil {
+			return nil, fmt.Errorf("announce.protocol_version: %w", err)
+		}
+		sa, err := record.FromAnnounce(a)
+		if err != nil {
+			return nil, err
+		}
+		m.Agent = sa
+	case e.Type == KindBeats:
+		if e.Announce != nil || e.Beat != nil {
+			return nil, &record.FieldError{Field: "type", Reason: "a beats message carries only the beats member"}
+		}
+		beats, newer, err := decodeBatch(version, raw.Beats)
+		if err != nil {
+			return nil, err
+		}
+		m.Beats, m.NewerMinor = beats, newer
+	case IsBeat(e.Type):
+		if e.Beats != nil {
+			return nil, &record.FieldError{Field: "beats", Reason: "must not be present in a " + e.Type + " message"}
+		}
+		if e.Announce != nil {
+			return nil, &record.FieldError{Field: "announce", Reason: "must not be present in a " + e.Type + " message"}
+		}
+		if e.Beat == nil {
+			return nil, &record.FieldError{Field: "beat", Reason: "is required for type " + e.Type}
+		}
+		if len(raw.Beat) > record.MaxBeatBytes {
+			return nil, fmt.Errorf("%w: beat is %d bytes, limit %d", record.ErrTooLarge, len(raw.Beat), record.MaxBeatBytes)
+		}
+		if err := exactMembers(raw.Beat, "beat", wireBeatMembers); err != nil {
+			return nil, err
+		}
+		sb, err := record.ParseWireBeat(*e.Beat)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkBeatKind(e.Type, &sb.Beat); err != nil {
+			return nil, err
+		}
+		m.Beat = sb
+	case e.Type == "":
+		return nil, &record.FieldError{Field: "type", Reason: "is required"}
+	default:
+		return nil, &record.FieldError{Field: "type", Reason: fmt.Sprintf("%q is not one of announce, heartbeat, status, unregister, beats", record.Truncate(e.Type, 64))}
+	}
+	return m, nil
+}
+
+// referenceVersion is readVersion as decodeReference used it.
+func referenceVersion(b []byte) (version string, newer bool, err error) {
+	var probe map[string]json.RawMessage
+	if err := json.Unmarshal(b, &probe); err != nil {
+		return "", false, &record.FieldError{Field: "message", Reason: "must be a JSON object: " + err.Error()}
+	}
+	pv, ok := probe["protocol_version"]
+	if !ok || json.Unmarshal(pv, &version) != nil {
+		return "", false, &record.FieldError{Field: "protocol_version", Reason: "is required and must be a string"}
+	}
+	newer, err = record.CheckVersion(version)
+	return version, newer, err
+}
+
+// FuzzDecodeMatchesReference: Decode accepts exactly what decodeReference
+// accepts, with the same content, and refuses the rest for the same
+// reason (trust.ReasonOf).
+func FuzzDecodeMatchesReference(f *testing.F) {
+	seeds, _ := filepath.Glob(filepath.Join("testdata", "fuzz", "FuzzDecode", "*"))
+	for _, p := range seeds {
+		if b, err := os.ReadFile(p); err == nil {
+			if v, ok := corpusBytes(b); ok {
+				f.Add(v)
+			}
+		}
+	}
+	for _, g := range []string{"announce.json", "heartbeat.json", "status.json", "unregister.json"} {
+		if b, err := os.ReadFile(filepath.Join("testdata", "golden", g)); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Add([]byte(batchGolden))
+	f.Add([]byte(`{"protocol_version":"v1.0","type":"heartbeat","beat":{"beat":{},"signature":"AA=="},"x":1e400}`))
+	f.Add([]byte(`{"protocol_version":"v1.0","Type":"heartbeat"}`))
+	f.Add([]byte(`{"protocol_version":"v9.0","Type":"heartbeat"}`))
+	f.Add([]byte(`{"protocol_version":"v1.0","type":"heartbeat"} {}`))
+	f.Add([]byte(`[1,`))
+	f.Add([]byte(`"x"`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := Decode(data, 0)
+		want, wantErr := decodeReference(data, 0)
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("Decode: %v; reference: %v\n%q", err, wantErr, data)
+		}
+		if err != nil {
+			if trust.ReasonOf(err) != trust.ReasonOf(wantErr) {
+				t.Fatalf("Decode refuses as %s (%v), the reference as %s (%v)\n%q", trust.ReasonOf(err), err, trust.ReasonOf(wantErr), wantErr, data)
+			}
+			return
+		}
+		if m.Version != want.Version || m.NewerMinor != want.NewerMinor || m.Kind != want.Kind || !m.Equal(want) {
+			t.Fatalf("Decode gave %+v, the reference %+v\n%q", m, want, data)
+		}
+	})
+}
+
+// corpusBytes reads the []byte value of a "go test fuzz v1" corpus file.
+func corpusBytes(b []byte) ([]byte, bool) {
+	lines := bytes.SplitN(b, []byte("\n"), 3)
+	if len(lines) < 2 || !bytes.HasPrefix(lines[1], []byte("[]byte(")) {
+		return nil, false
+	}
+	s, err := strconv.Unquote(string(bytes.TrimSuffix(bytes.TrimPrefix(lines[1], []byte("[]byte(")), []byte(")"))))
+	return []byte(s), err == nil
+}
+
+// TestDecodeRefusesNumbersBeyondDoubles: a number no double holds is
+// refused wherever it is, an unknown member included, and the look for
+// one is not fooled by strings and literals.
+func TestDecodeRefusesNumbersBeyondDoubles(t *testing.T) {
+	hb := string(readGolden(t, "heartbeat.json"))
+	with := func(member string) []byte {
+		return []byte(strings.Replace(hb, `"type":"heartbeat"`, `"type":"heartbeat",`+member, 1))
+	}
+	for _, c := range []struct {
+		name   string
+		member string
+		ok     bool
+	}{
+		{"exponent", `"x":1e400`, false},
+		{"nested", `"x":{"y":[true,false,null,-1.5E+999]}`, false},
+		{"400 digits", `"x":` + strings.Repeat("9", 400), false},
+		{"large but a double", `"x":1.5e308`, true},
+		{"digits and e in a string", `"x":"9e999 ` + strings.Repeat("9", 400) + `"`, true},
+		{"an escaped quote before them", `"x":"\"9e999"`, true},
+		{"literals", `"x":[true,false]`, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Decode(with(c.member), 0)
+			_, ref := decodeReference(with(c.member), 0)
+			if (err == nil) != c.ok || (ref == nil) != c.ok {
+				t.Fatalf("Decode: %v, reference: %v; want accepted %v", err, ref, c.ok)
+			}
+			if !c.ok && trust.ReasonOf(err) != trust.ReasonMalformed {
+				t.Fatalf("refused as %s: %v", trust.ReasonOf(err), err)
+			}
+		})
+	}
+}
+
+// BenchmarkDecode: Decode next to the reference, a heartbeat and an
+// announcement.
+func BenchmarkDecode(b *testing.B) {
+	for _, g := range []string{"heartbeat.json", "announce.json"} {
+		msg, err := os.ReadFile(filepath.Join("testdata", "golden", g))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, d := range []struct {
+			name string
+			fn   func([]byte, int) (*Message, error)
+		}{{"readEnvelope", Decode}, {"reference", decodeReference}} {
+			b.Run(strings.TrimSuffix(g, ".json")+"/"+d.name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := d.fn(msg, 0); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
