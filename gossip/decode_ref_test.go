@@ -234,3 +234,14 @@ func BenchmarkDecode(b *testing.B) {
 		}
 	}
 }
+
+// TestDecodeVersionNull: a null protocol_version is refused as the
+// reference refuses it.
+func TestDecodeVersionNull(t *testing.T) {
+	b := []byte(`{"protocol_version":null,"type":"heartbeat","beat":{"beat":{},"signature":"AA=="}}`)
+	_, err := Decode(b, 0)
+	_, ref := decodeReference(b, 0)
+	if err == nil || trust.ReasonOf(err) != trust.ReasonOf(ref) {
+		t.Fatalf("Decode: %v (%s); reference: %v (%s)", err, trust.ReasonOf(err), ref, trust.ReasonOf(ref))
+	}
+}

@@ -285,8 +285,8 @@ type rawEnvelope struct {
 	// beatList is beats split into its entries (by decode).
 	beatList []json.RawMessage
 	// caseErr is the first member whose name differs from one of
-	// envelopeMembers only in case: reported after the version, as
-	// before a single pass read both.
+	// envelopeMembers only in case, reported once the version is
+	// negotiated (the order Decode documents).
 	caseErr error
 }
 
