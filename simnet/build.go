@@ -77,7 +77,7 @@ func (sm *sim) report(setup SetupInfo) *Report {
 	r.Gossip = GossipStats{
 		SampledOneIn: int(sm.probe.every), Propagation: sm.probe.all.summary(), ByKind: map[string]Percentiles{},
 		ProbeDropped: sm.probe.dropped.Load(), RPCDrops: sm.probe.rpcDrops.Load(), Undeliverable: sm.probe.undeliverable.Load(),
-		CatchUp: sm.probe.catchUp.Load(), Interest: sm.interestAt,
+		CatchUp: sm.probe.catchUp.Load(), Interest: sm.interestAt, PubsubIn: sm.mix.perNodeSecond(sm.nodeSecs),
 	}
 	for k, v := range sm.probe.byKind {
 		if k == gossip.KindBeats && v.count() == 0 {

@@ -34,6 +34,9 @@ type probe struct {
 	decodeErrors  atomic.Int64
 	rpcDrops      atomic.Int64 // pubsub DropRPC: an outbound queue was full
 	undeliverable atomic.Int64 // pubsub UndeliverableMessage: a node's sink lagged
+	// mix counts what the nodes' pubsub received, by kind, all the time;
+	// the report takes the measured window's difference.
+	mix pubsubMix
 	// catchUp counts deliveries of messages signed before the delivering
 	// node was in the announce topic's mesh (its first GRAFT): a joiner
 	// fetching recent history through IHAVE/IWANT, not a message late to
@@ -191,7 +194,10 @@ type probeTracer struct {
 
 var _ pubsub.RawTracer = probeTracer{}
 
-func (t probeTracer) DeliverMessage(msg *pubsub.Message)       { t.p.deliver(msg, t.meshed) }
+func (t probeTracer) DeliverMessage(msg *pubsub.Message) {
+	t.p.mix.first.Add(1)
+	t.p.deliver(msg, t.meshed)
+}
 func (t probeTracer) DropRPC(*pubsub.RPC, peer.ID)             { t.p.rpcDrops.Add(1) }
 func (t probeTracer) UndeliverableMessage(*pubsub.Message)     { t.p.undeliverable.Add(1) }
 func (t probeTracer) OnNewOutboundStream(peer.ID, protocol.ID) {}
@@ -202,7 +208,65 @@ func (t probeTracer) Graft(_ peer.ID, topic string)            { t.meshed.graft(
 func (t probeTracer) Prune(peer.ID, string)                    {}
 func (t probeTracer) ValidateMessage(*pubsub.Message)          {}
 func (t probeTracer) RejectMessage(*pubsub.Message, string)    {}
-func (t probeTracer) DuplicateMessage(*pubsub.Message)         {}
+func (t probeTracer) DuplicateMessage(*pubsub.Message)         { t.p.mix.duplicates.Add(1) }
 func (t probeTracer) ThrottlePeer(peer.ID)                     {}
-func (t probeTracer) RecvRPC(*pubsub.RPC)                      {}
+func (t probeTracer) RecvRPC(rpc *pubsub.RPC)                  { t.p.mix.recv(rpc) }
 func (t probeTracer) SendRPC(*pubsub.RPC, peer.ID)             {}
+
+// pubsubMix counts what the nodes' pubsub received: RPCs, the message
+// copies in them (first copies delivered, duplicates dropped), and the
+// message ids of the control messages.
+type pubsubMix struct {
+	rpcs, copies, first, duplicates, ihave, iwant, graft, prune, idontwant atomic.Int64
+}
+
+func (m *pubsubMix) recv(rpc *pubsub.RPC) {
+	m.rpcs.Add(1)
+	if n := len(rpc.GetPublish()); n > 0 {
+		m.copies.Add(int64(n))
+	}
+	c := rpc.GetControl()
+	if c == nil {
+		return
+	}
+	var ihave, iwant, idontwant int
+	for _, x := range c.GetIhave() {
+		ihave += len(x.GetMessageIDs())
+	}
+	for _, x := range c.GetIwant() {
+		iwant += len(x.GetMessageIDs())
+	}
+	for _, x := range c.GetIdontwant() {
+		idontwant += len(x.GetMessageIDs())
+	}
+	m.ihave.Add(int64(ihave))
+	m.iwant.Add(int64(iwant))
+	m.idontwant.Add(int64(idontwant))
+	m.graft.Add(int64(len(c.GetGraft())))
+	m.prune.Add(int64(len(c.GetPrune())))
+}
+
+// mixTotals is a reading of pubsubMix.
+type mixTotals struct {
+	rpcs, copies, first, duplicates, ihave, iwant, graft, prune, idontwant int64
+}
+
+func (m *pubsubMix) read() mixTotals {
+	return mixTotals{m.rpcs.Load(), m.copies.Load(), m.first.Load(), m.duplicates.Load(),
+		m.ihave.Load(), m.iwant.Load(), m.graft.Load(), m.prune.Load(), m.idontwant.Load()}
+}
+
+func (a mixTotals) sub(b mixTotals) mixTotals {
+	return mixTotals{a.rpcs - b.rpcs, a.copies - b.copies, a.first - b.first, a.duplicates - b.duplicates,
+		a.ihave - b.ihave, a.iwant - b.iwant, a.graft - b.graft, a.prune - b.prune, a.idontwant - b.idontwant}
+}
+
+// perNodeSecond is the report's form of a window's totals.
+func (a mixTotals) perNodeSecond(ns float64) *PubsubMix {
+	if ns <= 0 {
+		return nil
+	}
+	f := func(v int64) float64 { return float64(v) / ns }
+	return &PubsubMix{RPCs: f(a.rpcs), Copies: f(a.copies), First: f(a.first), Duplicates: f(a.duplicates),
+		IHaveIDs: f(a.ihave), IWantIDs: f(a.iwant), Grafts: f(a.graft), Prunes: f(a.prune), IDontWantIDs: f(a.idontwant)}
+}

@@ -156,6 +156,27 @@ type GossipStats struct {
 	CatchUp int64 `json:"catch_up_at_joiners"`
 	// Interest is what the nodes listened to at the end of the run.
 	Interest InterestStats `json:"interest"`
+	// PubsubIn is what the nodes' GossipSub received in the measured
+	// window, by kind, per node per second (bootstrap nodes, which run no
+	// GossipSub, not counted).
+	PubsubIn *PubsubMix `json:"pubsub_in,omitempty"`
+}
+
+// PubsubMix is what GossipSub received, per node per second: RPC frames;
+// the message copies in them — First delivered (validated, new),
+// Duplicates dropped as seen, the rest refused or ignored by validation —
+// and the message ids in IHAVE, IWANT and IDONTWANT control messages, and
+// GRAFTs and PRUNEs.
+type PubsubMix struct {
+	RPCs         float64 `json:"rpcs"`
+	Copies       float64 `json:"message_copies"`
+	First        float64 `json:"first_copies"`
+	Duplicates   float64 `json:"duplicates"`
+	IHaveIDs     float64 `json:"ihave_ids"`
+	IWantIDs     float64 `json:"iwant_ids"`
+	IDontWantIDs float64 `json:"idontwant_ids"`
+	Grafts       float64 `json:"grafts"`
+	Prunes       float64 `json:"prunes"`
 }
 
 // InterestStats describes the nodes' interest at the end of a run: mean
@@ -512,6 +533,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	row("CPU", fmt.Sprintf("%.1f s total, %.1f s in the measured window (%.3f s per node per second)", res.CPUSeconds, res.RunCPUSeconds, perNodeSecond(res.RunCPUSeconds, t.NodeSeconds)))
 	if i := r.Gossip.Interest; i.ShardsPerNode > 0 || i.ViewPerNode > 0 {
 		row("interest", fmt.Sprintf("%.1f shard topics and %.1f agents in the view per node; %d nodes on the announce topic", i.ShardsPerNode, i.ViewPerNode, i.AnnounceNodes))
+	}
+	if m := r.Gossip.PubsubIn; m != nil && m.RPCs > 0 {
+		row("pubsub in", fmt.Sprintf("%.1f RPCs/s: %.1f message copies (%.1f first, %.1f duplicates), %.1f IHAVE ids, %.1f IWANT ids, %.1f IDONTWANT ids, %.2f GRAFT, %.2f PRUNE", m.RPCs, m.Copies, m.First, m.Duplicates, m.IHaveIDs, m.IWantIDs, m.IDontWantIDs, m.Grafts, m.Prunes))
 	}
 	if g := r.Gossip; g.CatchUp > 0 {
 		row("gossip catch-up", fmt.Sprintf("%d deliveries of messages signed before the delivering node had a mesh peer (history a joiner fetched; not in propagation)", g.CatchUp))

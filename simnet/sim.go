@@ -123,6 +123,7 @@ type sim struct {
 	t0, tEnd  time.Time
 	traffic0  trafficTotals // agent nodes' totals at t0
 	boot0     trafficTotals
+	mix       mixTotals // the measured window's pubsub receptions
 	nodeSecs  float64
 	opErrs    []string
 	closeErrs []string
@@ -692,6 +693,7 @@ func (sm *sim) runSchedule(ctx context.Context) (interrupted bool, cpu float64) 
 	sm.traffic0, sm.boot0 = sm.trafficLocked()
 	sm.lastSample, sm.lastSampleAt = sm.traffic0, t0
 	sm.mu.Unlock()
+	mix0 := sm.probe.mix.read()
 	sm.probe.measureFrom(t0)
 	cpu0 := cpuSeconds()
 
@@ -732,6 +734,7 @@ func (sm *sim) runSchedule(ctx context.Context) (interrupted bool, cpu float64) 
 	cpu = cpuSeconds() - cpu0
 	sm.sampleAt(end)
 	agents, boots := sm.trafficAt()
+	sm.mix = sm.probe.mix.read().sub(mix0)
 	// Let queries and node operations in flight finish (lookups are
 	// bounded by the node's LookupTimeout); the poller keeps resolving
 	// departures meanwhile.
