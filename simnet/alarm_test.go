@@ -1,6 +1,7 @@
 package simnet
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -38,4 +39,31 @@ func TestAlarm(t *testing.T) {
 		default:
 		}
 	})
+}
+
+// TestAlarmHeap: alarms come out in time order, and pushing and popping
+// allocate nothing once the heap has room.
+func TestAlarmHeap(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	base := time.Unix(1_700_000_000, 0)
+	var h alarmHeap
+	for range 1000 {
+		h.push(alarmEntry{at: base.Add(time.Duration(r.IntN(500)) * time.Millisecond)})
+	}
+	prev := time.Time{}
+	for len(h) > 0 {
+		e := h.pop()
+		if e.at.Before(prev) {
+			t.Fatalf("popped %v after %v", e.at, prev)
+		}
+		prev = e.at
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		h.push(alarmEntry{at: base.Add(time.Duration(r.IntN(500)))})
+		h.push(alarmEntry{at: base})
+		h.pop()
+		h.pop()
+	}); n != 0 {
+		t.Fatalf("%v allocations per push and pop", n)
+	}
 }
