@@ -15,7 +15,8 @@ import (
 )
 
 // decodeReference is Decode as it was before readEnvelope: the whole
-// message canonicalized as a check, then decoded four more times. It is
+// message canonicalized as a check, then decoded four more times, member
+// names read through maps (referenceMembers). It is
 // kept as the oracle FuzzDecodeMatchesReference compares Decode with.
 func decodeReference(b []byte, maxBytes int) (*Message, error) {
 	if maxBytes <= 0 {
@@ -31,7 +32,7 @@ func decodeReference(b []byte, maxBytes int) (*Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := exactMembers(b, "", envelopeMembers); err != nil {
+	if err := referenceMembers(b, "", envelopeMembers); err != nil {
 		return nil, err
 	}
 	var e envelope
@@ -56,7 +57,7 @@ func decodeReference(b []byte, maxBytes int) (*Message, error) {
 		if e.Announce == nil {
 			return nil, &record.FieldError{Field: "announce", Reason: "is required for type announce"}
 		}
-		if err := exactMembers(raw.Announce, "announce", announceMembers); err != nil {
+		if err := referenceMembers(raw.Announce, "announce", announceMembers); err != nil {
 			return nil, err
 		}
 		a := *e.Announce
@@ -92,7 +93,7 @@ func decodeReference(b []byte, maxBytes int) (*Message, error) {
 		if len(raw.Beat) > record.MaxBeatBytes {
 			return nil, fmt.Errorf("%w: beat is %d bytes, limit %d", record.ErrTooLarge, len(raw.Beat), record.MaxBeatBytes)
 		}
-		if err := exactMembers(raw.Beat, "beat", wireBeatMembers); err != nil {
+		if err := referenceMembers(raw.Beat, "beat", wireBeatMembers); err != nil {
 			return nil, err
 		}
 		sb, err := record.ParseWireBeat(*e.Beat)
@@ -109,6 +110,21 @@ func decodeReference(b []byte, maxBytes int) (*Message, error) {
 		return nil, &record.FieldError{Field: "type", Reason: fmt.Sprintf("%q is not one of announce, heartbeat, status, unregister, beats", record.Truncate(e.Type, 64))}
 	}
 	return m, nil
+}
+
+// referenceMembers is exactMembers as decodeReference used it: the
+// object decoded into a map by encoding/json.
+func referenceMembers(raw []byte, path string, names []string) error {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(raw, &obj) != nil {
+		return nil
+	}
+	for k := range obj {
+		if err := caseMismatch(k, path, names); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // referenceVersion is readVersion as decodeReference used it.
@@ -244,4 +260,21 @@ func TestDecodeVersionNull(t *testing.T) {
 	if err == nil || trust.ReasonOf(err) != trust.ReasonOf(ref) {
 		t.Fatalf("Decode: %v (%s); reference: %v (%s)", err, trust.ReasonOf(err), ref, trust.ReasonOf(ref))
 	}
+}
+
+// FuzzExactMembers: exactMembers, which reads only the names, refuses a
+// member exactly when the map-based reading does, for any input (the
+// sync frames it also checks are not canonicalized first).
+func FuzzExactMembers(f *testing.F) {
+	f.Add([]byte(`{"Beat":1,"signature":"x"}`))
+	f.Add([]byte(`{"beat":{"Signature":1},"beat":2}`))
+	f.Add([]byte(`{"a":"\xff","SIGNATURE":[1,{"beat":2}]}`))
+	f.Add([]byte(`[{"Beat":1}]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got := exactMembers(data, "beat", wireBeatMembers)
+		want := referenceMembers(data, "beat", wireBeatMembers)
+		if (got == nil) != (want == nil) {
+			t.Fatalf("exactMembers: %v; the map-based reading: %v\n%q", got, want, data)
+		}
+	})
 }

@@ -449,19 +449,27 @@ func exactMembers(raw []byte, path string, names []string) error {
 	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '{' {
 		return nil
 	}
+	var found error
 	for d.PeekKind() == '"' {
 		name, err := d.ReadToken()
 		if err != nil {
 			return nil
 		}
-		if err := caseMismatch(name.String(), path, names); err != nil {
-			return err
+		if found == nil {
+			found = caseMismatch(name.String(), path, names)
 		}
 		if d.SkipValue() != nil {
 			return nil
 		}
 	}
-	return nil
+	// Like encoding/json, say nothing of a text that is not one object.
+	if _, err := d.ReadToken(); err != nil {
+		return nil
+	}
+	if _, err := d.ReadToken(); err != io.EOF {
+		return nil
+	}
+	return found
 }
 
 // caseMismatch refuses the member name k when it equals one of names only
