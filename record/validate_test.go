@@ -15,8 +15,6 @@ import (
 	"testing"
 
 	"github.com/Masterminds/semver/v3"
-	"github.com/libp2p/go-libp2p/core/crypto"
-	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 func pemOf(t *testing.T, pub any) string {
@@ -213,21 +211,15 @@ func TestCheckLooseVersion(t *testing.T) {
 // TestPeerPublicKeyRemembered: a remembered key is the key the id embeds,
 // and an id refused once is refused again (refusals are not remembered).
 func TestPeerPublicKeyRemembered(t *testing.T) {
-	_, pub, err := crypto.GenerateEd25519Key(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := peer.IDFromPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys := newKeys(t)
+	pub := keys.peer.GetPublic()
 	for range 2 {
-		k, err := PeerPublicKey(p.String())
+		k, err := PeerPublicKey(keys.peerID)
 		if err != nil || !k.Equals(pub) {
 			t.Fatalf("PeerPublicKey = %v, %v; want the embedded key", k, err)
 		}
 	}
-	if _, ok := peerKeys.m.Load(p.String()); !ok {
+	if _, ok := peerKeys.m.Load(keys.peerID); !ok {
 		t.Fatal("the key was not remembered")
 	}
 	for range 2 {
