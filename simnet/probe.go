@@ -207,17 +207,35 @@ func (t probeTracer) Leave(string)                             {}
 func (t probeTracer) Graft(_ peer.ID, topic string)            { t.meshed.graft(topic) }
 func (t probeTracer) Prune(peer.ID, string)                    {}
 func (t probeTracer) ValidateMessage(*pubsub.Message)          {}
-func (t probeTracer) RejectMessage(*pubsub.Message, string)    {}
-func (t probeTracer) DuplicateMessage(*pubsub.Message)         { t.p.mix.duplicates.Add(1) }
-func (t probeTracer) ThrottlePeer(peer.ID)                     {}
-func (t probeTracer) RecvRPC(rpc *pubsub.RPC)                  { t.p.mix.recv(rpc) }
-func (t probeTracer) SendRPC(*pubsub.RPC, peer.ID)             {}
+func (t probeTracer) RejectMessage(_ *pubsub.Message, reason string) {
+	t.p.mix.reject(reason)
+}
+func (t probeTracer) DuplicateMessage(*pubsub.Message) { t.p.mix.duplicates.Add(1) }
+func (t probeTracer) ThrottlePeer(peer.ID)             {}
+func (t probeTracer) RecvRPC(rpc *pubsub.RPC)          { t.p.mix.recv(rpc) }
+func (t probeTracer) SendRPC(*pubsub.RPC, peer.ID)     {}
 
 // pubsubMix counts what the nodes' pubsub received: RPCs, the message
 // copies in them (first copies delivered, duplicates dropped), and the
 // message ids of the control messages.
 type pubsubMix struct {
 	rpcs, copies, first, duplicates, ihave, iwant, graft, prune, idontwant atomic.Int64
+	// Copies refused: ignored and failed by the validators, dropped
+	// unvalidated (queue full, throttled), and for any other reason.
+	ignored, failed, unvalidated, otherRefused atomic.Int64
+}
+
+func (m *pubsubMix) reject(reason string) {
+	switch reason {
+	case pubsub.RejectValidationIgnored:
+		m.ignored.Add(1)
+	case pubsub.RejectValidationFailed:
+		m.failed.Add(1)
+	case pubsub.RejectValidationQueueFull, pubsub.RejectValidationThrottled:
+		m.unvalidated.Add(1)
+	default:
+		m.otherRefused.Add(1)
+	}
 }
 
 func (m *pubsubMix) recv(rpc *pubsub.RPC) {
@@ -249,16 +267,19 @@ func (m *pubsubMix) recv(rpc *pubsub.RPC) {
 // mixTotals is a reading of pubsubMix.
 type mixTotals struct {
 	rpcs, copies, first, duplicates, ihave, iwant, graft, prune, idontwant int64
+	ignored, failed, unvalidated, otherRefused                             int64
 }
 
 func (m *pubsubMix) read() mixTotals {
 	return mixTotals{m.rpcs.Load(), m.copies.Load(), m.first.Load(), m.duplicates.Load(),
-		m.ihave.Load(), m.iwant.Load(), m.graft.Load(), m.prune.Load(), m.idontwant.Load()}
+		m.ihave.Load(), m.iwant.Load(), m.graft.Load(), m.prune.Load(), m.idontwant.Load(),
+		m.ignored.Load(), m.failed.Load(), m.unvalidated.Load(), m.otherRefused.Load()}
 }
 
 func (a mixTotals) sub(b mixTotals) mixTotals {
 	return mixTotals{a.rpcs - b.rpcs, a.copies - b.copies, a.first - b.first, a.duplicates - b.duplicates,
-		a.ihave - b.ihave, a.iwant - b.iwant, a.graft - b.graft, a.prune - b.prune, a.idontwant - b.idontwant}
+		a.ihave - b.ihave, a.iwant - b.iwant, a.graft - b.graft, a.prune - b.prune, a.idontwant - b.idontwant,
+		a.ignored - b.ignored, a.failed - b.failed, a.unvalidated - b.unvalidated, a.otherRefused - b.otherRefused}
 }
 
 // perNodeSecond is the report's form of a window's totals.
@@ -268,5 +289,6 @@ func (a mixTotals) perNodeSecond(ns float64) *PubsubMix {
 	}
 	f := func(v int64) float64 { return float64(v) / ns }
 	return &PubsubMix{RPCs: f(a.rpcs), Copies: f(a.copies), First: f(a.first), Duplicates: f(a.duplicates),
-		IHaveIDs: f(a.ihave), IWantIDs: f(a.iwant), Grafts: f(a.graft), Prunes: f(a.prune), IDontWantIDs: f(a.idontwant)}
+		IHaveIDs: f(a.ihave), IWantIDs: f(a.iwant), Grafts: f(a.graft), Prunes: f(a.prune), IDontWantIDs: f(a.idontwant),
+		Ignored: f(a.ignored), Failed: f(a.failed), Unvalidated: f(a.unvalidated), OtherRefused: f(a.otherRefused)}
 }
