@@ -44,6 +44,14 @@ type Config struct {
 	// Workers investigate suspects concurrently (default 4); Queue bounds
 	// the suspects waiting (default 256).
 	Workers, Queue int
+	// ClaimJitter: a node that confirmed a peer down itself publishes its
+	// claim after a random delay below this (default 1 s), and not at all
+	// when another node's claim about the peer reached it meanwhile (it
+	// forwards that one instead). Every node connected to a crashed peer
+	// confirms it within moments; without the delay each published a
+	// claim and every node received them all (SWIM's suppression; in a
+	// 100-node simnet these were most of the copies GossipSub refused).
+	ClaimJitter time.Duration
 }
 
 func (c *Config) defaults() {
@@ -56,6 +64,7 @@ func (c *Config) defaults() {
 	def(&c.AskTimeout, 3*time.Second)
 	def(&c.Cooldown, 10*time.Second)
 	def(&c.ClaimWindow, time.Minute)
+	def(&c.ClaimJitter, time.Second)
 	if c.Helpers <= 0 {
 		c.Helpers = 3
 	}
@@ -104,6 +113,9 @@ type Detector struct {
 	alive   map[peer.ID]time.Time // last found alive by a ping
 	down    map[peer.ID]downEntry // confirmed unreachable
 	claimRL *peerLimits
+	// claimWait waits before this node's own claim is published (the
+	// jitter; tests replace it); false when ctx ended first.
+	claimWait func(ctx context.Context) bool
 }
 
 type downEntry struct {
@@ -122,6 +134,7 @@ func New(h host.Host, cfg Config, hooks Hooks, m *metrics.Metrics, log *slog.Log
 		q: make(chan peer.ID, cfg.Queue), queued: map[peer.ID]bool{}, alive: map[peer.ID]time.Time{},
 		down: map[peer.ID]downEntry{}, claimRL: newPeerLimits(1, 10),
 	}
+	d.claimWait = d.jitterWait
 	d.srv = newServer(d)
 	d.nb = &network.NotifyBundle{DisconnectedF: d.disconnected, ConnectedF: d.connected}
 	return d
@@ -363,7 +376,9 @@ func (d *Detector) markAlive(p peer.ID) {
 func (d *Detector) confirm(ctx context.Context, p peer.ID, publish bool) {
 	now := time.Now()
 	d.mu.Lock()
-	d.down[p] = downEntry{at: now, forwarded: true}
+	// Not forwarded yet: a claim of another node arriving before this
+	// node's own is published is forwarded (claimKnown) and replaces it.
+	d.down[p] = downEntry{at: now, forwarded: !publish || d.hooks.Publish == nil}
 	if len(d.down) > maxLimiters {
 		for q, e := range d.down {
 			if now.Sub(e.at) >= d.cfg.ClaimWindow {
@@ -376,14 +391,55 @@ func (d *Detector) confirm(ctx context.Context, p peer.ID, publish bool) {
 	if d.hooks.Down != nil {
 		d.hooks.Down(p)
 	}
-	if publish && d.hooks.Publish != nil {
-		data, err := EncodeClaim(p, now)
-		if err == nil {
-			err = d.hooks.Publish(ctx, data)
-		}
-		if err != nil && ctx.Err() == nil {
-			d.log.Debug("peer_down not published", "peer_id", p, "err", err)
-		}
+	if publish && d.hooks.Publish != nil && d.enter() {
+		go func() {
+			defer d.wg.Done()
+			d.publishClaim(ctx, p, now)
+		}()
+	}
+}
+
+// publishClaim publishes this node's claim that p is down, confirmed at
+// at, once claimWait has passed, unless a claim about p was forwarded
+// here meanwhile.
+func (d *Detector) publishClaim(ctx context.Context, p peer.ID, at time.Time) {
+	d.mu.Lock()
+	wait := d.claimWait
+	d.mu.Unlock()
+	if !wait(ctx) {
+		return
+	}
+	d.mu.Lock()
+	e, ok := d.down[p]
+	mine := ok && e.at.Equal(at) && !e.forwarded
+	if mine {
+		e.forwarded = true
+		d.down[p] = e
+	}
+	d.mu.Unlock()
+	if !mine {
+		// Another node's claim went through here, or p came back.
+		d.m.Inc(downClaims, "suppressed")
+		return
+	}
+	data, err := EncodeClaim(p, at)
+	if err == nil {
+		err = d.hooks.Publish(ctx, data)
+	}
+	if err != nil && ctx.Err() == nil {
+		d.log.Debug("peer_down not published", "peer_id", p, "err", err)
+	}
+}
+
+// jitterWait waits a random time below ClaimJitter.
+func (d *Detector) jitterWait(ctx context.Context) bool {
+	t := time.NewTimer(rand.N(d.cfg.ClaimJitter))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

@@ -179,6 +179,9 @@ func TestCrashIsConfirmedThroughHelpers(t *testing.T) {
 		if !mb.d.Down(victim.h.ID()) {
 			t.Error("Down() is false after a confirmation")
 		}
+		// Published after the claim jitter (nobody else's claim reaches a
+		// member here: Publish only records).
+		waitFor(t, "the claim published", func() bool { return len(mb.published()) > 0 })
 		pub := mb.published()
 		if len(pub) != 1 {
 			t.Fatalf("%d claims published", len(pub))
@@ -463,5 +466,41 @@ func TestProbeServer(t *testing.T) {
 	}
 	if limited == 0 {
 		t.Error("20 requests at once were not rate limited")
+	}
+}
+
+// TestOwnClaimSuppressed: a node that confirmed a crash itself waits
+// before publishing its claim; another node's claim arriving meanwhile is
+// forwarded in its place, and its own is not published.
+func TestOwnClaimSuppressed(t *testing.T) {
+	mn, ms := meshOf(t, 3)
+	a, b, victim := ms[0], ms[1], ms[2]
+	release := make(chan struct{})
+	a.d.mu.Lock()
+	a.d.claimWait = func(ctx context.Context) bool {
+		select {
+		case <-release:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	a.d.mu.Unlock()
+	crash(t, mn, victim)
+	waitFor(t, "a's confirmation", func() bool { return len(a.downs()) == 1 })
+	claim, err := EncodeClaim(victim.h.ID(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := a.d.ValidateClaim(context.Background(), b.h.ID(), claim); res != pubsub.ValidationAccept {
+		t.Fatalf("b's claim while a's waits: %v, want accept (forwarded)", res)
+	}
+	if res := a.d.ValidateClaim(context.Background(), b.h.ID(), claim); res != pubsub.ValidationIgnore {
+		t.Fatalf("the same claim again: %v, want ignore", res)
+	}
+	close(release)
+	waitFor(t, "a's own claim suppressed", func() bool { return claims(a.m, "suppressed") == 1 })
+	if pub := a.published(); len(pub) != 0 {
+		t.Fatalf("a published %d claims after forwarding b's", len(pub))
 	}
 }

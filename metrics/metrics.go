@@ -53,7 +53,8 @@ type Metrics struct {
 	Suspicions *prometheus.CounterVec
 	// DownClaims counts peer_down claims received on the liveness topic,
 	// by outcome (confirmed, refuted, duplicate, uninterested, malformed,
-	// rate_limited, self).
+	// rate_limited, self), and this node's own claims not published
+	// because another node's about the same peer came first (suppressed).
 	DownClaims *prometheus.CounterVec
 	// ShardSyncs counts the syncs of a shard a scoped node asked its
 	// topic's peers for, by outcome (ok, error).
@@ -145,7 +146,7 @@ func New(withRuntime bool) *Metrics {
 		m.GossipDelivered.WithLabelValues(k)
 		m.GossipPublished.WithLabelValues(k)
 	}
-	for _, o := range []string{"confirmed", "refuted", "duplicate", "uninterested", "no_address", "malformed", "unsupported_version", "stale", "rate_limited", "self"} {
+	for _, o := range []string{"confirmed", "refuted", "duplicate", "uninterested", "no_address", "malformed", "unsupported_version", "stale", "rate_limited", "self", "suppressed"} {
 		m.DownClaims.WithLabelValues(o)
 	}
 	r.MustRegister(m.Rejects, m.Lookups, m.LookupLatency, m.GossipDelivered, m.GossipPublished, m.BatchedBeats,
