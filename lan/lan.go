@@ -345,7 +345,7 @@ func (l *LAN) supervise(ctx context.Context, name string, group netip.AddrPort, 
 		s, err := l.net.ListenMulticast(group, l.cfg.Interface, ttl)
 		if err != nil {
 			l.setDown(name, err.Error())
-			if !sleepCtx(ctx, l.cfg.RetryInterval) {
+			if !backoff.Sleep(ctx, l.cfg.RetryInterval) {
 				return
 			}
 			continue
@@ -387,7 +387,7 @@ func (l *LAN) supervise(ctx context.Context, name string, group netip.AddrPort, 
 			return
 		}
 		l.setDown(name, fmt.Sprintf("socket failed: %v", serr))
-		if !sleepCtx(ctx, l.cfg.RetryInterval) {
+		if !backoff.Sleep(ctx, l.cfg.RetryInterval) {
 			return
 		}
 	}
@@ -618,14 +618,3 @@ var _ interface {
 	Discover(ctx context.Context, f store.Filter) ([]*record.SignedAgent, []*record.Agent, error)
 	Available() (bool, string)
 } = (*LAN)(nil)
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentd/agentd/internal/backoff"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/discovery/mdns"
@@ -75,7 +76,7 @@ func (n *notifee) HandlePeerFound(ai peer.AddrInfo) {
 // cleared.
 func (n *notifee) connect(ctx context.Context, ai peer.AddrInfo) {
 	l, h := n.l, n.l.d.Host
-	if h.ID() > ai.ID && !sleepCtx(ctx, simultaneousOpenGrace) {
+	if h.ID() > ai.ID && !backoff.Sleep(ctx, simultaneousOpenGrace) {
 		return
 	}
 	for attempt := 0; attempt < 2; attempt++ {
@@ -95,7 +96,7 @@ func (n *notifee) connect(ctx context.Context, ai peer.AddrInfo) {
 		if sw, ok := h.Network().(*swarm.Swarm); ok {
 			sw.Backoff().Clear(ai.ID)
 		}
-		if attempt == 0 && !sleepCtx(ctx, time.Duration(100+rand.IntN(400))*time.Millisecond) {
+		if attempt == 0 && !backoff.Sleep(ctx, time.Duration(100+rand.IntN(400))*time.Millisecond) {
 			return
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentd/agentd/internal/backoff"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/trust"
 
@@ -796,7 +797,7 @@ func (u *udpProto) unregister(ctx context.Context, hs []*hostedAgent, reason rec
 		}
 	}
 	send()
-	if sleepCtx(ctx, 100*time.Millisecond) {
+	if backoff.Sleep(ctx, 100*time.Millisecond) {
 		send()
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentd/agentd/internal/backoff"
 	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/record"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
@@ -433,14 +434,7 @@ func (d *Detector) publishClaim(ctx context.Context, p peer.ID, at time.Time) {
 
 // jitterWait waits a random time below ClaimJitter.
 func (d *Detector) jitterWait(ctx context.Context) bool {
-	t := time.NewTimer(rand.N(d.cfg.ClaimJitter))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return backoff.Sleep(ctx, rand.N(d.cfg.ClaimJitter))
 }
 
 // Down reports whether p was confirmed unreachable within the claim

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentd/agentd/bootstrap"
 	"github.com/agentd/agentd/gossip"
+	"github.com/agentd/agentd/internal/backoff"
 	agentdmetrics "github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/node"
 	"github.com/agentd/agentd/p2p"
@@ -615,7 +616,7 @@ func (sm *sim) warmup(ctx context.Context) (SetupInfo, error) {
 			sm.log.Warn("warm-up timed out before every node saw every agent", "timeout", sm.s.WarmupTimeout)
 			break
 		}
-		if !sleepCtx(ctx, 250*time.Millisecond) {
+		if !backoff.Sleep(ctx, 250*time.Millisecond) {
 			return info, ctx.Err()
 		}
 	}
@@ -1423,19 +1424,5 @@ func (sm *sim) teardown() error {
 // ---- clock helpers (real or virtual: whatever time.Now says) ----
 
 func sleepUntil(ctx context.Context, t time.Time) bool {
-	return sleepCtx(ctx, time.Until(t))
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return backoff.Sleep(ctx, time.Until(t))
 }

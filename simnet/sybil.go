@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/gossip"
+	"github.com/agentd/agentd/internal/backoff"
 	agentdmetrics "github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/node"
 	"github.com/agentd/agentd/record"
@@ -269,7 +270,7 @@ func (sr *sybilRun) flood() {
 		sr.mu.Lock()
 		sr.stats.Published++
 		sr.mu.Unlock()
-		if !sleepCtx(ctx, every) {
+		if !backoff.Sleep(ctx, every) {
 			break
 		}
 	}
@@ -300,7 +301,7 @@ func (sr *sybilRun) watch() {
 		if ended {
 			return
 		}
-		if !sleepCtx(sm.ctx, time.Second) {
+		if !backoff.Sleep(sm.ctx, time.Second) {
 			return
 		}
 	}

@@ -1,9 +1,10 @@
 // Package backoff is the one exponential back-off of agentd's retry loops:
 // the SkillCenter client's retries, the node's join loop and the DHT's
-// provide and put retries.
+// provide and put retries; and Sleep, the one wait that a context ends.
 package backoff
 
 import (
+	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -51,3 +52,20 @@ func (b *Backoff) Next() time.Duration {
 
 // Reset starts over after a success.
 func (b *Backoff) Reset() { b.n = 0 }
+
+// Sleep waits d, or less when ctx ends first; it reports whether the
+// whole wait passed (a d of zero or less passes at once unless ctx has
+// ended).
+func Sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

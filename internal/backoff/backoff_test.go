@@ -1,7 +1,9 @@
 package backoff
 
 import (
+	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -45,4 +47,30 @@ func TestBackoffNextAndReset(t *testing.T) {
 	if d := b.Next(); d != time.Second {
 		t.Fatalf("after Reset: %s", d)
 	}
+}
+
+// TestSleep: a wait passes unless its context ends first, and a context
+// that has ended ends a wait of zero too (in a bubble: the hour is
+// virtual).
+func TestSleep(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		if !Sleep(context.Background(), time.Hour) || !Sleep(context.Background(), 0) {
+			t.Fatal("a wait with a live context did not pass")
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			time.Sleep(time.Minute)
+			cancel()
+		}()
+		start := time.Now()
+		if Sleep(ctx, time.Hour) {
+			t.Fatal("a wait whose context ended passed")
+		}
+		if waited := time.Since(start); waited != time.Minute {
+			t.Fatalf("the wait ended after %v, not when its context did", waited)
+		}
+		if Sleep(ctx, 0) {
+			t.Fatal("a wait of zero with an ended context passed")
+		}
+	})
 }
