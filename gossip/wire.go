@@ -210,6 +210,13 @@ func Decode(b []byte, maxBytes int) (*Message, error) {
 	if err := raw.decode(&e); err != nil {
 		return nil, err
 	}
+	return decodeBody(version, newer, &e, &raw)
+}
+
+// decodeBody is the last of Decode's checks: the members the envelope's
+// type requires (raw says which are present: neither absent nor null),
+// then the record, beat or batch itself.
+func decodeBody(version string, newer bool, e *envelope, raw *rawEnvelope) (*Message, error) {
 	m := &Message{Version: version, NewerMinor: newer, Kind: e.Type}
 	switch {
 	case e.Type == KindAnnounce:
