@@ -349,8 +349,7 @@ func (n *Node) Start(ctx context.Context) error {
 			}
 			unlock := n.lockAgent(id)
 			if sa, ok := n.hostedRecord(id); ok {
-				n.applyHosted(sa)
-				sa.Compact() // as host_ does
+				n.applyHosted(sa) // compact already (EachLocal)
 			}
 			unlock()
 		}

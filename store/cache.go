@@ -620,7 +620,7 @@ func (s *db) load() error {
 	var bad [][]byte
 	err := s.scan(ctx, []byte(spaceCache), true, func(k, v []byte) error {
 		id := string(k[len(spaceCache):])
-		h, sa, err := decodeEntryFor(id, entryKindCache, v)
+		h, sa, err := decodeEntryFor(id, entryKindCache, v, false)
 		if err != nil {
 			s.log.Warn("skip corrupt cache entry", "agent_id", fmt.Sprintf("%.64q", id), "err", err)
 			bad = append(bad, k)

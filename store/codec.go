@@ -289,8 +289,11 @@ func fromUnixNano(n int64) time.Time {
 }
 
 // decodeEntry parses an entry value. It never panics; any defect is an
-// error wrapping errCorrupt, or the record's own parse error.
-func decodeEntry(b []byte) (entryHeader, *record.SignedAgent, error) {
+// error wrapping errCorrupt, or the record's own parse error. With share,
+// the record keeps its agent object inside b, without a copy: the caller
+// gives b up (EachLocal, whose records drop the bytes at once when they
+// compact); without, it keeps a copy of just that object.
+func decodeEntry(b []byte, share bool) (entryHeader, *record.SignedAgent, error) {
 	var h entryHeader
 	if len(b) < entryHeaderLen {
 		return h, nil, fmt.Errorf("%w: entry of %d bytes is shorter than its header", errCorrupt, len(b))
@@ -326,7 +329,7 @@ func decodeEntry(b []byte) (entryHeader, *record.SignedAgent, error) {
 	}
 	h.received = fromUnixNano(recv)
 	h.expires = fromUnixNano(exp)
-	sa, err := parseStored(b[entryHeaderLen+n:])
+	sa, err := parseStored(b[entryHeaderLen+n:], share)
 	if err != nil {
 		return h, nil, fmt.Errorf("%w: record: %w", errCorrupt, err)
 	}
@@ -335,8 +338,8 @@ func decodeEntry(b []byte) (entryHeader, *record.SignedAgent, error) {
 
 // decodeEntryFor decodes an entry value stored under the agent id and
 // checks that the record is that agent's and of the expected kind.
-func decodeEntryFor(id string, kind byte, b []byte) (entryHeader, *record.SignedAgent, error) {
-	h, sa, err := decodeEntry(b)
+func decodeEntryFor(id string, kind byte, b []byte, share bool) (entryHeader, *record.SignedAgent, error) {
+	h, sa, err := decodeEntry(b, share)
 	if err != nil {
 		return h, nil, err
 	}
@@ -355,14 +358,17 @@ func decodeEntryFor(id string, kind byte, b []byte) (entryHeader, *record.Signed
 // "peer_signature":…}), and anything else — an older layout, a corrupt
 // value — goes through record.ParseStoredAnnounce. Either way the agent
 // object is decoded and checked by record.FromStored. This spares two of
-// the four passes over each record at start.
-func parseStored(b []byte) (*record.SignedAgent, error) {
+// the four passes over each record at start. share is decodeEntry's.
+func parseStored(b []byte, share bool) (*record.SignedAgent, error) {
 	if len(b) > record.MaxMessageBytes {
 		return nil, fmt.Errorf("%w: announce is %d bytes, limit %d", record.ErrTooLarge, len(b), record.MaxMessageBytes)
 	}
 	pv, agent, sig, psig, ok := splitStored(b)
 	if !ok {
 		return record.ParseStoredAnnounce(b)
+	}
+	if !share {
+		agent = bytes.Clone(agent)
 	}
 	return record.FromStored(pv, agent, sig, psig)
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 	"time"
 
@@ -16,7 +17,7 @@ func FuzzDecodeEntry(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{entryFormat, entryKindCache})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		h, sa, err := decodeEntry(b)
+		h, sa, err := decodeEntry(b, false)
 		if err != nil {
 			return
 		}
@@ -25,7 +26,7 @@ func FuzzDecodeEntry(f *testing.F) {
 			t.Fatalf("accepted record does not marshal: %v", err)
 		}
 		b2 := encodeEntry(h, ann)
-		h2, sa2, err := decodeEntry(b2)
+		h2, sa2, err := decodeEntry(b2, false)
 		if err != nil {
 			t.Fatalf("re-encoded entry does not decode: %v", err)
 		}
@@ -125,13 +126,26 @@ func TestEntryGolden(t *testing.T) {
 	}
 	sa := mkRecord(t, agentSpec{})
 	b := encodeEntry(h, sa.MarshalAnnounce())
-	h2, sa2, err := decodeEntryFor(sa.Agent.AgentID, entryKindCache, b)
+	h2, sa2, err := decodeEntryFor(sa.Agent.AgentID, entryKindCache, b, false)
 	if err != nil || h2 != h || !bytes.Equal(sa2.Canonical(), sa.Canonical()) {
 		t.Fatalf("decode: %+v %v", h2, err)
 	}
+	// Without share, the record holds a copy of its agent object, not b
+	// (a cache entry would keep the whole entry alive); with, b itself.
+	for _, share := range []bool{false, true} {
+		b := slices.Clone(b)
+		_, sa3, err := decodeEntryFor(sa.Agent.AgentID, entryKindCache, b, share)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clear(b)
+		if got := bytes.Equal(sa3.Canonical(), sa.Canonical()); got == share {
+			t.Fatalf("share %v: clearing the entry changed the record's bytes: %v", share, !got)
+		}
+	}
 	for i := range b[:entryHeaderLen+3] {
 		// Every truncation is refused, never a panic.
-		if _, _, err := decodeEntry(b[:i]); err == nil {
+		if _, _, err := decodeEntry(b[:i], false); err == nil {
 			t.Fatalf("truncated at %d accepted", i)
 		}
 	}
@@ -185,7 +199,7 @@ func FuzzParseStored(f *testing.F) {
 		if _, _, _, _, ok := splitStored(b); !ok {
 			return
 		}
-		fast, err := parseStored(b)
+		fast, err := parseStored(b, false)
 		slow, err2 := record.ParseStoredAnnounce(b)
 		if (err == nil) != (err2 == nil) {
 			t.Fatalf("fast path: %v, general: %v\n%q", err, err2, b)

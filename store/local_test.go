@@ -44,6 +44,9 @@ func TestLocals(t *testing.T) {
 		if err := sa.VerifySignatures(); err != nil {
 			t.Fatalf("read-back record does not verify: %v", err)
 		}
+		if !isCompact(sa) {
+			t.Fatalf("Locals' record of %s holds its canonical bytes", sa.Agent.AgentID)
+		}
 	}
 	if err := s.DeleteLocal(ctx, b.Agent.AgentID); err != nil {
 		t.Fatal(err)
@@ -562,4 +565,10 @@ func TestLargestRecordFits(t *testing.T) {
 			t.Fatalf("Locals: %v, %v", got, err)
 		}
 	})
+}
+
+// isCompact reports whether sa derives its canonical bytes (Compact) rather
+// than holding them: each call then returns a fresh slice.
+func isCompact(sa *record.SignedAgent) bool {
+	return &sa.Canonical()[0] != &sa.Canonical()[0]
 }

@@ -166,7 +166,8 @@ type Store interface {
 	// Locals lists the local registrations.
 	Locals(ctx context.Context) ([]*record.SignedAgent, error)
 	// EachLocal calls fn with every local registration, in no order, from
-	// the calling goroutine while the rest are decoded.
+	// the calling goroutine while the rest are decoded. The records are
+	// compact where they can be (record.SignedAgent.Compact).
 	EachLocal(ctx context.Context, fn func(*record.SignedAgent)) error
 
 	// Put caches a remote record. It returns ErrOlder if a record with a
