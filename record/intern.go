@@ -1,8 +1,8 @@
 package record
 
 import (
+	"encoding/binary"
 	"slices"
-	"strings"
 	"sync"
 	"unique"
 	"unsafe"
@@ -62,7 +62,9 @@ func (a *Agent) intern() {
 // to five of the ~20 objects a held record is made of. The agent id stays
 // its own string: indexes keep it as a map key for as long as the agent
 // is known, and a key cut from a packed string would keep the whole of
-// the first record's strings alive after the record was replaced.
+// the first record's strings alive after the record was replaced. A
+// single string is copied too: decodeCanonical's strings point into the
+// bytes they were read from until pack and intern copy them.
 func (a *Agent) pack() {
 	var buf [16]*string
 	fields := a.packed(buf[:0])
@@ -73,7 +75,7 @@ func (a *Agent) pack() {
 			count++
 		}
 	}
-	if count < 2 {
+	if count == 0 {
 		return
 	}
 	b := make([]byte, 0, n)
@@ -117,6 +119,32 @@ var capSets = struct {
 	m map[string]map[string]string
 }{m: map[string]map[string]string{}}
 
+// appendCapSetKey appends a capability and its version to the key of
+// capSets, which holds the pairs of a map in increasing order of keys,
+// each string after its length: {"a\x00b":"c"} and {"a":"b\x00c"} have
+// different keys (they shared one while a NUL separated the strings, and
+// a map enters capSets before its record is validated).
+func appendCapSetKey(b []byte, k, v string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(k)))
+	b = append(b, k...)
+	b = binary.AppendUvarint(b, uint64(len(v)))
+	return append(b, v...)
+}
+
+// sharedCapabilities returns the shared map whose pairs are kv (key,
+// value, key, value…, keys in increasing order), if there is one.
+func sharedCapabilities(kv []string) (map[string]string, bool) {
+	var buf [512]byte
+	b := buf[:0]
+	for i := 0; i < len(kv); i += 2 {
+		b = appendCapSetKey(b, kv[i], kv[i+1])
+	}
+	capSets.Lock()
+	defer capSets.Unlock()
+	m, ok := capSets.m[string(b)]
+	return m, ok
+}
+
 // shareCapabilities returns the shared map equal to m, or m itself (its
 // values interned) when it is the first of its kind or too large to share.
 // A shared map belongs to every record holding it: decoded records are
@@ -133,14 +161,11 @@ func shareCapabilities(m map[string]string) map[string]string {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	var b strings.Builder
+	var b []byte
 	for _, k := range keys {
-		b.WriteString(k)
-		b.WriteByte(0)
-		b.WriteString(m[k])
-		b.WriteByte(0)
+		b = appendCapSetKey(b, k, m[k])
 	}
-	key := b.String()
+	key := string(b)
 	capSets.Lock()
 	defer capSets.Unlock()
 	if s, ok := capSets.m[key]; ok {

@@ -116,6 +116,15 @@ func TestDecodedRecordsShareCapabilities(t *testing.T) {
 	if got := shareCapabilities(d.Capabilities); !maps.Equal(got, map[string]string{"other": "2.0.0"}) {
 		t.Fatalf("shareCapabilities returned %v", got)
 	}
+	// Nor are two objects whose strings, run together, read the same.
+	for _, m := range []map[string]string{{"a\x00b": "c"}, {"a": "b\x00c"}, {"a\x00b\x00c": ""}} {
+		if got := shareCapabilities(maps.Clone(m)); !maps.Equal(got, m) {
+			t.Fatalf("shareCapabilities(%q) returned %q", m, got)
+		}
+		if got, ok := sharedCapabilities([]string{slices.Collect(maps.Keys(m))[0], slices.Collect(maps.Values(m))[0]}); !ok || !maps.Equal(got, m) {
+			t.Fatalf("sharedCapabilities(%q) found %q, %v", m, got, ok)
+		}
+	}
 }
 
 // TestSignaturesInOneAllocation: a signed and a decoded record hold both

@@ -481,8 +481,10 @@ func FromStored(protocolVersion string, agent []byte, signature, peerSignature s
 		return nil, fmt.Errorf("%w: canonical agent object is %d bytes, limit %d", ErrTooLarge, len(agent), MaxAgentBytes)
 	}
 	sa := newSigned(protocolVersion, agent)
-	if err := jsonv2.Unmarshal(agent, &sa.Agent); err != nil {
-		return nil, jsonFieldErr("agent", err)
+	if !decodeCanonical(agent, &sa.Agent) {
+		if err := jsonv2.Unmarshal(agent, &sa.Agent); err != nil {
+			return nil, jsonFieldErr("agent", err)
+		}
 	}
 	sa.Agent.intern()
 	// A registry or the LAN may have cached a record without peer binding.
