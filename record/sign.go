@@ -99,7 +99,9 @@ func (sa *SignedAgent) AppendCanonical(dst []byte) []byte {
 
 // SetCanonical replaces the canonical bytes (and nothing else: the
 // signatures and Agent stay). It is for building a record by hand, in
-// tests and tools; a record other goroutines hold must not be changed.
+// tests and tools, and for giving a record just decoded from bytes that
+// are not its own (FromStored's) a copy of them; a record other
+// goroutines hold must not be changed.
 func (sa *SignedAgent) SetCanonical(b []byte) {
 	sa.derive.Store(deriveNone)
 	sa.canon.Store(&b)

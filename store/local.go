@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/trust"
@@ -187,69 +188,32 @@ func (s *db) Locals(ctx context.Context) ([]*record.SignedAgent, error) {
 // EachLocal calls fn with every local registration, in no order, from the
 // calling goroutine, while the next ones are read and decoded on the other
 // cores: at start this is what a node with 100 000 hosted records waits
-// for. One goroutine reads the registrations from Badger in chunks, the
-// others decode the chunks as they come, and the caller's work (the live
-// view) overlaps both; reading everything first and decoding afterwards
-// left a core idle for the first fifth of a 100 000-record start. A
-// corrupt registration is logged and skipped, never deleted.
+// for. Each core reads its own range of agent ids and decodes each value
+// where Badger holds it (its value log is mapped into memory), without a
+// copy; the caller's work (the live view) overlaps them. A corrupt
+// registration is logged and skipped, never deleted.
 //
 // The records are compact (record.SignedAgent.Compact) where they can be:
 // a node holds its local registrations for as long as it hosts them, and
-// a record decoded straight from the read buffer and compacted at once
-// leaves that buffer to the collector before the next is read (100 MB
-// less heap at a 100 000-record start than compacting them afterwards).
+// the bytes they were decoded from are Badger's. One that cannot be
+// (signed elsewhere, with members this version does not know) keeps a
+// copy of its agent object.
 func (s *db) EachLocal(ctx context.Context, fn func(*record.SignedAgent)) error {
 	if err := s.enter(ctx); err != nil {
 		return err
 	}
 	defer s.leave()
-	type raw struct{ id, val []byte }
-	const chunk = 256
-	workers := max(1, runtime.GOMAXPROCS(0))
-	next := make(chan []raw, 2*workers)
-	out := make(chan []*record.SignedAgent, 2*workers)
-	var scanErr error
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		defer close(next)
-		batch := make([]raw, 0, chunk)
-		scanErr = s.scan(ctx, []byte(spaceLocal), true, func(k, v []byte) error {
-			batch = append(batch, raw{k[len(spaceLocal):], v}) // scan's own copies
-			if len(batch) == chunk {
-				next <- batch
-				batch = make([]raw, 0, chunk)
-			}
-			return nil
-		})
-		if scanErr == nil && len(batch) > 0 {
-			next <- batch
-		}
-	})
-	var decoders sync.WaitGroup
-	for range workers {
-		decoders.Go(func() {
-			for raws := range next {
-				batch := make([]*record.SignedAgent, 0, len(raws))
-				for _, r := range raws {
-					id := string(r.id)
-					_, sa, err := decodeEntryFor(id, entryKindLocal, r.val, true)
-					if err != nil {
-						s.log.Error("skip corrupt local registration", "agent_id", fmt.Sprintf("%.64q", id), "err", err)
-						continue
-					}
-					// The record holds r.val until it drops its bytes; one
-					// that cannot (signed elsewhere, with members this
-					// version does not know) keeps that buffer, header and
-					// signatures too: a few hundred bytes.
-					sa.Compact()
-					batch = append(batch, sa)
-				}
-				out <- batch
-			}
+	ranges := localRanges(max(1, runtime.GOMAXPROCS(0)))
+	out := make(chan []*record.SignedAgent, 2*len(ranges))
+	errs := make([]error, len(ranges))
+	var readers sync.WaitGroup
+	for i, r := range ranges {
+		readers.Go(func() {
+			errs[i] = s.decodeLocals(ctx, r[0], r[1], out)
 		})
 	}
 	go func() {
-		decoders.Wait()
+		readers.Wait()
 		close(out)
 	}()
 	for batch := range out {
@@ -257,11 +221,80 @@ func (s *db) EachLocal(ctx context.Context, fn func(*record.SignedAgent)) error 
 			fn(sa)
 		}
 	}
-	wg.Wait()
-	if scanErr != nil {
-		return fmt.Errorf("list local registrations: %w", scanErr)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("list local registrations: %w", err)
 	}
 	return nil
+}
+
+// localRanges splits the keys of local registrations into n ranges
+// [from, to) by the first hex digit of the agent id (a UUID), to nil for
+// the last: together they hold every key of the space, whatever its ids.
+func localRanges(n int) [][2][]byte {
+	const hex = "0123456789abcdef"
+	n = min(n, len(hex))
+	out := make([][2][]byte, n)
+	for i := range n {
+		out[i][0] = []byte(spaceLocal)
+		if i > 0 {
+			out[i][0] = append(out[i][0], hex[i*len(hex)/n])
+		}
+		if i > 0 {
+			out[i-1][1] = out[i][0]
+		}
+	}
+	return out
+}
+
+// decodeLocals decodes the local registrations whose keys are in [from,
+// to) (to nil: the rest of the space) and sends them to out in chunks.
+func (s *db) decodeLocals(ctx context.Context, from, to []byte, out chan<- []*record.SignedAgent) error {
+	const chunk = 256
+	return s.bdb.View(func(txn *badger.Txn) error {
+		o := badger.DefaultIteratorOptions
+		o.Prefix = []byte(spaceLocal)
+		o.PrefetchValues = false // decoded in place below
+		it := txn.NewIterator(o)
+		defer it.Close()
+		batch := make([]*record.SignedAgent, 0, chunk)
+		n := 0
+		for it.Seek(from); it.Valid(); it.Next() {
+			item := it.Item()
+			k := item.Key()
+			if to != nil && bytes.Compare(k, to) >= 0 {
+				break
+			}
+			if n++; n%chunk == 0 && ctx.Err() != nil {
+				return ctx.Err()
+			}
+			id := k[len(spaceLocal):]
+			err := item.Value(func(v []byte) error {
+				// v is Badger's, valid in this call only: the record
+				// must not keep it.
+				_, sa, err := decodeEntryFor(unsafe.String(unsafe.SliceData(id), len(id)), entryKindLocal, v, true)
+				if err != nil {
+					s.log.Error("skip corrupt local registration", "agent_id", fmt.Sprintf("%.64q", id), "err", err)
+					return nil
+				}
+				if !sa.Compact() {
+					sa.SetCanonical(bytes.Clone(sa.Canonical()))
+				}
+				batch = append(batch, sa)
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			if len(batch) == chunk {
+				out <- batch
+				batch = make([]*record.SignedAgent, 0, chunk)
+			}
+		}
+		if len(batch) > 0 {
+			out <- batch
+		}
+		return nil
+	})
 }
 
 // NextSeq returns max(last+1, now in Unix milliseconds) for the agent and
