@@ -513,8 +513,7 @@ func (d *DHT) SetProvided(recs []*record.SignedAgent) {
 	}
 	d.mu.Lock()
 	if len(d.dirty) == 0 && len(next) > 0 {
-		// A start sets every hosted record at once (100 000 on a
-		// registry): one allocation instead of a map grown by doubling.
+		// One allocation instead of a map grown by doubling.
 		d.dirty = make(map[string]struct{}, len(next))
 	}
 	for id, r := range d.want {

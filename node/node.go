@@ -337,12 +337,14 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	// Joining the shards of what it hosts (one topic and one rendezvous
 	// key each, 0.1 s for 100 000 hosted records over 200 capabilities)
-	// need not hold up the API: until they are joined nobody hears the
-	// heartbeats it would send, and none is sent.
+	// and handing the records to the DHT (0.12 s) need not hold up the
+	// API: until they are joined nobody hears the heartbeats it would
+	// send, and none is sent; the DHT provides in its own loop.
 	n.wg.Go(func() {
 		// Each restored record's shards are counted here, off the start:
 		// under the agent's lock, from the record hosted now, so that a
-		// registration or an unregistration meanwhile is counted once.
+		// registration or an unregistration meanwhile is counted (and
+		// provided, or no longer) once.
 		for _, id := range ids {
 			if n.ctx.Err() != nil {
 				return
@@ -350,6 +352,9 @@ func (n *Node) Start(ctx context.Context) error {
 			unlock := n.lockAgent(id)
 			if sa, ok := n.hostedRecord(id); ok {
 				n.applyHosted(sa) // compact already (EachLocal)
+				if n.dht != nil {
+					n.dht.Provide(sa)
+				}
 			}
 			unlock()
 		}
@@ -367,9 +372,6 @@ func (n *Node) Start(ctx context.Context) error {
 	n.markStale(ids...)
 	if err := n.restoreLeases(ctx); err != nil {
 		return fmt.Errorf("load leases: %w", err)
-	}
-	if n.dht != nil {
-		n.dht.SetProvided(n.view.Locals())
 	}
 	// The free-text index is built once the rest of the start is done:
 	// it would take the cores the start waits for.

@@ -183,6 +183,9 @@ func TestRestartResignsInTheBackground(t *testing.T) {
 				t.Fatalf("agent %s not served after restart", sa.Agent.AgentID)
 			}
 		}
+		// The DHT has every stored record soon after the start, not each
+		// in its re-signing slot.
+		waitFor(t, time.Second, "restored records in the DHT", func() bool { return re.dht.Status().PublishedValues >= 20 })
 		// Replace the last agent (the last slot) before its slot comes.
 		last := sas[len(sas)-1]
 		for _, sa := range sas {
