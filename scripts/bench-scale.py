@@ -16,7 +16,9 @@ keep-alive HTTP client per system unless said otherwise:
              idle one stopped with SIGSTOP: the same cost a minute or two
              apart moves by up to half on a shared machine, so the
              loaded store's cost is compared with a fresh one's from the
-             same minutes as well
+             same minutes as well; then, both stores loaded, 1 000 more
+             into each, agentd and etcd alternating in blocks of 50: the
+             two systems compared in the same minutes
   lookup     p50/p99 of a cached capability lookup (GET /agents?capability=)
              against an etcd prefix range over /cap/<cap>/
   search     p50/p99 of free-text queries (GET /agents?q=, two words);
@@ -307,6 +309,25 @@ def interleaved(loaded, fresh, store, lbodies, fbodies, block=50):
     return statistics.mean(lt), statistics.mean(ft)
 
 
+def alternate(x, y, store_x, store_y, bx, by, block=50):
+    """The mean cost of storing bx into x and by into y (both running),
+    in alternating blocks of block, the other process stopped (SIGSTOP)
+    meanwhile: agentd against etcd in the same minutes."""
+    xt, yt = [], []
+    try:
+        for i in range(0, len(bx), block):
+            y.proc.send_signal(signal.SIGSTOP)
+            x.proc.send_signal(signal.SIGCONT)
+            store_x(x, bx[i:i + block], xt)
+            x.proc.send_signal(signal.SIGSTOP)
+            y.proc.send_signal(signal.SIGCONT)
+            store_y(y, by[i:i + block], yt)
+    finally:
+        x.proc.send_signal(signal.SIGCONT)
+        y.proc.send_signal(signal.SIGCONT)
+    return statistics.mean(xt), statistics.mean(yt)
+
+
 def renamed(recs, rng):
     """recs (signed records) under new agent ids: etcd stores bytes, so
     records of the same shape and size do for its control."""
@@ -319,6 +340,7 @@ def renamed(recs, rng):
 
 
 IL_ROW = "register 1 000 more: into the loaded store / into a fresh one, interleaved in blocks of 50"
+AB_ROW = "register 1 000 more into each loaded store, agentd and etcd interleaved in blocks of 50"
 
 
 def bench(n, idle, skip_etcd):
@@ -354,7 +376,14 @@ def bench(n, idle, skip_etcd):
             fe = os.path.join(d, "fresh-etcd")
             os.makedirs(fe)
             el, efr = interleaved(e, Etcd(fe), put_etcd, renamed(recs[-2000:-1000], rng), renamed(recs[-1000:], rng))
+            # The two loaded stores against each other in the same
+            # minutes: the figure "register all" cannot give, minutes
+            # apart on a machine that drifts.
+            aa, ae = alternate(a, e, lambda f, b, t: register_agentd(f, b, None, t), put_etcd,
+                               [agent_body(n + 12000 + i, rng) for i in range(1000)],
+                               renamed(recs[-3000:-2000], rng))
             row("register all, 1 client", f"{reg_a:.1f} s", f"{reg_e:.1f} s")
+            row(AB_ROW, f"{ms(aa)} (×{aa / ae:.2f} etcd's)", ms(ae))
             row("register, first / last 1 000", f"{ms(first)} / {ms(last)} (×{last / first:.2f})",
                 f"{ms(efirst)} / {ms(elast)} (×{elast / efirst:.2f})")
             row(IL_ROW, f"{ms(il)} / {ms(ifr)} (×{il / ifr:.2f})", f"{ms(el)} / {ms(efr)} (×{el / efr:.2f})")

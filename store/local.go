@@ -238,8 +238,6 @@ func localRanges(n int) [][2][]byte {
 		out[i][0] = []byte(spaceLocal)
 		if i > 0 {
 			out[i][0] = append(out[i][0], hex[i*len(hex)/n])
-		}
-		if i > 0 {
 			out[i-1][1] = out[i][0]
 		}
 	}
