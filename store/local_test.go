@@ -573,7 +573,8 @@ func TestLargestRecordFits(t *testing.T) {
 // isCompact reports whether sa derives its canonical bytes (Compact) rather
 // than holding them: each call then returns a fresh slice.
 func isCompact(sa *record.SignedAgent) bool {
-	return &sa.Canonical()[0] != &sa.Canonical()[0]
+	first, second := sa.Canonical(), sa.Canonical()
+	return &first[0] != &second[0]
 }
 
 // TestLocalRanges: the ranges EachLocal reads in parallel hold every key
