@@ -229,14 +229,22 @@ func (d *canonDecoder) escaped(start int) (string, bool) {
 	return "", false
 }
 
-// strings reads an array of strings; [] is an empty slice, as jsonv2
-// makes it.
+// strings reads an array of strings.
 func (d *canonDecoder) strings() ([]string, bool) {
-	out := []string{}
-	ok := d.array(func() bool {
-		s, ok := d.str()
-		out = append(out, s)
+	return arrayOf(d, func(s *string) bool {
+		var ok bool
+		*s, ok = d.str()
 		return ok
+	})
+}
+
+// arrayOf reads an array, each element by read into a new slice; [] is an
+// empty slice, as jsonv2 makes it.
+func arrayOf[T any](d *canonDecoder, read func(*T) bool) ([]T, bool) {
+	out := []T{}
+	ok := d.array(func() bool {
+		out = append(out, *new(T))
+		return read(&out[len(out)-1])
 	})
 	return out, ok
 }
@@ -355,11 +363,7 @@ func (d *canonDecoder) agent(a *Agent) bool {
 		case "seq":
 			a.Seq, ok = d.uint()
 		case "skills":
-			a.Skills = []Skill{}
-			ok = d.array(func() bool {
-				a.Skills = append(a.Skills, Skill{})
-				return d.skill(&a.Skills[len(a.Skills)-1])
-			})
+			a.Skills, ok = arrayOf(d, d.skill)
 		case "tags":
 			a.Tags, ok = d.strings()
 		case "tenant_scope":
@@ -438,11 +442,7 @@ func (d *canonDecoder) skill(s *Skill) bool {
 		var v string
 		switch skillMembers[k] {
 		case "capabilities":
-			s.Capabilities = []Capability{}
-			ok = d.array(func() bool {
-				s.Capabilities = append(s.Capabilities, Capability{})
-				return d.capability(&s.Capabilities[len(s.Capabilities)-1])
-			})
+			s.Capabilities, ok = arrayOf(d, d.capability)
 		case "endpoint":
 			s.Endpoint, ok = d.str()
 		case "scenes":

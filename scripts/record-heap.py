@@ -18,7 +18,6 @@ import re
 import shutil
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 import random
@@ -49,13 +48,7 @@ def main():
     try:
         rng = random.Random(n)
         bodies = [bs.agent_body(i, rng) for i in range(n)]
-        t0 = time.time()
-        ths = [threading.Thread(target=bs.register_agentd, args=(a, bodies[k::4])) for k in range(4)]
-        for t in ths:
-            t.start()
-        for t in ths:
-            t.join()
-        print(f"{n} registered in {time.time() - t0:.1f} s", flush=True)
+        print(f"{n} registered in {bs.register_parallel(a, bodies):.1f} s", flush=True)
         time.sleep(15)
         status(a.proc.pid)
         heap = urllib.request.urlopen(f"http://{PPROF}/debug/pprof/heap?gc=1").read()

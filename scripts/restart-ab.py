@@ -20,7 +20,6 @@ import os
 import random
 import re
 import statistics
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -36,13 +35,7 @@ def fill(d, n, binary):
     a.start()
     rng = random.Random(n)
     bodies = [bs.agent_body(i, rng) for i in range(n)]
-    t0 = time.time()
-    th = [threading.Thread(target=bs.register_agentd, args=(a, bodies[k::4])) for k in range(4)]
-    for t in th:
-        t.start()
-    for t in th:
-        t.join()
-    print(f"registered {n} in {time.time() - t0:.1f} s", flush=True)
+    print(f"registered {n} in {bs.register_parallel(a, bodies):.1f} s", flush=True)
     a.stop()
 
 
