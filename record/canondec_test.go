@@ -3,6 +3,8 @@ package record
 import (
 	"bytes"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -154,4 +156,32 @@ func BenchmarkDecodeCanonical(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestCanonicalFieldOrder: decodeCanonical's tables hold every member of
+// their type (its json tags), in canonical order, each once.
+func TestCanonicalFieldOrder(t *testing.T) {
+	check := func(typ reflect.Type, names []string) {
+		t.Helper()
+		var want []string
+		for f := range typ.Fields() {
+			want = append(want, strings.Split(f.Tag.Get("json"), ",")[0])
+		}
+		slices.Sort(want)
+		if !slices.Equal(names, want) {
+			t.Errorf("%s: table %q, members %q", typ.Name(), names, want)
+		}
+	}
+	check(reflect.TypeFor[Agent](), fieldNames(agentFields))
+	check(reflect.TypeFor[Skill](), fieldNames(skillFields))
+	check(reflect.TypeFor[Capability](), fieldNames(capabilityFields))
+	check(reflect.TypeFor[Transport](), fieldNames(transportFields))
+}
+
+func fieldNames[T any](fields []field[T]) []string {
+	var out []string
+	for _, f := range fields {
+		out = append(out, f.name)
+	}
+	return out
 }
