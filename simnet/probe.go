@@ -195,7 +195,7 @@ type probeTracer struct {
 var _ pubsub.RawTracer = probeTracer{}
 
 func (t probeTracer) DeliverMessage(msg *pubsub.Message) {
-	t.p.mix.first.Add(1)
+	t.p.mix.add(mixFirst, 1)
 	t.p.deliver(msg, t.meshed)
 }
 func (t probeTracer) DropRPC(*pubsub.RPC, peer.ID)             { t.p.rpcDrops.Add(1) }
@@ -210,76 +210,92 @@ func (t probeTracer) ValidateMessage(*pubsub.Message)          {}
 func (t probeTracer) RejectMessage(_ *pubsub.Message, reason string) {
 	t.p.mix.reject(reason)
 }
-func (t probeTracer) DuplicateMessage(*pubsub.Message) { t.p.mix.duplicates.Add(1) }
+func (t probeTracer) DuplicateMessage(*pubsub.Message) { t.p.mix.add(mixDuplicates, 1) }
 func (t probeTracer) ThrottlePeer(peer.ID)             {}
 func (t probeTracer) RecvRPC(rpc *pubsub.RPC)          { t.p.mix.recv(rpc) }
 func (t probeTracer) SendRPC(*pubsub.RPC, peer.ID)     {}
 
 // pubsubMix counts what the nodes' pubsub received: RPCs, the message
-// copies in them (first copies delivered, duplicates dropped), and the
-// message ids of the control messages.
-type pubsubMix struct {
-	rpcs, copies, first, duplicates, ihave, iwant, graft, prune, idontwant atomic.Int64
+// copies in them (first copies delivered, duplicates dropped, copies
+// refused), and the message ids of the control messages; one counter per
+// mixKind.
+type pubsubMix [mixKinds]atomic.Int64
+
+type mixKind int
+
+const (
+	mixRPCs mixKind = iota
+	mixCopies
+	mixFirst
+	mixDuplicates
+	mixIHave
+	mixIWant
+	mixIDontWant
+	mixGraft
+	mixPrune
 	// Copies refused: ignored and failed by the validators, dropped
 	// unvalidated (queue full, throttled), and for any other reason.
-	ignored, failed, unvalidated, otherRefused atomic.Int64
+	mixIgnored
+	mixFailed
+	mixUnvalidated
+	mixOtherRefused
+	mixKinds
+)
+
+func (m *pubsubMix) add(k mixKind, n int) {
+	if n > 0 {
+		m[k].Add(int64(n))
+	}
 }
 
 func (m *pubsubMix) reject(reason string) {
 	switch reason {
 	case pubsub.RejectValidationIgnored:
-		m.ignored.Add(1)
+		m.add(mixIgnored, 1)
 	case pubsub.RejectValidationFailed:
-		m.failed.Add(1)
+		m.add(mixFailed, 1)
 	case pubsub.RejectValidationQueueFull, pubsub.RejectValidationThrottled:
-		m.unvalidated.Add(1)
+		m.add(mixUnvalidated, 1)
 	default:
-		m.otherRefused.Add(1)
+		m.add(mixOtherRefused, 1)
 	}
 }
 
 func (m *pubsubMix) recv(rpc *pubsub.RPC) {
-	m.rpcs.Add(1)
-	if n := len(rpc.GetPublish()); n > 0 {
-		m.copies.Add(int64(n))
-	}
+	m.add(mixRPCs, 1)
+	m.add(mixCopies, len(rpc.GetPublish()))
 	c := rpc.GetControl()
 	if c == nil {
 		return
 	}
-	var ihave, iwant, idontwant int
 	for _, x := range c.GetIhave() {
-		ihave += len(x.GetMessageIDs())
+		m.add(mixIHave, len(x.GetMessageIDs()))
 	}
 	for _, x := range c.GetIwant() {
-		iwant += len(x.GetMessageIDs())
+		m.add(mixIWant, len(x.GetMessageIDs()))
 	}
 	for _, x := range c.GetIdontwant() {
-		idontwant += len(x.GetMessageIDs())
+		m.add(mixIDontWant, len(x.GetMessageIDs()))
 	}
-	m.ihave.Add(int64(ihave))
-	m.iwant.Add(int64(iwant))
-	m.idontwant.Add(int64(idontwant))
-	m.graft.Add(int64(len(c.GetGraft())))
-	m.prune.Add(int64(len(c.GetPrune())))
+	m.add(mixGraft, len(c.GetGraft()))
+	m.add(mixPrune, len(c.GetPrune()))
 }
 
 // mixTotals is a reading of pubsubMix.
-type mixTotals struct {
-	rpcs, copies, first, duplicates, ihave, iwant, graft, prune, idontwant int64
-	ignored, failed, unvalidated, otherRefused                             int64
+type mixTotals [mixKinds]int64
+
+func (m *pubsubMix) read() (t mixTotals) {
+	for k := range t {
+		t[k] = m[k].Load()
+	}
+	return t
 }
 
-func (m *pubsubMix) read() mixTotals {
-	return mixTotals{m.rpcs.Load(), m.copies.Load(), m.first.Load(), m.duplicates.Load(),
-		m.ihave.Load(), m.iwant.Load(), m.graft.Load(), m.prune.Load(), m.idontwant.Load(),
-		m.ignored.Load(), m.failed.Load(), m.unvalidated.Load(), m.otherRefused.Load()}
-}
-
-func (a mixTotals) sub(b mixTotals) mixTotals {
-	return mixTotals{a.rpcs - b.rpcs, a.copies - b.copies, a.first - b.first, a.duplicates - b.duplicates,
-		a.ihave - b.ihave, a.iwant - b.iwant, a.graft - b.graft, a.prune - b.prune, a.idontwant - b.idontwant,
-		a.ignored - b.ignored, a.failed - b.failed, a.unvalidated - b.unvalidated, a.otherRefused - b.otherRefused}
+func (a mixTotals) sub(b mixTotals) (d mixTotals) {
+	for k := range d {
+		d[k] = a[k] - b[k]
+	}
+	return d
 }
 
 // perNodeSecond is the report's form of a window's totals.
@@ -287,8 +303,8 @@ func (a mixTotals) perNodeSecond(ns float64) *PubsubMix {
 	if ns <= 0 {
 		return nil
 	}
-	f := func(v int64) float64 { return float64(v) / ns }
-	return &PubsubMix{RPCs: f(a.rpcs), Copies: f(a.copies), First: f(a.first), Duplicates: f(a.duplicates),
-		IHaveIDs: f(a.ihave), IWantIDs: f(a.iwant), Grafts: f(a.graft), Prunes: f(a.prune), IDontWantIDs: f(a.idontwant),
-		Ignored: f(a.ignored), Failed: f(a.failed), Unvalidated: f(a.unvalidated), OtherRefused: f(a.otherRefused)}
+	f := func(k mixKind) float64 { return float64(a[k]) / ns }
+	return &PubsubMix{RPCs: f(mixRPCs), Copies: f(mixCopies), First: f(mixFirst), Duplicates: f(mixDuplicates),
+		IHaveIDs: f(mixIHave), IWantIDs: f(mixIWant), Grafts: f(mixGraft), Prunes: f(mixPrune), IDontWantIDs: f(mixIDontWant),
+		Ignored: f(mixIgnored), Failed: f(mixFailed), Unvalidated: f(mixUnvalidated), OtherRefused: f(mixOtherRefused)}
 }
