@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -163,8 +165,9 @@ func Open(opts Options) (Store, error) {
 }
 
 // open is Open with the choice of Badger's SyncWrites mode (every write
-// synced), kept for the benchmark that motivated the default (false: only
-// durable writes are synced, see db.durable).
+// synced by Badger, so no journal), kept for the benchmarks that motivated
+// the default (false: durable writes are synced through the journal, see
+// db.durable).
 func open(opts Options, syncWrites bool) (*db, error) {
 	opts = withDefaults(opts)
 	if err := validateOptions(opts); err != nil {
@@ -210,16 +213,28 @@ func open(opts Options, syncWrites bool) (*db, error) {
 		}
 	}
 	s := &db{
-		opts:    opts,
-		log:     log,
-		bdb:     bdb,
-		space:   newSpaceGuard(opts.Dir, opts.MinFreeBytes, log),
-		entries: map[string]*centry{},
-		counts:  map[string]int{},
-		peers:   map[peer.ID]time.Time{},
+		opts:           opts,
+		log:            log,
+		bdb:            bdb,
+		space:          newSpaceGuard(opts.Dir, opts.MinFreeBytes, log),
+		entries:        map[string]*centry{},
+		counts:         map[string]int{},
+		peers:          map[peer.ID]time.Time{},
+		journalSegment: journalSegment,
+	}
+	if opts.journalSegment > 0 {
+		s.journalSegment = opts.journalSegment
+	}
+	if err := s.checkSchema(); err != nil {
+		return nil, errors.Join(err, bdb.Close())
+	}
+	if opts.Dir != "" && !syncWrites {
+		if err := s.openJournal(); err != nil {
+			return nil, errors.Join(err, bdb.Close())
+		}
 	}
 	if err := s.load(); err != nil {
-		return nil, errors.Join(err, bdb.Close())
+		return nil, errors.Join(err, s.closeJournal(), bdb.Close())
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
@@ -294,12 +309,11 @@ func validateOptions(o Options) error {
 // each read a record.ParseAnnounce (about 200 µs for a typical record).
 //
 // Locks, in the order they are taken: mu (the in-memory view; held across
-// the Badger write of a cache mutation so the two agree), then gate
-// (shared by unsynced writes, exclusive for a durable write and its
-// db.Sync, so no memtable rotation can slip between them), then seqMu is
-// taken before gate by NextSeq only. A durable write queues under commitMu
-// and commits under leadMu, which is taken before gate. life guards Close against in-flight
-// calls.
+// the Badger write of a cache mutation so the two agree), then seqMu (taken
+// by NextSeq only). A durable write queues under commitMu and commits
+// under leadMu, then jmu; jmu alone orders every write of a key the
+// journal covers (journal.go) with its entry in the journal. life guards
+// Close against in-flight calls.
 type db struct {
 	opts  Options
 	log   *slog.Logger
@@ -312,8 +326,11 @@ type db struct {
 	counts  map[string]int // posting count per term (term.count())
 	peers   map[peer.ID]time.Time
 
-	gate  sync.RWMutex
 	seqMu sync.Mutex
+
+	jmu            sync.Mutex
+	journal        *journal // nil in memory, and at Open until the journal is replayed
+	journalSegment int64
 
 	pinMu    sync.Mutex
 	heldPins map[string]*heldPin // DeferPin: agent id → pins held for PutLocal
@@ -365,10 +382,12 @@ func (s *db) Close() error {
 		s.life.Lock()
 		s.closed.Store(true)
 		s.life.Unlock()
+		jerr := s.closeJournal()
 		s.space.beforeClose()
 		if err := s.bdb.Close(); err != nil {
 			s.closeErr = fmt.Errorf("close badger: %w", err)
 		}
+		s.closeErr = errors.Join(jerr, s.closeErr)
 	})
 	return s.closeErr
 }
@@ -381,8 +400,6 @@ func (s *db) write(fn func(w writer) error) error {
 	if err := s.space.check(); err != nil {
 		return err
 	}
-	s.gate.RLock()
-	defer s.gate.RUnlock()
 	err := s.bdb.Update(func(txn *badger.Txn) error { return fn(txnWriter{txn}) })
 	if !errors.Is(err, badger.ErrTxnTooBig) {
 		return err
@@ -395,17 +412,17 @@ func (s *db) write(fn func(w writer) error) error {
 	return wb.Flush()
 }
 
-// durable applies fn in one transaction and returns once it is on disk.
-// The exclusive gate keeps every other write out between the commit and
-// db.Sync, so the memtable whose WAL Sync flushes is the one holding the
-// write. In-memory stores skip the sync.
+// durable applies fn in one transaction and returns once it is on disk:
+// on disk, the transaction commits to Badger unsynced and its writes are
+// appended to the journal, which is synced (journal.go); in memory it only
+// commits. fn may write only keys the journal covers.
 //
 // Durable writes commit in groups: the caller that takes the commit lead
 // applies every transaction queued meanwhile (each its own, so one that
-// fails fails alone), then syncs once for all of them. Alone, a write
-// costs what it did; with concurrent writers (registrations from several
-// clients) they share the sync instead of queueing for one each.
-func (s *db) durable(fn func(txn *badger.Txn) error) error {
+// fails fails alone), then syncs the journal once for all of them. Alone,
+// a write costs what it did; with concurrent writers (registrations from
+// several clients) they share the sync instead of queueing for one each.
+func (s *db) durable(fn func(w *jtxn) error) error {
 	if err := s.space.check(); err != nil {
 		return err
 	}
@@ -428,32 +445,148 @@ func (s *db) durable(fn func(txn *badger.Txn) error) error {
 }
 
 type durableReq struct {
-	fn   func(txn *badger.Txn) error
+	fn   func(w *jtxn) error
 	done chan error // buffered: the leader never blocks on it
 }
 
 func (s *db) commitGroup(batch []*durableReq) {
-	s.gate.Lock()
 	errs := make([]error, len(batch))
+	s.jmu.Lock()
+	var syncErr error
+	if j := s.journal; j != nil && j.broken {
+		// The last write or sync of the journal failed: start a new
+		// file over synced Badger files before trusting it again.
+		syncErr = s.checkpointLocked()
+	}
 	committed := false
 	for i, r := range batch {
-		if errs[i] = s.bdb.Update(r.fn); errs[i] == nil {
+		if syncErr != nil {
+			errs[i] = syncErr
+			continue
+		}
+		var w jtxn
+		errs[i] = s.bdb.Update(func(txn *badger.Txn) error {
+			w = jtxn{txn: txn}
+			return r.fn(&w)
+		})
+		if errs[i] == nil && s.journal != nil && len(w.ops) > 0 {
+			s.journal.add(w.ops)
 			committed = true
 		}
 	}
-	var syncErr error
 	if committed {
-		if err := s.bdb.Sync(); err != nil {
-			syncErr = fmt.Errorf("sync: %w", err)
+		syncErr = s.journal.write(true)
+		if syncErr == nil && s.journal.full() {
+			s.checkpointOrWarn()
 		}
 	}
-	s.gate.Unlock()
+	s.jmu.Unlock()
 	for i, r := range batch {
 		if errs[i] == nil {
 			errs[i] = syncErr
 		}
 		r.done <- errs[i]
 	}
+}
+
+// setJournaled writes k = v unsynced, journaled: the journal must hold
+// every write of a key it covers, synced or not (the pins).
+func (s *db) setJournaled(k, v []byte) error {
+	if err := s.space.check(); err != nil {
+		return err
+	}
+	s.jmu.Lock()
+	defer s.jmu.Unlock()
+	var w jtxn
+	if err := s.bdb.Update(func(txn *badger.Txn) error {
+		w = jtxn{txn: txn}
+		return w.Set(k, v)
+	}); err != nil || s.journal == nil {
+		return err
+	}
+	s.journal.add(w.ops)
+	if err := s.journal.write(false); err != nil {
+		return err
+	}
+	if s.journal.full() {
+		s.checkpointOrWarn()
+	}
+	return nil
+}
+
+// openJournal replays the journal a crash left into Badger, then
+// checkpoints: Badger's files synced, a new journal file started.
+func (s *db) openJournal() error {
+	replayed := 0
+	j, err := openJournal(s.opts.Dir, s.journalSegment, s.log, func(seq uint64, payload []byte) error {
+		ops, err := decodeOps(payload)
+		if err != nil {
+			// Framed and checksummed, yet not an entry this store writes:
+			// skipped, so one bad entry does not keep the rest out.
+			s.log.Error("skip a journal entry that does not decode", "seq", seq, "err", err)
+			return nil
+		}
+		replayed++
+		return s.bdb.Update(func(txn *badger.Txn) error { return applyOps(txn, ops) })
+	})
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	s.jmu.Lock()
+	defer s.jmu.Unlock()
+	s.journal = j
+	if err := s.checkpointLocked(); err != nil {
+		_ = j.close()
+		s.journal = nil
+		return fmt.Errorf("store: journal checkpoint after replaying %d entries: %w", replayed, err)
+	}
+	return nil
+}
+
+// checkpointLocked syncs Badger's files, then starts a new journal file.
+// Called with jmu held.
+func (s *db) checkpointLocked() error {
+	if err := syncBadgerFiles(s.opts.Dir); err != nil {
+		s.journal.broken = true
+		return fmt.Errorf("journal checkpoint: sync the store's files: %w", err)
+	}
+	return s.journal.start(s.space.room(s.journalSegment))
+}
+
+// checkpointOrWarn checkpoints a full journal. On failure the journal
+// goes on growing past its allocation (its entries stay valid) and the
+// next write tries again.
+func (s *db) checkpointOrWarn() {
+	if err := s.checkpointLocked(); err != nil {
+		s.log.Warn("journal checkpoint failed; the journal grows until one succeeds", "err", err)
+	}
+}
+
+// closeJournal syncs Badger's files and removes the journal: everything
+// it holds is then in them. If the sync fails the journal stays, to be
+// replayed at the next Open.
+func (s *db) closeJournal() error {
+	s.jmu.Lock()
+	defer s.jmu.Unlock()
+	j := s.journal
+	if j == nil {
+		return nil
+	}
+	s.journal = nil
+	if err := syncBadgerFiles(s.opts.Dir); err != nil {
+		return errors.Join(fmt.Errorf("store: sync before close (the journal is kept): %w", err), j.close())
+	}
+	err := j.close()
+	files, ferr := j.files()
+	for _, f := range files {
+		if rerr := os.Remove(filepath.Join(j.dir, f.name)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			err = errors.Join(err, rerr)
+		}
+	}
+	if err := errors.Join(err, ferr); err != nil {
+		return fmt.Errorf("store: close journal: %w", err)
+	}
+	return syncDir(j.dir)
 }
 
 // writer is what cache mutations need from a transaction or a write batch.

@@ -613,9 +613,6 @@ func (s *db) dueLocked(now time.Time) []Entry {
 // written, orphans deleted) and the address book.
 func (s *db) load() error {
 	ctx := context.Background()
-	if err := s.checkSchema(); err != nil {
-		return err
-	}
 	now := s.opts.Now()
 	var bad [][]byte
 	err := s.scan(ctx, []byte(spaceCache), true, func(k, v []byte) error {
@@ -699,7 +696,11 @@ func (s *db) checkSchema() error {
 		if !empty {
 			return fmt.Errorf("store at %q holds data but no schema version: not an agentd store", s.opts.Dir)
 		}
-		return s.durable(func(txn *badger.Txn) error { return txn.Set([]byte(spaceSchema), encodeU64(schemaVersion)) })
+		// Synced at once: the journal covers registrations, not this.
+		if err := s.bdb.Update(func(txn *badger.Txn) error { return txn.Set([]byte(spaceSchema), encodeU64(schemaVersion)) }); err != nil {
+			return err
+		}
+		return s.bdb.Sync()
 	}
 	if err != nil {
 		return fmt.Errorf("read schema version: %w", err)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/record"
-	badger "github.com/dgraph-io/badger/v4"
 )
 
 // TestDurableGroupCommit: concurrent durable writes are committed in
@@ -24,11 +23,11 @@ func TestDurableGroupCommit(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			errs[i] = s.durable(func(txn *badger.Txn) error {
+			errs[i] = s.durable(func(w *jtxn) error {
 				if i%8 == 0 {
 					return boom
 				}
-				return txn.Set([]byte(fmt.Sprintf("t/%02d", i)), []byte{byte(i)})
+				return w.Set(leaseKey(groupID(i)), []byte{byte(i)})
 			})
 		})
 	}
@@ -43,7 +42,7 @@ func TestDurableGroupCommit(t *testing.T) {
 	}
 	s = openTest(t, dir, Options{})
 	for i := range n {
-		v, err := s.get([]byte(fmt.Sprintf("t/%02d", i)))
+		v, err := s.get(leaseKey(groupID(i)))
 		if i%8 == 0 {
 			if !errors.Is(err, ErrNotFound) {
 				t.Fatalf("failed write %d is there: %v %v", i, v, err)
@@ -55,6 +54,9 @@ func TestDurableGroupCommit(t *testing.T) {
 		}
 	}
 }
+
+// groupID is the i-th agent id of TestDurableGroupCommit.
+func groupID(i int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", i) }
 
 // TestPutLocalKeepsTheSeq: the seq of a stored registration survives a
 // reopen even though NextSeq does not sync, and NextSeq continues above

@@ -36,25 +36,24 @@ func (s *db) PutLocal(ctx context.Context, sa *record.SignedAgent) error {
 	}
 	val := encodeEntry(entryHeader{kind: entryKindLocal, received: s.opts.Now().Round(0).UTC()}, announce)
 	pin := s.heldPinValue(id) // stays held (GetPin finds it) until written
-	err = s.durable(func(txn *badger.Txn) error {
+	err = s.durable(func(w *jtxn) error {
 		// The record's seq joins the counter in the same transaction
 		// (NextSeq does not sync).
-		w := txnWriter{txn}
 		last, err := storedSeq(w, id)
 		if err != nil {
 			return err
 		}
 		if seq := sa.Agent.Seq; seq > last && seq <= maxCounterValue {
-			if err := txn.Set(seqKey(id), encodeU64(seq)); err != nil {
+			if err := w.Raise(seqKey(id), seq); err != nil {
 				return err
 			}
 		}
 		if pin != nil {
-			if err := txn.Set(pinKey(id), pin); err != nil {
+			if err := w.Set(pinKey(id), pin); err != nil {
 				return err
 			}
 		}
-		return txn.Set(localKey(id), val)
+		return w.Set(localKey(id), val)
 	})
 	if err != nil {
 		return fmt.Errorf("put local registration %s: %w", id, err)
@@ -106,7 +105,7 @@ func (s *db) DeferPin(agentID string) (done func()) {
 				return
 			}
 			defer s.leave()
-			if err := s.write(func(w writer) error { return w.Set(pinKey(agentID), v, 0) }); err != nil {
+			if err := s.setJournaled(pinKey(agentID), v); err != nil {
 				s.log.Error("write a held pin", "agent_id", agentID, "err", err)
 			}
 		})
@@ -156,16 +155,16 @@ func (s *db) DeleteLocal(ctx context.Context, agentID string) error {
 	if err := checkAgentID(agentID); err != nil {
 		return err
 	}
-	err := s.durable(func(txn *badger.Txn) error {
-		if _, err := txn.Get(localKey(agentID)); err != nil {
+	err := s.durable(func(w *jtxn) error {
+		if _, err := w.Get(localKey(agentID)); err != nil {
 			return err
 		}
-		if err := txn.Delete(statusKey(agentID)); err != nil {
+		if err := w.Delete(statusKey(agentID)); err != nil {
 			return err
 		}
-		return txn.Delete(localKey(agentID))
+		return w.Delete(localKey(agentID))
 	})
-	if errors.Is(err, badger.ErrKeyNotFound) {
+	if errors.Is(err, ErrNotFound) {
 		return fmt.Errorf("%w: no local registration of %s", ErrNotFound, agentID)
 	}
 	if err != nil {
@@ -360,7 +359,7 @@ func (s *db) PeekSeq(ctx context.Context, agentID string) (uint64, error) {
 }
 
 // storedSeq reads an agent's seq counter (0 when there is none).
-func storedSeq(w writer, agentID string) (uint64, error) {
+func storedSeq(w interface{ Get([]byte) ([]byte, error) }, agentID string) (uint64, error) {
 	v, err := w.Get(seqKey(agentID))
 	switch {
 	case errors.Is(err, ErrNotFound):
@@ -429,7 +428,7 @@ func (s *db) PutPin(agentID string, p trust.Pin) error {
 	// A crash can lose the pins of the last moments; those agents are
 	// pinned again, first key seen, when next heard. A sync per agent
 	// learned would cost a registry node a disk flush per record.
-	if err := s.write(func(w writer) error { return w.Set(pinKey(agentID), v, 0) }); err != nil {
+	if err := s.setJournaled(pinKey(agentID), v); err != nil {
 		return fmt.Errorf("put pin of %s: %w", agentID, err)
 	}
 	return nil
@@ -448,11 +447,11 @@ func (s *db) PutLease(ctx context.Context, agentID string, until time.Time) erro
 	if !until.IsZero() && (until.Before(minTime) || until.After(maxTime)) {
 		return &record.FieldError{Field: "until", Reason: "must be between 1970 and 2262"}
 	}
-	err := s.durable(func(txn *badger.Txn) error {
+	err := s.durable(func(w *jtxn) error {
 		if until.IsZero() {
-			return txn.Delete(leaseKey(agentID))
+			return w.Delete(leaseKey(agentID))
 		}
-		return txn.Set(leaseKey(agentID), encodeU64(uint64(until.UnixNano())))
+		return w.Set(leaseKey(agentID), encodeU64(uint64(until.UnixNano())))
 	})
 	if err != nil {
 		return fmt.Errorf("put lease of %s: %w", agentID, err)
@@ -500,11 +499,11 @@ func (s *db) PutStatus(ctx context.Context, agentID string, st record.Status) er
 	if st != "" && !st.Valid() {
 		return &record.FieldError{Field: "status", Reason: fmt.Sprintf("%.32q is not a status", string(st))}
 	}
-	err := s.durable(func(txn *badger.Txn) error {
+	err := s.durable(func(w *jtxn) error {
 		if st == "" || st == record.StatusHealthy {
-			return txn.Delete(statusKey(agentID))
+			return w.Delete(statusKey(agentID))
 		}
-		return txn.Set(statusKey(agentID), []byte(st))
+		return w.Set(statusKey(agentID), []byte(st))
 	})
 	if err != nil {
 		return fmt.Errorf("put status of %s: %w", agentID, err)

@@ -137,6 +137,20 @@ func (g *spaceGuard) allocBallast(size uint64) {
 	g.log.Warn("no ballast file: the disk is full", "path", path)
 }
 
+// room returns how much of at most want a new file may take: a quarter of
+// the space above the reserve, so a journal file never eats the room the
+// reserve keeps for Badger (without a guard, want).
+func (g *spaceGuard) room(want int64) int64 {
+	if g == nil {
+		return want
+	}
+	free, err := g.statfs(g.dir)
+	if err != nil || free <= g.reserve {
+		return 0
+	}
+	return min(want, int64(min((free-g.reserve)/4, 1<<62))) //nolint:gosec // bounded above
+}
+
 // beforeClose frees the ballast when the disk is below the reserve, so
 // Badger's closing flush has blocks to write to.
 func (g *spaceGuard) beforeClose() {

@@ -154,6 +154,10 @@ type Options struct {
 	Restore io.Reader
 	// Metrics, when set, gets the cache gauge (fresh and stale records).
 	Metrics *metrics.Metrics
+
+	// journalSegment, when positive, replaces the journal file's size
+	// (tests: checkpoints after a few writes).
+	journalSegment int64
 }
 
 // Store is agentd's state. Every method is safe for concurrent use.
