@@ -755,6 +755,12 @@ func (s *db) gcValueLog(ctx context.Context) int {
 	}
 	if n > 0 {
 		s.log.Debug("value log garbage collected", "files", n)
+		// Badger moves the live records of a file into its current logs,
+		// unsynced, and deletes the file: synced now, not at the next
+		// journal checkpoint, those records are on disk again at once.
+		if err := syncBadgerFiles(s.opts.Dir); err != nil {
+			s.log.Warn("sync after value log garbage collection", "err", err)
+		}
 	}
 	return n
 }
