@@ -382,8 +382,10 @@ func (s *db) Close() error {
 		s.life.Lock()
 		s.closed.Store(true)
 		s.life.Unlock()
-		jerr := s.closeJournal()
+		// The ballast is freed first on a full disk: the journal's last
+		// sync writes Badger's dirty pages back, and they may need blocks.
 		s.space.beforeClose()
+		jerr := s.closeJournal()
 		if err := s.bdb.Close(); err != nil {
 			s.closeErr = fmt.Errorf("close badger: %w", err)
 		}
