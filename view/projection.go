@@ -189,7 +189,7 @@ func rank(ps []Provider) {
 		func(a, b Provider) bool {
 			return a.Status.Rank() == b.Status.Rank() && (a.PeerID == "") == (b.PeerID == "")
 		},
-		func(p Provider) string { return p.PeerID }))
+		func(p Provider) string { return p.PeerID }, 0))
 }
 
 func byConfidence(ps []Provider) {

@@ -287,7 +287,7 @@ var classWeight = [4]float64{0, 1, 2, 3}
 // then checks every record. exact says every term was looked up; the
 // hits of a query with some broad terms match the others only, and the
 // caller checks the rest (record.MatchesText).
-func (x *textIndex) search(q string) (hits map[string]textHit, ok, exact bool) {
+func (x *textIndex) search(q string) (hits []textHit, ok, exact bool) {
 	want := record.TextTerms(q)
 	slices.Sort(want)
 	want = slices.Compact(want)
@@ -324,7 +324,7 @@ func (x *textIndex) search(q string) (hits map[string]textHit, ok, exact bool) {
 			continue
 		}
 		if len(e.lists) == 0 {
-			return map[string]textHit{}, true, true // no record has this term
+			return []textHit{}, true, true // no record has this term
 		}
 		exps = append(exps, e)
 	}
@@ -383,10 +383,9 @@ func (x *textIndex) search(q string) (hits map[string]textHit, ok, exact bool) {
 			break
 		}
 	}
-	hits = make(map[string]textHit, len(scores))
+	hits = make([]textHit, 0, len(scores))
 	for doc, s := range scores {
-		d := x.docs[doc]
-		hits[d.rec.Agent.AgentID] = textHit{score: s, rec: d.rec}
+		hits = append(hits, textHit{score: s, rec: x.docs[doc].rec})
 	}
 	return hits, true, len(exps) == len(want)
 }

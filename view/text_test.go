@@ -279,7 +279,7 @@ func FuzzTextIndex(f *testing.F) {
 		if !ok {
 			return // the caller scans
 		}
-		_, found := hits["id"]
+		found := slices.ContainsFunc(hits, func(h textHit) bool { return h.rec.Agent.AgentID == "id" })
 		if want := sa.Agent.MatchesText(q) && strings.TrimSpace(q) != "id"; found != want {
 			t.Fatalf("q=%q on %q/%q/%q: index %v, MatchesText %v", q, name, desc, capID, found, want)
 		}

@@ -1403,13 +1403,13 @@ func (v *View) Query(m *store.Matcher, limit int) []Agent {
 	// A text query is looked up in the text index first, without the
 	// view's mutex; its hits are then read from the view (an agent that
 	// changed in between is checked again by the matcher).
-	var hits map[string]textHit
+	var hits []textHit
 	indexed, exact := false, false
 	if f.AgentID == "" && f.Text != "" {
 		hits, indexed, exact = v.proj.text.search(f.Text)
 	}
 	v.mu.Lock()
-	out := make([]Agent, 0)
+	out := make([]Agent, 0, len(hits))
 	consider := func(s *agentState, score float64, textChecked bool) {
 		if s == nil || !m.SourceAllowed(s.source) {
 			return
@@ -1424,31 +1424,41 @@ func (v *View) Query(m *store.Matcher, limit int) []Agent {
 	case f.AgentID != "":
 		consider(v.agents[f.AgentID], 0, false)
 	case indexed && (f.Capability == "" || len(hits) <= len(v.proj.byCap[f.Capability])):
-		for id, h := range hits {
+		for _, h := range hits {
 			// The text check is skipped only for the very record the
 			// index matched (it applies record.MatchesText's rule), not
 			// for one that replaced it since the search.
-			s := v.agents[id]
+			s := v.agents[h.rec.Agent.AgentID]
 			consider(s, h.score, exact && s != nil && s.rec == h.rec)
 		}
 		// The whole query may be an agent id (record.MatchesText).
 		if id := strings.TrimSpace(f.Text); v.agents[id] != nil {
-			if _, dup := hits[id]; !dup {
+			if !slices.ContainsFunc(hits, func(h textHit) bool { return h.rec.Agent.AgentID == id }) {
 				consider(v.agents[id], idRelevance, false)
 			}
 		}
 	case f.Capability != "":
-		// The projection indexes agents by capability: only they can match.
+		// The projection indexes agents by capability: only they can
+		// match (the matcher checks the text; the index, when it
+		// answered, gives the scores).
+		var score map[string]float64
+		if len(hits) > 0 {
+			score = make(map[string]float64, len(hits))
+			for _, h := range hits {
+				score[h.rec.Agent.AgentID] = h.score
+			}
+		}
 		for id := range v.proj.byCap[f.Capability] {
-			consider(v.agents[id], hits[id].score, false)
+			consider(v.agents[id], score[id], false)
 		}
 	default:
-		for id, s := range v.agents {
-			consider(s, hits[id].score, false)
+		// Without an index answer (hits is nil here), no scores.
+		for _, s := range v.agents {
+			consider(s, 0, false)
 		}
 	}
 	v.mu.Unlock()
-	out = rankAgents(out)
+	out = rankAgents(out, limit)
 	if limit > 0 && len(out) > limit {
 		out = out[:limit]
 	}
@@ -1466,8 +1476,10 @@ const idRelevance = 1e6
 // peer vouches that it hosts them), and within that round-robin across origin peers (the records' peer_id):
 // each round takes one agent of every peer, peers with the longest history
 // in this view first, each peer's agents oldest first. An agent's claims
-// about itself (confidence_hint, its count of agents) play no part.
-func rankAgents(as []Agent) []Agent {
+// about itself (confidence_hint, its count of agents) play no part. With
+// limit > 0 only the answer's first limit agents are sure to be in order
+// (the tiers after them are left out).
+func rankAgents(as []Agent, limit int) []Agent {
 	slices.SortFunc(as, func(a, b Agent) int {
 		if a.Local != b.Local {
 			if a.Local {
@@ -1496,15 +1508,24 @@ func rankAgents(as []Agent) []Agent {
 		func(a, b Agent) bool {
 			return a.Local == b.Local && a.Status.Rank() == b.Status.Rank() && a.Record.Unbound() == b.Record.Unbound() && a.Relevance == b.Relevance
 		},
-		func(a Agent) string { return a.Record.Agent.PeerID })
+		func(a Agent) string { return a.Record.Agent.PeerID }, limit)
 }
 
 // roundRobin reorders sorted items: within each tier (a run of items with
 // sameTier), one item per peer per round, peers in the order of their
-// first item and each peer's items in their order.
-func roundRobin[T any](items []T, sameTier func(a, b T) bool, peerOf func(T) string) []T {
-	out := make([]T, 0, len(items))
-	for i := 0; i < len(items); {
+// first item and each peer's items in their order. With limit > 0 it
+// returns the first limit items of that order only: a query answer needs
+// no more, so it stops there and queues no more of a peer's items than
+// could still be taken.
+func roundRobin[T any](items []T, sameTier func(a, b T) bool, peerOf func(T) string, limit int) []T {
+	n := len(items)
+	if limit > 0 {
+		n = min(n, limit)
+	}
+	out := make([]T, 0, n)
+	var peers []string
+	queues := map[string][]T{}
+	for i := 0; i < len(items) && len(out) < n; {
 		j := i
 		for j < len(items) && sameTier(items[i], items[j]) {
 			j++
@@ -1515,18 +1536,25 @@ func roundRobin[T any](items []T, sameTier func(a, b T) bool, peerOf func(T) str
 			i = j
 			continue
 		}
-		var peers []string
-		queues := map[string][]T{}
+		need := n - len(out)
+		peers = peers[:0]
+		clear(queues)
 		for _, it := range items[i:j] {
 			p := peerOf(it)
-			if _, ok := queues[p]; !ok {
+			q, seen := queues[p]
+			if !seen {
 				peers = append(peers, p)
 			}
-			queues[p] = append(queues[p], it)
+			if len(q) < need {
+				queues[p] = append(q, it)
+			}
 		}
-		for len(peers) > 0 {
+		for len(peers) > 0 && len(out) < n {
 			next := peers[:0]
 			for _, p := range peers {
+				if len(out) == n {
+					break
+				}
 				q := queues[p]
 				out = append(out, q[0])
 				if queues[p] = q[1:]; len(q) > 1 {
