@@ -377,7 +377,7 @@ def bench(n, idle, skip_etcd):
             efirst, elast = statistics.mean(etimes[:1000]), statistics.mean(etimes[-1000:])
             fe = os.path.join(d, "fresh-etcd")
             os.makedirs(fe)
-            el, efr = interleaved(e, Etcd(fe), put_etcd, renamed(recs[-2000:-1000], rng), renamed(recs[-1000:], rng))
+            el, efr = interleaved(e, Etcd(fe), put_etcd, renamed(recs[-1000:], rng), renamed(recs[-1000:], rng))
             # The two loaded stores against each other in the same
             # minutes: the figure "register all" cannot give, minutes
             # apart on a machine that drifts.
@@ -561,7 +561,13 @@ def main():
     skip = args.skip_etcd
     if not skip and not shutil.which("etcd"):
         raise SystemExit("etcd is not installed (apt-get install etcd-server), or pass --skip-etcd")
-    for n in [int(x) for x in args.n.split(",")]:
+    try:
+        sizes = [int(x) for x in args.n.split(",")]
+    except ValueError:
+        raise SystemExit(f"--n takes record counts separated by commas, got {args.n!r}")
+    if any(n < 1000 for n in sizes):
+        raise SystemExit(f"--n: each count must be at least 1000 (the first and last thousand are compared), got {args.n!r}")
+    for n in sizes:
         print(f"## {n} records", flush=True)
         rows = bench(n, args.idle, skip)
         print()
