@@ -1410,26 +1410,46 @@ func (v *View) Query(m *store.Matcher, limit int) []Agent {
 	}
 	v.mu.Lock()
 	out := make([]Agent, 0, len(hits))
-	consider := func(s *agentState, score float64, textChecked bool) {
+	consider := func(s *agentState, score float64, textChecked bool) bool {
 		if s == nil || !m.SourceAllowed(s.source) {
-			return
+			return false
 		}
 		if textChecked && m.MatchesExceptText(&s.rec.Agent) || !textChecked && m.Matches(&s.rec.Agent) {
 			a := v.snapshot(s)
 			a.Relevance = score
 			out = append(out, a)
+			return true
 		}
+		return false
 	}
 	switch {
 	case f.AgentID != "":
 		consider(v.agents[f.AgentID], 0, false)
 	case indexed && (f.Capability == "" || len(hits) <= len(v.proj.byCap[f.Capability])):
-		for _, h := range hits {
+		// A limited answer reads the hits best score first and stops
+		// once limit answers of the first rank class (hosted here,
+		// HEALTHY, bound to a peer) score above every hit left: rankAgents
+		// puts each of those before any hit left (a worse class, or the
+		// same class and a lower score, so a later tier), so the answer's
+		// first limit agents are among those read. A registry's queries
+		// (its own healthy agents) then look up a few tiers of hits in
+		// the view, not every record that has the word.
+		early := limit > 0 && len(hits) > limit
+		if early {
+			slices.SortFunc(hits, func(a, b textHit) int { return cmp.Compare(b.score, a.score) })
+		}
+		first := 0 // answers of the first class among the hits read
+		for i, h := range hits {
+			if early && first >= limit && h.score < hits[i-1].score {
+				break
+			}
 			// The text check is skipped only for the very record the
 			// index matched (it applies record.MatchesText's rule), not
 			// for one that replaced it since the search.
 			s := v.agents[h.rec.Agent.AgentID]
-			consider(s, h.score, exact && s != nil && s.rec == h.rec)
+			if consider(s, h.score, exact && s != nil && s.rec == h.rec) && s.local && v.effective(s).Rank() == 0 && !s.rec.Unbound() {
+				first++
+			}
 		}
 		// The whole query may be an agent id (record.MatchesText).
 		if id := strings.TrimSpace(f.Text); v.agents[id] != nil {
