@@ -5,6 +5,9 @@
 // counters. Open with Dir == "" for the in-memory mode used by tests and
 // simnet. On disk, records live in Badger's value log and the LSM tree holds
 // keys and small values; the store collects the value log's garbage itself.
+// Durable writes (local registrations, leases, statuses) are made durable by
+// the store's registration journal, one synced file beside Badger's, which
+// Open replays after a crash (journal.go).
 package store
 
 import (
