@@ -43,6 +43,7 @@ package store
 // entry was synced, and with it every entry before it).
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -422,15 +423,7 @@ func (j *journal) files() ([]journalFile, error) {
 			out = append(out, journalFile{e.Name(), gen})
 		}
 	}
-	slices.SortFunc(out, func(a, b journalFile) int {
-		switch {
-		case a.gen < b.gen:
-			return -1
-		case a.gen > b.gen:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b journalFile) int { return cmp.Compare(a.gen, b.gen) })
 	return out, nil
 }
 
