@@ -499,6 +499,11 @@ func (s *db) setJournaled(k, v []byte) error {
 	}
 	s.jmu.Lock()
 	defer s.jmu.Unlock()
+	if j := s.journal; j != nil && j.broken {
+		if err := s.checkpointLocked(); err != nil {
+			return err
+		}
+	}
 	var w jtxn
 	if err := s.bdb.Update(func(txn *badger.Txn) error {
 		w = jtxn{txn: txn}
@@ -538,9 +543,13 @@ func (s *db) openJournal() error {
 	defer s.jmu.Unlock()
 	s.journal = j
 	if err := s.checkpointLocked(); err != nil {
-		_ = j.close()
-		s.journal = nil
-		return fmt.Errorf("store: journal checkpoint after replaying %d entries: %w", replayed, err)
+		// A full disk, say: the store opens and serves what it holds
+		// (the replayed writes are in Badger, and the journal file read
+		// stays until a checkpoint succeeds); durable writes try the
+		// checkpoint again and fail until it does.
+		j.broken = true
+		s.log.Warn("journal checkpoint failed at open: durable writes are refused until one succeeds",
+			"replayed", replayed, "err", err)
 	}
 	return nil
 }

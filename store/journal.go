@@ -446,6 +446,10 @@ func (j *journal) write(sync bool) error {
 	if len(j.buf) == 0 && !sync {
 		return nil
 	}
+	if j.f == nil {
+		j.buf = j.buf[:0]
+		return errors.New("journal: no journal file (the last one could not be started)")
+	}
 	err := j.writeAt(j.buf)
 	if err == nil && sync {
 		err = unix.Fdatasync(int(j.f.Fd()))
@@ -481,6 +485,9 @@ func (j *journal) start(room int64) error {
 	fail := func(err error) error {
 		_ = f.Close()
 		_ = os.Remove(path)
+		if errors.Is(err, unix.ENOSPC) {
+			return fmt.Errorf("%w: start journal %s: %v", ErrNoSpace, path, err)
+		}
 		return fmt.Errorf("start journal %s: %w", path, err)
 	}
 	alloc, err := allocate(f, min(room, j.segment))

@@ -507,3 +507,44 @@ func TestRaise(t *testing.T) {
 		}
 	}
 }
+
+// A store whose journal cannot be started (here a directory sits where
+// the next journal file goes; a full disk would do the same) still
+// opens and serves what it holds; durable writes fail until a checkpoint
+// succeeds, then go on.
+func TestOpenWithoutAJournalFile(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "db")
+	s := openTest(t, dir, Options{})
+	a := mkRecord(t, agentSpec{issued: time.Now()})
+	if err := s.PutLocal(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	block := filepath.Join(dir, journalName(1))
+	if err := os.Mkdir(block, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	r := openTest(t, dir, Options{})
+	if locals, err := r.Locals(ctx); err != nil || len(locals) != 1 {
+		t.Fatalf("reads without a journal file: %d locals, %v", len(locals), err)
+	}
+	b := mkRecord(t, agentSpec{issued: time.Now()})
+	if err := r.PutLocal(ctx, b); err == nil {
+		t.Fatal("a durable write succeeded without a journal file")
+	}
+	if err := r.PutPin(b.Agent.AgentID, testPin(1)); err == nil {
+		t.Fatal("a journaled write succeeded without a journal file")
+	}
+	if err := os.Remove(block); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.PutLocal(ctx, b); err != nil {
+		t.Fatalf("a durable write once the journal can start: %v", err)
+	}
+	if r.journal.gen != 1 || r.journal.broken {
+		t.Fatalf("journal after recovery: generation %d, broken %v", r.journal.gen, r.journal.broken)
+	}
+}
