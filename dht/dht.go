@@ -357,6 +357,7 @@ func (d *DHT) Bootstrap(ctx context.Context, peers []peer.AddrInfo) error {
 		wg       sync.WaitGroup
 		mu       sync.Mutex
 		ok       int
+		reached  []peer.ID
 		firstErr error
 		sem      = make(chan struct{}, 8)
 	)
@@ -383,6 +384,7 @@ func (d *DHT) Bootstrap(ctx context.Context, peers []peer.AddrInfo) error {
 				return
 			}
 			ok++
+			reached = append(reached, p.ID)
 		}()
 	}
 	wg.Wait()
@@ -392,10 +394,32 @@ func (d *DHT) Bootstrap(ctx context.Context, peers []peer.AddrInfo) error {
 		}
 		return fmt.Errorf("%w: 0 of %d reached: %v", ErrNoBootstrapPeers, len(peers), firstErr)
 	}
-	// Peers enter the routing table after identify and a lookup check.
+	// Peers enter the routing table after identify and kad-dht's lookup
+	// check: one FIND_NODE, which kad-dht does not try again for two
+	// minutes when it fails or is slow (a loaded peer). Half the wait
+	// later, the reached peers that identify says are DHT servers are
+	// added directly: they are the ones this node was told to trust for a
+	// start, and a peer that then does not answer is dropped by kad-dht
+	// as any other.
 	wctx, cancel := context.WithTimeout(ctx, d.cfg.QueryTimeout)
 	defer cancel()
-	if err := waitFor(wctx, func() bool { return kad.RoutingTable().Size() > 0 }); err != nil {
+	rt := kad.RoutingTable()
+	hctx, hcancel := context.WithTimeout(wctx, d.cfg.QueryTimeout/2)
+	err = waitFor(hctx, func() bool { return rt.Size() > 0 })
+	hcancel()
+	if err != nil && wctx.Err() == nil {
+		for _, p := range reached {
+			if ps, perr := d.h.Peerstore().SupportsProtocols(p, KadProtocol); perr == nil && len(ps) > 0 {
+				if added, aerr := rt.TryAddPeer(p, true, false); added {
+					d.log.Debug("bootstrap peer added without kad-dht's lookup check", "peer_id", p)
+				} else if aerr != nil {
+					d.log.Debug("bootstrap peer not added", "peer_id", p, "err", aerr)
+				}
+			}
+		}
+		err = waitFor(wctx, func() bool { return rt.Size() > 0 })
+	}
+	if err != nil {
 		return fmt.Errorf("%w: connected to %d of %d, but none joined the routing table (are they %s servers?): %v", ErrNoBootstrapPeers, ok, len(peers), KadProtocol, err)
 	}
 	select {
