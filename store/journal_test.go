@@ -86,6 +86,22 @@ func storedPin(t *testing.T, s *db, id string) (trust.Pin, bool) {
 	return p, ok
 }
 
+// closedStoreWithOne makes a store holding one local registration and
+// closes it; it returns its directory and the registration.
+func closedStoreWithOne(t *testing.T) (string, *record.SignedAgent) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "db")
+	s := openTest(t, dir, Options{})
+	sa := mkRecord(t, agentSpec{issued: time.Now()})
+	if err := s.PutLocal(context.Background(), sa); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir, sa
+}
+
 // What a durable write acknowledged is in the journal even when Badger's
 // files lose everything written since the last checkpoint (a power cut:
 // its logs are not synced any more): the test keeps the store's files as
@@ -93,22 +109,14 @@ func storedPin(t *testing.T, s *db, id string) (trust.Pin, bool) {
 // that.
 func TestJournalReplaysWhatBadgerLost(t *testing.T) {
 	ctx := context.Background()
-	dir := filepath.Join(t.TempDir(), "db")
-	s := openTest(t, dir, Options{})
-	kept := mkRecord(t, agentSpec{issued: time.Now()})
-	if err := s.PutLocal(ctx, kept); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	dir, kept := closedStoreWithOne(t)
 	if fs := journalFiles(t, dir); len(fs) != 0 {
 		t.Fatalf("Close left journal files: %v", fs)
 	}
 	atCheckpoint := filepath.Join(t.TempDir(), "db")
 	copyDir(t, dir, atCheckpoint)
 
-	s = openTest(t, dir, Options{})
+	s := openTest(t, dir, Options{})
 	a := mkRecord(t, agentSpec{issued: time.Now()})
 	b := mkRecord(t, agentSpec{issued: time.Now()})
 	done := s.DeferPin(a.Agent.AgentID)
@@ -514,15 +522,7 @@ func TestRaise(t *testing.T) {
 // succeeds, then go on.
 func TestOpenWithoutAJournalFile(t *testing.T) {
 	ctx := context.Background()
-	dir := filepath.Join(t.TempDir(), "db")
-	s := openTest(t, dir, Options{})
-	a := mkRecord(t, agentSpec{issued: time.Now()})
-	if err := s.PutLocal(ctx, a); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	dir, _ := closedStoreWithOne(t)
 	block := filepath.Join(dir, journalName(1))
 	if err := os.Mkdir(block, 0o700); err != nil {
 		t.Fatal(err)
