@@ -128,6 +128,15 @@ func strField[T any](n string, at func(*T) *string) field[T] {
 	}}
 }
 
+// stringsField is a member that is an array of strings.
+func stringsField[T any](n string, at func(*T) *[]string) field[T] {
+	return field[T]{n, func(d *canonDecoder, v *T) bool {
+		var ok bool
+		*at(v), ok = d.strings()
+		return ok
+	}}
+}
+
 // rawField is a member handed to jsonv2 (raw), never null; an object when
 // object is set.
 func rawField[T any](n string, object bool, at func(*T) any) field[T] {
@@ -384,11 +393,7 @@ var (
 			a.Skills, ok = arrayOf(d, func(s *Skill) bool { return readObject(d, skillFields, s) })
 			return ok
 		}},
-		{"tags", func(d *canonDecoder, a *Agent) bool {
-			var ok bool
-			a.Tags, ok = d.strings()
-			return ok
-		}},
+		stringsField("tags", func(a *Agent) *[]string { return &a.Tags }),
 		strField("tenant_scope", func(a *Agent) *string { return &a.TenantScope }),
 		{"transport", func(d *canonDecoder, a *Agent) bool { return readObject(d, transportFields, &a.Transport) }},
 		{"ttl_seconds", func(d *canonDecoder, a *Agent) bool {
@@ -409,11 +414,7 @@ var (
 			return ok
 		}},
 		strField("endpoint", func(s *Skill) *string { return &s.Endpoint }),
-		{"scenes", func(d *canonDecoder, s *Skill) bool {
-			var ok bool
-			s.Scenes, ok = d.strings()
-			return ok
-		}},
+		stringsField("scenes", func(s *Skill) *[]string { return &s.Scenes }),
 		strField("skill_id", func(s *Skill) *string { return &s.SkillID }),
 		strField("skill_type", func(s *Skill) *string { return (*string)(&s.SkillType) }),
 		strField("status", func(s *Skill) *string { return (*string)(&s.Status) }),
