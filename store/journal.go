@@ -159,7 +159,7 @@ func appendJournalEntry(b []byte, seq uint64, payload []byte) []byte {
 // scanJournal calls fn for each entry of data (a journal file after its
 // header) whose seq is at least first, in order, and returns the offset
 // (within data) where the entries end and why they end there (nil at a
-// clean end). fn's payload aliases data.
+// clean end; the caller names the offset in the file). fn's payload aliases data.
 func scanJournal(data []byte, first uint64, fn func(seq uint64, payload []byte)) (end int, stop error) {
 	last, started := uint64(0), false
 	for off := 0; ; {
@@ -175,15 +175,15 @@ func scanJournal(data []byte, first uint64, fn func(seq uint64, payload []byte))
 			return off, nil
 		}
 		if n > journalMaxEntry || int(n) > len(rest)-journalEntryHeader {
-			return off, fmt.Errorf("entry of %d bytes at offset %d", n, off)
+			return off, fmt.Errorf("an entry of %d bytes", n)
 		}
 		body := rest[8 : journalEntryHeader+int(n)]
 		if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(rest[4:]) {
-			return off, fmt.Errorf("checksum of the entry at offset %d", off)
+			return off, errors.New("the entry's checksum does not match")
 		}
 		seq := binary.BigEndian.Uint64(body)
 		if seq < first || (started && seq <= last) {
-			return off, fmt.Errorf("seq %d at offset %d after %d", seq, off, last)
+			return off, fmt.Errorf("seq %d after %d", seq, last)
 		}
 		fn(seq, body[8:])
 		last, started = seq, true
