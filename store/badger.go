@@ -454,12 +454,7 @@ type durableReq struct {
 func (s *db) commitGroup(batch []*durableReq) {
 	errs := make([]error, len(batch))
 	s.jmu.Lock()
-	var syncErr error
-	if j := s.journal; j != nil && j.broken {
-		// The last write or sync of the journal failed: start a new
-		// file over synced Badger files before trusting it again.
-		syncErr = s.checkpointLocked()
-	}
+	syncErr := s.journalReadyLocked()
 	committed := false
 	for i, r := range batch {
 		if syncErr != nil {
@@ -499,10 +494,8 @@ func (s *db) setJournaled(k, v []byte) error {
 	}
 	s.jmu.Lock()
 	defer s.jmu.Unlock()
-	if j := s.journal; j != nil && j.broken {
-		if err := s.checkpointLocked(); err != nil {
-			return err
-		}
+	if err := s.journalReadyLocked(); err != nil {
+		return err
 	}
 	var w jtxn
 	if err := s.bdb.Update(func(txn *badger.Txn) error {
@@ -550,6 +543,17 @@ func (s *db) openJournal() error {
 		j.broken = true
 		s.log.Warn("journal checkpoint failed at open: durable writes are refused until one succeeds",
 			"replayed", replayed, "err", err)
+	}
+	return nil
+}
+
+// journalReadyLocked checkpoints a broken journal (its last write or
+// sync failed, or no file could be started): a new file over synced
+// Badger files before it is trusted again. Called with jmu held; nil
+// when there is no journal (in memory).
+func (s *db) journalReadyLocked() error {
+	if j := s.journal; j != nil && j.broken {
+		return s.checkpointLocked()
 	}
 	return nil
 }
