@@ -356,10 +356,11 @@ func (w *jtxn) Raise(k []byte, n uint64) error {
 	return nil
 }
 
-// openJournal reads the newest journal file of dir (the one a crash left,
-// or the empty one the last Close started) and calls replay with each of
-// its entries in order. It returns the journal positioned after them; the
-// caller checkpoints before writing to it.
+// openJournal reads the newest journal file of dir (the one a crash left;
+// a clean Close leaves none) and calls replay with each of its entries in
+// order. It returns the journal positioned after them; the caller
+// checkpoints before writing to it, which starts a generation above every
+// file present and removes them all.
 func openJournal(dir string, segment int64, log *slog.Logger, replay func(seq uint64, payload []byte) error) (*journal, error) {
 	j := &journal{dir: dir, segment: segment, log: log}
 	names, err := j.files()
@@ -402,6 +403,10 @@ func openJournal(dir string, segment int64, log *slog.Logger, replay func(seq ui
 			log.Info("journal replayed", "path", path, "entries", n)
 		}
 		break
+	}
+	if len(names) > 0 {
+		// A newer file with a damaged header is superseded too.
+		j.gen = max(j.gen, names[len(names)-1].gen)
 	}
 	return j, nil
 }

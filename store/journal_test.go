@@ -548,3 +548,25 @@ func TestOpenWithoutAJournalFile(t *testing.T) {
 		t.Fatalf("journal after recovery: generation %d, broken %v", r.journal.gen, r.journal.broken)
 	}
 }
+
+// A newer journal file whose header did not reach the disk is skipped for
+// the one before it, and the new file starts above both, so neither is
+// read again.
+func TestJournalDamagedNewerFile(t *testing.T) {
+	dir, _ := closedStoreWithOne(t)
+	id := groupID(4)
+	file := append(encodeJournalHeader(3, 1), appendJournalEntry(nil, 1, appendOp(nil, opSet, leaseKey(id), encodeU64(7), 0))...)
+	if err := os.WriteFile(filepath.Join(dir, journalName(3)), file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, journalName(9)), []byte("not a header"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := openTest(t, dir, Options{})
+	if _, err := r.get(leaseKey(id)); err != nil {
+		t.Fatalf("the older file's entry: %v", err)
+	}
+	if fs := journalFiles(t, dir); len(fs) != 1 || fs[0].gen != 10 {
+		t.Fatalf("journal files after open: %v", fs)
+	}
+}
