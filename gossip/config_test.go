@@ -202,3 +202,50 @@ func TestLifecycle(t *testing.T) {
 		}
 	})
 }
+
+func TestMeshParams(t *testing.T) {
+	def := pubsub.DefaultGossipSubParams()
+	six, err := MeshParams(6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *six != def {
+		t.Errorf("MeshParams(6) = D %d Dlo %d Dhi %d Dscore %d Dout %d, pubsub's defaults are %d %d %d %d %d",
+			six.D, six.Dlo, six.Dhi, six.Dscore, six.Dout, def.D, def.Dlo, def.Dhi, def.Dscore, def.Dout)
+	}
+	four, err := MeshParams(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := [5]int{four.D, four.Dlo, four.Dhi, four.Dscore, four.Dout}; got != [5]int{4, 3, 8, 2, 1} {
+		t.Errorf("MeshParams(4): D, Dlo, Dhi, Dscore, Dout = %v, want [4 3 8 2 1]", got)
+	}
+	// Every degree in range makes a router New and pubsub itself accept.
+	bubble(t, func(t *testing.T) {
+		mn := mocknet.New()
+		defer func() { _ = mn.Close() }()
+		h, err := mn.GenPeer()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _ := trust.NewVerifier(trust.Config{}, nil)
+		for d := MinMeshDegree; d <= MaxMeshDegree; d++ {
+			p, err := MeshParams(d)
+			if err != nil {
+				t.Fatalf("MeshParams(%d): %v", d, err)
+			}
+			cfg := DefaultConfig()
+			cfg.Params = p
+			g, err := New(context.Background(), h, cfg, v, newFakeSink(), nil, nil)
+			if err != nil {
+				t.Fatalf("MeshParams(%d) = D %d Dlo %d Dhi %d Dscore %d Dout %d: %v", d, p.D, p.Dlo, p.Dhi, p.Dscore, p.Dout, err)
+			}
+			_ = g.Close()
+		}
+	})
+	for _, d := range []int{MinMeshDegree - 1, 0, -1, MaxMeshDegree + 1} {
+		if _, err := MeshParams(d); err == nil {
+			t.Errorf("MeshParams(%d) accepted", d)
+		}
+	}
+}

@@ -182,3 +182,31 @@ func validateTopicScore(p *pubsub.TopicScoreParams) error {
 	}
 	return nil
 }
+
+// MinMeshDegree and MaxMeshDegree bound MeshParams' degree: below 2 the
+// router's own rule (Dout < Dlo) cannot hold; a mesh of more peers than
+// 32 is a flood, which GossipSub exists to avoid.
+const (
+	MinMeshDegree = 2
+	MaxMeshDegree = 32
+)
+
+// MeshParams returns pubsub's default router parameters with the mesh
+// degree D set to d and the degrees that follow it derived as GossipSub's
+// defaults derive them from 6: Dlo = d-1, Dhi = 2d, Dscore = min(4, 2d/3)
+// and Dout = min(2, (d-1)/2), kept below d/2 as the router requires. d = 6
+// gives pubsub's defaults. It is for exploring the mesh degree (simnet's
+// --mesh-degree); agentd runs with the defaults.
+func MeshParams(d int) (*pubsub.GossipSubParams, error) {
+	if d < MinMeshDegree || d > MaxMeshDegree {
+		return nil, fmt.Errorf("gossip: mesh degree %d must be between %d and %d", d, MinMeshDegree, MaxMeshDegree)
+	}
+	p := pubsub.DefaultGossipSubParams()
+	p.D, p.Dlo, p.Dhi = d, d-1, 2*d
+	p.Dscore = min(4, 2*d/3)
+	p.Dout = max(0, min(2, (d-1)/2, d/2-1))
+	if err := validateRouter(&p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}

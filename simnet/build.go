@@ -6,6 +6,7 @@ import (
 
 	"github.com/agentd/agentd/gossip"
 	"github.com/agentd/agentd/node"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
 )
 
 // report assembles the report once the run is over.
@@ -16,6 +17,14 @@ func (sm *sim) report(setup SetupInfo) *Report {
 	if hb <= 0 {
 		hb = 5 * time.Second
 	}
+	gc := gossip.DefaultConfig()
+	if s.Node.Gossip != nil {
+		gc = *s.Node.Gossip
+	}
+	meshD := pubsub.GossipSubD
+	if gc.Params != nil {
+		meshD = gc.Params.D
+	}
 	timeout := s.Node.Timeout
 	if timeout <= 0 {
 		timeout = 30 * time.Second
@@ -24,6 +33,7 @@ func (sm *sim) report(setup SetupInfo) *Report {
 		Scenario: ScenarioInfo{
 			Kind: s.Kind, Nodes: s.Nodes, BootstrapNodes: s.BootstrapNodes, DurationS: sec(s.Duration), Seed: s.Seed,
 			LatencyMS: float64(s.Latency) / 1e6, JitterMS: float64(s.Jitter) / 1e6, BandwidthBps: s.Bandwidth, ConnLow: s.ConnLow, ConnHigh: s.ConnHigh, ConnGraceS: s.ConnGrace.Seconds(), Loss: s.Loss, Scope: scopeOf(s.Node),
+			MeshDegree: meshD, FloodPublish: gc.FloodPublish,
 			QueryRate: s.QueryRate, QueryInterest: s.QueryInterest, Skills: s.Skills, Capabilities: s.Capabilities, Zipf: s.Zipf,
 			HeartbeatInterval: sec(hb), LivenessTimeoutS: sec(timeout), StaleAfterS: sec(s.StaleAfter),
 			GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),

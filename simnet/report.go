@@ -47,17 +47,22 @@ type Report struct {
 
 // ScenarioInfo is the effective configuration of a run.
 type ScenarioInfo struct {
-	Kind              Kind    `json:"kind"`
-	Nodes             int     `json:"nodes"`
-	BootstrapNodes    int     `json:"bootstrap_nodes"`
-	DurationS         float64 `json:"duration_s"`
-	Seed              uint64  `json:"seed"`
-	LatencyMS         float64 `json:"latency_ms"`
-	JitterMS          float64 `json:"jitter_ms"`
-	BandwidthBps      float64 `json:"bandwidth_bytes_per_s"`
-	ConnLow           int     `json:"conn_low_water,omitempty"`
-	ConnHigh          int     `json:"conn_high_water,omitempty"`
-	ConnGraceS        float64 `json:"conn_grace_s,omitempty"`
+	Kind           Kind    `json:"kind"`
+	Nodes          int     `json:"nodes"`
+	BootstrapNodes int     `json:"bootstrap_nodes"`
+	DurationS      float64 `json:"duration_s"`
+	Seed           uint64  `json:"seed"`
+	LatencyMS      float64 `json:"latency_ms"`
+	JitterMS       float64 `json:"jitter_ms"`
+	BandwidthBps   float64 `json:"bandwidth_bytes_per_s"`
+	ConnLow        int     `json:"conn_low_water,omitempty"`
+	ConnHigh       int     `json:"conn_high_water,omitempty"`
+	ConnGraceS     float64 `json:"conn_grace_s,omitempty"`
+	// MeshDegree and FloodPublish are every node's GossipSub mesh degree
+	// D and flood publishing (agentd's defaults unless the scenario's
+	// gossip configuration sets them).
+	MeshDegree        int     `json:"mesh_degree,omitempty"`
+	FloodPublish      bool    `json:"flood_publish"`
 	Loss              float64 `json:"loss,omitempty"`
 	Scope             string  `json:"scope"`
 	ChurnIntervalS    float64 `json:"churn_interval_s,omitempty"`
@@ -419,6 +424,13 @@ func (r *Report) WriteText(w io.Writer) error {
 		bw += fmt.Sprintf(", %g%% packet loss", 100*s.Loss)
 	}
 	fmt.Fprintf(&b, "links: %gms ± %gms, bandwidth %s; queries %g/s; heartbeat %gs, liveness timeout %gs; scope %s; connections %d/%d, grace %gs\n", s.LatencyMS, s.JitterMS, bw, s.QueryRate, s.HeartbeatInterval, s.LivenessTimeoutS, s.Scope, s.ConnLow, s.ConnHigh, s.ConnGraceS)
+	if s.MeshDegree > 0 {
+		flood := "on"
+		if !s.FloodPublish {
+			flood = "off"
+		}
+		fmt.Fprintf(&b, "gossip: mesh degree %d, flood publishing %s\n", s.MeshDegree, flood)
+	}
 	if r.Command != "" {
 		fmt.Fprintf(&b, "command: %s\n", r.Command)
 	}

@@ -15,9 +15,11 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/config"
+	"github.com/agentd/agentd/gossip"
 	"github.com/agentd/agentd/node"
 	"github.com/agentd/agentd/p2p"
 	"github.com/agentd/agentd/simnet"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/urfave/cli/v2"
 )
 
@@ -30,6 +32,8 @@ const (
 	flagSimJitter        = "jitter"
 	flagSimBandwidth     = "bandwidth"
 	flagSimConnLow       = "conn-low"
+	flagSimMeshDegree    = "mesh-degree"
+	flagSimFloodPublish  = "flood-publish"
 	flagSimConnHigh      = "conn-high"
 	flagSimConnGrace     = "conn-grace"
 	flagSimLoss          = "loss"
@@ -116,6 +120,8 @@ func simnetCommand() *cli.Command {
 			&cli.IntFlag{Name: flagSimConnLow, Value: p2p.DefaultLowWater, Usage: "connection manager low watermark of every node (agentd's default)"},
 			&cli.IntFlag{Name: flagSimConnHigh, Value: p2p.DefaultHighWater, Usage: "connection manager high watermark of every node (agentd's default)"},
 			&cli.DurationFlag{Name: flagSimConnGrace, Value: p2p.DefaultConnGrace, Usage: "connection manager grace period of every node: a newer connection is never trimmed (agentd's default)"},
+			&cli.IntFlag{Name: flagSimMeshDegree, Value: pubsub.GossipSubD, Usage: "GossipSub mesh degree D of every node, 2 to 32 (Dlo, Dhi, Dscore and Dout follow it as pubsub's defaults follow 6; agentd's default)"},
+			&cli.BoolFlag{Name: flagSimFloodPublish, Value: true, Usage: "every node sends its own messages to every topic peer, not only its mesh (agentd's default; --flood-publish=false turns it off)"},
 			&cli.Float64Flag{Name: flagSimLoss, Value: 0, Usage: "share of packets lost on every link, 0 to 0.5 (streams stay reliable: each loss costs a 200 ms+ retransmission timeout, as over TCP)"},
 			&cli.StringFlag{Name: flagSimScope, Value: "interest", Usage: "what each node hears: interest (the agents of the capabilities it hosts, queries and watches, on their shard topics) or full (every agent, on the announce topic); the sybil scenario defaults to full, its worst case"},
 			&cli.DurationFlag{Name: flagSimChurnInterval, Value: 10 * time.Second, Usage: "churn: time between churn events"},
@@ -184,6 +190,15 @@ func simnetScenario(c *cli.Context) (simnet.Scenario, simnet.Thresholds, error) 
 		s.Node.Scope = sc
 	default:
 		return simnet.Scenario{}, th, usagef("--%s: %q is not interest or full", flagSimScope, sc)
+	}
+	if c.IsSet(flagSimMeshDegree) || c.IsSet(flagSimFloodPublish) {
+		p, err := gossip.MeshParams(c.Int(flagSimMeshDegree))
+		if err != nil {
+			return simnet.Scenario{}, th, usagef("--%s: %s", flagSimMeshDegree, strings.TrimPrefix(err.Error(), "gossip: "))
+		}
+		gc := gossip.DefaultConfig()
+		gc.Params, gc.FloodPublish = p, c.Bool(flagSimFloodPublish)
+		s.Node.Gossip = &gc
 	}
 	// Zero means "default" in a Scenario; on the command line it means zero.
 	if s.Latency == 0 {

@@ -29,6 +29,8 @@ func TestSimnetUsage(t *testing.T) {
 		{[]string{"simnet", "--latency", "2ms", "--jitter", "5ms"}, "jitter is 5ms; must not exceed the latency 2ms"},
 		{[]string{"simnet", "--bandwidth", "-5"}, "bandwidth"},
 		{[]string{"simnet", "--clock", "wall"}, `--clock: "wall" is not one of virtual, real`},
+		{[]string{"simnet", "--mesh-degree", "1"}, "--mesh-degree: mesh degree 1 must be between 2 and 32"},
+		{[]string{"simnet", "--flood-publish=false", "--mesh-degree", "33"}, "--mesh-degree: mesh degree 33 must be between 2 and 32"},
 	} {
 		r := runCLI(t, "", tc.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
@@ -48,11 +50,11 @@ func TestSimnetRun(t *testing.T) {
 	dir := t.TempDir()
 	jsonPath, svgPath := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.svg")
 	r := runCLI(t, "", "simnet", "--clock", "real", "--scenario", "steady", "--nodes", "6", "--duration", "3s", "--latency", "5ms",
-		"--query-rate", "20", "--min-recall", "0", "--max-stale", "1", "--json", jsonPath, "--svg", svgPath)
+		"--query-rate", "20", "--min-recall", "0", "--max-stale", "1", "--mesh-degree", "4", "--flood-publish=false", "--json", jsonPath, "--svg", svgPath)
 	if r.code != exitOK {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	for _, want := range []string{"simnet: steady, 6 nodes (+3 bootstrap), 3s, seed 1", "clock: real", "DISCOVERY", "recall", "PASS: recall ≥ 0 and stale rate ≤ 1", "wall time:"} {
+	for _, want := range []string{"simnet: steady, 6 nodes (+3 bootstrap), 3s, seed 1", "clock: real", "gossip: mesh degree 4, flood publishing off", "DISCOVERY", "recall", "PASS: recall ≥ 0 and stale rate ≤ 1", "wall time:"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
 		}
@@ -69,9 +71,12 @@ func TestSimnetRun(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
-	wantCmd := "agentd simnet --scenario steady --clock real --nodes 6 --duration 3s --latency 5ms --query-rate 20 --min-recall 0 --max-stale 1"
+	wantCmd := "agentd simnet --scenario steady --clock real --nodes 6 --duration 3s --latency 5ms --mesh-degree 4 --flood-publish false --query-rate 20 --min-recall 0 --max-stale 1"
 	if rep.Command != wantCmd || rep.Clock != "real" || rep.Scenario.Nodes != 6 || rep.Queries.Issued == 0 || rep.Thresholds == nil {
 		t.Fatalf("json report: command %q, %+v", rep.Command, rep.Queries)
+	}
+	if rep.Scenario.MeshDegree != 4 || rep.Scenario.FloodPublish {
+		t.Errorf("json report: mesh degree %d, flood publishing %v; the run asked for 4 and off", rep.Scenario.MeshDegree, rep.Scenario.FloodPublish)
 	}
 	f, err := os.Open(svgPath)
 	if err != nil {
