@@ -60,7 +60,8 @@ type ScenarioInfo struct {
 	ConnGraceS     float64 `json:"conn_grace_s,omitempty"`
 	// MeshDegree and FloodPublish are every node's GossipSub mesh degree
 	// D and flood publishing (agentd's defaults unless the scenario's
-	// gossip configuration sets them).
+	// gossip configuration sets them; the sybil scenario's hostile peer
+	// keeps the defaults).
 	MeshDegree        int     `json:"mesh_degree,omitempty"`
 	FloodPublish      bool    `json:"flood_publish"`
 	Loss              float64 `json:"loss,omitempty"`
