@@ -10,6 +10,7 @@ import (
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/trust"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/host"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 	ma "github.com/multiformats/go-multiaddr"
 )
@@ -102,18 +103,26 @@ func TestOwnNets(t *testing.T) {
 	}
 }
 
+// loneHost returns a mocknet host with no peer, closed at the end of the
+// test, and a verifier with the default policy.
+func loneHost(t *testing.T) (host.Host, *trust.Verifier) {
+	t.Helper()
+	mn := mocknet.New()
+	t.Cleanup(func() { _ = mn.Close() })
+	h, err := mn.GenPeer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := trust.NewVerifier(trust.Config{}, nil)
+	return h, v
+}
+
 // TestNewRejectsBadParameters: router, threshold and score parameters are
 // validated at construction with errors naming the field, before pubsub
 // starts anything.
 func TestNewRejectsBadParameters(t *testing.T) {
 	bubble(t, func(t *testing.T) {
-		mn := mocknet.New()
-		defer func() { _ = mn.Close() }()
-		h, err := mn.GenPeer()
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, _ := trust.NewVerifier(trust.Config{}, nil)
+		h, v := loneHost(t)
 		badParams := pubsub.DefaultGossipSubParams()
 		badParams.D, badParams.Dhi = 20, 12
 		zeroBeat := pubsub.DefaultGossipSubParams()
@@ -165,13 +174,7 @@ func TestNewRejectsBadParameters(t *testing.T) {
 // TestLifecycle: Start once, Close idempotent, errors after Close.
 func TestLifecycle(t *testing.T) {
 	bubble(t, func(t *testing.T) {
-		mn := mocknet.New()
-		defer func() { _ = mn.Close() }()
-		h, err := mn.GenPeer()
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, _ := trust.NewVerifier(trust.Config{}, nil)
+		h, v := loneHost(t)
 		g, err := New(context.Background(), h, DefaultConfig(), v, newFakeSink(), nil, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -222,13 +225,7 @@ func TestMeshParams(t *testing.T) {
 	}
 	// Every degree in range makes a router New and pubsub itself accept.
 	bubble(t, func(t *testing.T) {
-		mn := mocknet.New()
-		defer func() { _ = mn.Close() }()
-		h, err := mn.GenPeer()
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, _ := trust.NewVerifier(trust.Config{}, nil)
+		h, v := loneHost(t)
 		for d := MinMeshDegree; d <= MaxMeshDegree; d++ {
 			p, err := MeshParams(d)
 			if err != nil {
