@@ -9,7 +9,6 @@ import (
 	"github.com/agentd/agentd/record"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/peer"
-	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 )
 
 func TestRecentCache(t *testing.T) {
@@ -107,12 +106,7 @@ func TestUnknownQueue(t *testing.T) {
 // checkOnly is a Gossip with what check needs and nothing started.
 func checkOnly(t *testing.T) *Gossip {
 	t.Helper()
-	mn := mocknet.New()
-	t.Cleanup(func() { _ = mn.Close() })
-	h, err := mn.GenPeer()
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, _ := loneHost(t)
 	return &Gossip{h: h, recent: newRecentCache(time.Minute, 16), cfg: DefaultConfig()}
 }
 
