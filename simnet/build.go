@@ -13,10 +13,7 @@ import (
 func (sm *sim) report(setup SetupInfo) *Report {
 	s := sm.s
 	sec := func(d time.Duration) float64 { return d.Seconds() }
-	hb := s.Node.HeartbeatInterval
-	if hb <= 0 {
-		hb = 5 * time.Second
-	}
+	hb, timeout := s.heartbeat()
 	gc := gossip.DefaultConfig()
 	if s.Node.Gossip != nil {
 		gc = *s.Node.Gossip
@@ -24,10 +21,6 @@ func (sm *sim) report(setup SetupInfo) *Report {
 	meshD := pubsub.GossipSubD
 	if gc.Params != nil {
 		meshD = gc.Params.D
-	}
-	timeout := s.Node.Timeout
-	if timeout <= 0 {
-		timeout = 30 * time.Second
 	}
 	r := &Report{
 		Scenario: ScenarioInfo{

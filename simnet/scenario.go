@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/agentd/agentd/config"
 	"github.com/agentd/agentd/node"
 	"github.com/agentd/agentd/p2p"
 )
@@ -277,10 +278,7 @@ func (s Scenario) withDefaults() (Scenario, error) {
 		s.Zipf = 1.2
 	}
 	if s.StaleAfter == 0 {
-		s.StaleAfter = s.Node.Timeout
-		if s.StaleAfter <= 0 {
-			s.StaleAfter = 30 * time.Second
-		}
+		_, s.StaleAfter = s.heartbeat()
 	}
 	def(&s.WarmupTimeout, 60*time.Second)
 	if s.StartConcurrency == 0 {
@@ -314,6 +312,7 @@ func (s *Scenario) validate() error {
 		return fmt.Errorf("%w: %s %s", ErrConfig, field, fmt.Sprintf(format, args...))
 	}
 	finite := func(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+	hb, timeout := s.heartbeat()
 	switch {
 	case s.Nodes < 2 || s.Nodes > MaxNodes:
 		return bad("nodes", "is %d; must be between 2 and %d", s.Nodes, MaxNodes)
@@ -363,6 +362,10 @@ func (s *Scenario) validate() error {
 		return bad("query rate", "is %v; must be between 0 and %d per second", s.QueryRate, MaxQueryRate)
 	case s.QueryConcurrency < 1:
 		return bad("query concurrency", "is %d; must be at least 1", s.QueryConcurrency)
+	case hb < config.MinInterval || hb > config.MaxInterval:
+		return bad("heartbeat interval", "is %s; must be between %s and %s", hb, config.MinInterval, config.MaxInterval)
+	case timeout < hb || timeout > config.MaxInterval:
+		return bad("liveness timeout", "is %s; must be at least the heartbeat interval %s and at most %s", timeout, hb, config.MaxInterval)
 	case s.Skills < 1 || s.Skills > MaxCatalog:
 		return bad("skills", "is %d; must be between 1 and %d", s.Skills, MaxCatalog)
 	case s.Capabilities < 1 || s.Capabilities > MaxCatalog:
@@ -384,4 +387,18 @@ func (s *Scenario) validate() error {
 		return bad("mass join", "brings the network to %d nodes, more than %d", s.Nodes+s.MassJoin, MaxNodes)
 	}
 	return nil
+}
+
+// heartbeat returns every node's heartbeat interval and liveness timeout:
+// Node's, or the production defaults (5 s, 30 s) where Node leaves them
+// zero.
+func (s *Scenario) heartbeat() (interval, timeout time.Duration) {
+	interval, timeout = s.Node.HeartbeatInterval, s.Node.Timeout
+	if interval <= 0 {
+		interval = 5 * time.Second
+	}
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	return interval, timeout
 }

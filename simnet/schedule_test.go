@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/node"
 	"github.com/agentd/agentd/p2p"
 )
 
@@ -245,14 +246,24 @@ func TestScenarioValidation(t *testing.T) {
 		{Scenario{Kind: KindPartition, Duration: time.Minute, PartitionAt: 2 * time.Minute}, "partition at"},
 		{Scenario{Kind: KindMassJoin, MassJoin: MaxNodes}, "mass join"},
 		{Scenario{PollInterval: time.Hour}, "poll interval"},
+		{Scenario{Node: node.Config{HeartbeatInterval: time.Millisecond}}, "heartbeat interval is 1ms"},
+		{Scenario{Node: node.Config{HeartbeatInterval: 25 * time.Hour, Timeout: 25 * time.Hour}}, "heartbeat interval is 25h"},
+		{Scenario{Node: node.Config{HeartbeatInterval: time.Minute}}, "liveness timeout is 30s; must be at least the heartbeat interval 1m0s"},
+		{Scenario{Node: node.Config{Timeout: 25 * time.Hour}}, "liveness timeout is 25h"},
 	} {
 		_, _, _, err := tc.s.Plan()
 		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: got %v, want an ErrConfig naming %q", tc.s, err, tc.want)
 		}
 	}
+	// A longer heartbeat with a timeout that fits it is a valid scenario,
+	// and its stale threshold follows the timeout.
+	s, _, _, err := Scenario{Node: node.Config{HeartbeatInterval: time.Minute, Timeout: 10 * time.Minute}}.Plan()
+	if err != nil || s.StaleAfter != 10*time.Minute {
+		t.Fatalf("heartbeat 1m, timeout 10m: %v, stale after %s", err, s.StaleAfter)
+	}
 	// Latency 0 takes no default jitter.
-	s, _, _, err := Scenario{NoLatency: true}.Plan()
+	s, _, _, err = Scenario{NoLatency: true}.Plan()
 	if err != nil || s.Latency != 0 || s.Jitter != 0 {
 		t.Fatalf("no latency: %v, latency %s jitter %s", err, s.Latency, s.Jitter)
 	}

@@ -31,6 +31,10 @@ func TestSimnetUsage(t *testing.T) {
 		{[]string{"simnet", "--clock", "wall"}, `--clock: "wall" is not one of virtual, real`},
 		{[]string{"simnet", "--mesh-degree", "1"}, "--mesh-degree: mesh degree 1 must be between 2 and 32"},
 		{[]string{"simnet", "--flood-publish=false", "--mesh-degree", "33"}, "--mesh-degree: mesh degree 33 must be between 2 and 32"},
+		{[]string{"simnet", "--heartbeat-interval", "0s"}, "--heartbeat-interval must be positive (got 0s)"},
+		{[]string{"simnet", "--liveness-timeout", "-1s"}, "--liveness-timeout must be positive (got -1s)"},
+		{[]string{"simnet", "--heartbeat-interval", "5ms"}, "heartbeat interval is 5ms; must be between 10ms and 24h0m0s"},
+		{[]string{"simnet", "--heartbeat-interval", "1m"}, "liveness timeout is 30s; must be at least the heartbeat interval 1m0s"},
 	} {
 		r := runCLI(t, "", tc.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
@@ -50,11 +54,11 @@ func TestSimnetRun(t *testing.T) {
 	dir := t.TempDir()
 	jsonPath, svgPath := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.svg")
 	r := runCLI(t, "", "simnet", "--clock", "real", "--scenario", "steady", "--nodes", "6", "--duration", "3s", "--latency", "5ms",
-		"--query-rate", "20", "--min-recall", "0", "--max-stale", "1", "--mesh-degree", "4", "--flood-publish=false", "--json", jsonPath, "--svg", svgPath)
+		"--query-rate", "20", "--min-recall", "0", "--max-stale", "1", "--mesh-degree", "4", "--flood-publish=false", "--heartbeat-interval", "1s", "--liveness-timeout", "6s", "--json", jsonPath, "--svg", svgPath)
 	if r.code != exitOK {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	for _, want := range []string{"simnet: steady, 6 nodes (+3 bootstrap), 3s, seed 1", "clock: real", "gossip: mesh degree 4, flood publishing off", "DISCOVERY", "recall", "PASS: recall ≥ 0 and stale rate ≤ 1", "wall time:"} {
+	for _, want := range []string{"simnet: steady, 6 nodes (+3 bootstrap), 3s, seed 1", "clock: real", "gossip: mesh degree 4, flood publishing off", "heartbeat 1s, liveness timeout 6s;", "DISCOVERY", "recall", "PASS: recall ≥ 0 and stale rate ≤ 1", "wall time:"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
 		}
@@ -71,12 +75,15 @@ func TestSimnetRun(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
-	wantCmd := "agentd simnet --scenario steady --clock real --nodes 6 --duration 3s --latency 5ms --mesh-degree 4 --flood-publish false --query-rate 20 --min-recall 0 --max-stale 1"
+	wantCmd := "agentd simnet --scenario steady --clock real --nodes 6 --duration 3s --latency 5ms --mesh-degree 4 --flood-publish false --heartbeat-interval 1s --liveness-timeout 6s --query-rate 20 --min-recall 0 --max-stale 1"
 	if rep.Command != wantCmd || rep.Clock != "real" || rep.Scenario.Nodes != 6 || rep.Queries.Issued == 0 || rep.Thresholds == nil {
 		t.Fatalf("json report: command %q, %+v", rep.Command, rep.Queries)
 	}
 	if rep.Scenario.MeshDegree != 4 || rep.Scenario.FloodPublish {
 		t.Errorf("json report: mesh degree %d, flood publishing %v; the run asked for 4 and off", rep.Scenario.MeshDegree, rep.Scenario.FloodPublish)
+	}
+	if rep.Scenario.HeartbeatInterval != 1 || rep.Scenario.LivenessTimeoutS != 6 || rep.Scenario.StaleAfterS != 6 {
+		t.Errorf("json report: heartbeat %gs, liveness timeout %gs, stale after %gs; the run asked for 1s and 6s", rep.Scenario.HeartbeatInterval, rep.Scenario.LivenessTimeoutS, rep.Scenario.StaleAfterS)
 	}
 	f, err := os.Open(svgPath)
 	if err != nil {
