@@ -85,6 +85,8 @@ const (
 const simnetMemoryShare = 0.85
 
 func simnetCommand() *cli.Command {
+	// Every node's heartbeat defaults to the daemon's.
+	health := config.Default().Discovery.HealthCheck
 	return &cli.Command{
 		Name:  "simnet",
 		Usage: "simulate many agentd nodes in one process under churn and report what discovery achieved",
@@ -124,8 +126,8 @@ func simnetCommand() *cli.Command {
 			&cli.DurationFlag{Name: flagSimConnGrace, Value: p2p.DefaultConnGrace, Usage: "connection manager grace period of every node: a newer connection is never trimmed (agentd's default)"},
 			&cli.IntFlag{Name: flagSimMeshDegree, Value: pubsub.GossipSubD, Usage: "GossipSub mesh degree D of every node, 2 to 32 (Dlo, Dhi, Dscore and Dout follow it as pubsub's defaults follow 6; agentd's default)"},
 			&cli.BoolFlag{Name: flagSimFloodPublish, Value: true, Usage: "every node sends its own messages to every topic peer, not only its mesh (agentd's default; --flood-publish=false turns it off)"},
-			&cli.DurationFlag{Name: flagSimHeartbeat, Value: 5 * time.Second, Usage: "heartbeat interval of every node, 10ms to 24h (agentd's default, seed 001's); an agent is UNHEALTHY after 3 missed"},
-			&cli.DurationFlag{Name: flagSimTimeout, Value: 30 * time.Second, Usage: "silence after which every node removes an agent, and how long a provider must have been dead for an answer naming it to count as stale; at least --heartbeat-interval (agentd's default)"},
+			&cli.DurationFlag{Name: flagSimHeartbeat, Value: health.HeartbeatInterval.D(), Usage: "heartbeat interval of every node, 10ms to 24h (agentd's default, seed 001's); an agent is UNHEALTHY after 3 missed"},
+			&cli.DurationFlag{Name: flagSimTimeout, Value: health.Timeout.D(), Usage: "silence after which every node removes an agent, and how long a provider must have been dead for an answer naming it to count as stale; at least --heartbeat-interval (agentd's default)"},
 			&cli.Float64Flag{Name: flagSimLoss, Value: 0, Usage: "share of packets lost on every link, 0 to 0.5 (streams stay reliable: each loss costs a 200 ms+ retransmission timeout, as over TCP)"},
 			&cli.StringFlag{Name: flagSimScope, Value: "interest", Usage: "what each node hears: interest (the agents of the capabilities it hosts, queries and watches, on their shard topics) or full (every agent, on the announce topic); the sybil scenario defaults to full, its worst case"},
 			&cli.DurationFlag{Name: flagSimChurnInterval, Value: 10 * time.Second, Usage: "churn: time between churn events"},
