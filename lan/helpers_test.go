@@ -394,6 +394,19 @@ func (tn *tnode) start() *tnode {
 	return tn
 }
 
+// startInOrder starts the nodes one after the other, each once the one
+// before it listens (in a bubble). Start opens its sockets in the
+// background: without the wait, the node started second would now and
+// then send its first registrations before the first one listens, and the
+// first would hear of its agents only at the next heartbeat (5 s), as a
+// daemon that joins a LAN later does.
+func startInOrder(ns ...*tnode) {
+	for _, n := range ns {
+		n.start()
+		synctestWait()
+	}
+}
+
 // host signs a record for this node's identity with the given skills and
 // adds it to the hosted records.
 func (tn *tnode) host(name string, seq uint64, skills ...record.Skill) *record.SignedAgent {

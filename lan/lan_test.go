@@ -26,8 +26,7 @@ func TestMutualDiscovery(t *testing.T) {
 		b := newNode(t, n, "10.0.0.2", nil)
 		ra := a.host("alpha", 1, skill("skill-a", record.SkillTool, nil, "cap-a"))
 		rb := b.host("beta", 1, skill("skill-b", record.SkillTool, nil, "cap-b"))
-		a.start()
-		b.start()
+		startInOrder(a, b)
 		eventually(t, 3*time.Second, "mutual discovery", func() bool {
 			return a.learnedRec(rb.Agent.AgentID) != nil && b.learnedRec(ra.Agent.AgentID) != nil
 		})
@@ -52,8 +51,7 @@ func TestUDPUnknownAgentResolved(t *testing.T) {
 		a.mu.Lock()
 		a.known[rb.Agent.AgentID] = rb // as if gossip or the DHT had it
 		a.mu.Unlock()
-		a.start()
-		b.start()
+		startInOrder(a, b)
 		eventually(t, 2*time.Second, "a learns b", func() bool { return a.learnedRec(rb.Agent.AgentID) != nil })
 		if a.counter(mechUDP, "resolved") < 1 {
 			t.Fatal("the record was not resolved")
@@ -74,8 +72,7 @@ func TestUDPUnknownAgentUnresolved(t *testing.T) {
 		a := newNode(t, n, "10.0.0.1", udpOnly)
 		b := newNode(t, n, "10.0.0.2", udpOnly)
 		rb := b.host("beta", 1, skill("skill-b", record.SkillTool, nil, "cap-b"))
-		a.start()
-		b.start()
+		startInOrder(a, b)
 		eventually(t, 2*time.Second, "unresolved", func() bool { return a.counter(mechUDP, "unresolved") >= 1 })
 		time.Sleep(6 * time.Second) // virtual: one heartbeat round, after the first back-off (1–1.5 s)
 		synctestWait()
@@ -110,8 +107,7 @@ func TestMDNSFetchRetriedSoonAfterAFailure(t *testing.T) {
 		rb := b.host("beta", 1, skill("skill-b", record.SkillTool, nil, "cap-b"))
 		n.failFetches(b.id.PeerID, 1)
 		start := time.Now()
-		a.start()
-		b.start()
+		startInOrder(a, b)
 		eventually(t, 9*time.Second, "a learns b after a failed fetch", func() bool { return a.learnedRec(rb.Agent.AgentID) != nil })
 		if a.counter(mechMDNS, "fetch_failed") != 1 {
 			t.Fatalf("fetch_failed = %v, want 1", a.counter(mechMDNS, "fetch_failed"))
@@ -129,8 +125,7 @@ func TestUnregisterOnClose(t *testing.T) {
 		a := newNode(t, n, "10.0.0.1", nil)
 		b := newNode(t, n, "10.0.0.2", nil)
 		rb := b.host("beta", 1, skill("skill-b", record.SkillTool, nil, "cap-b"), skill("skill-c", record.SkillTool, nil, "cap-c"))
-		a.start()
-		b.start()
+		startInOrder(a, b)
 		eventually(t, 3*time.Second, "a learns b", func() bool { return a.learnedRec(rb.Agent.AgentID) != nil })
 		if err := b.lan.Close(); err != nil {
 			t.Fatal(err)
@@ -155,8 +150,7 @@ func TestMDNSGoodbye(t *testing.T) {
 		a := newNode(t, n, "10.0.0.1", mdnsOnly)
 		b := newNode(t, n, "10.0.0.2", mdnsOnly)
 		rb := b.host("beta", 1, skill("skill-b", record.SkillTool, nil, "cap-b"))
-		a.start()
-		b.start()
+		startInOrder(a, b)
 		eventually(t, 3*time.Second, "a learns b", func() bool { return a.learnedRec(rb.Agent.AgentID) != nil })
 		b.lan.Unregister(context.Background(), rb.Agent.AgentID, record.ReasonMaintenance)
 		start := time.Now()
@@ -191,8 +185,7 @@ func TestDiscoverThroughSkillDiscover(t *testing.T) {
 		a.lan.peers.mu.Lock()
 		a.lan.peers.m[b.id.PeerID].ips = []netip.Addr{b.h.ip}
 		a.lan.peers.mu.Unlock()
-		a.start()
-		b.start()
+		startInOrder(a, b)
 		c.start()
 		eventually(t, time.Second, "sockets up", func() bool {
 			ok, _ := a.lan.Available()
@@ -228,8 +221,7 @@ func TestDiscoverLimitReturnsEarly(t *testing.T) {
 		a := newNode(t, n, "10.0.0.1", nil)
 		b := newNode(t, n, "10.0.0.2", nil)
 		rb := b.host("beta", 1, skill("skill-b", record.SkillTool, nil, "cap-b"))
-		a.start()
-		b.start()
+		startInOrder(a, b)
 		eventually(t, 3*time.Second, "a knows b", func() bool { return a.learnedRec(rb.Agent.AgentID) != nil })
 		start := time.Now()
 		signed, _, err := a.lan.Discover(context.Background(), store.Filter{Capability: "cap-b", Limit: 1})

@@ -393,8 +393,7 @@ func TestStatusAndRefresh(t *testing.T) {
 		b := newNode(t, n, "10.0.0.2", nil)
 		rb := b.host("beta", 1, skill("skill-b", record.SkillTool, nil, "cap-b"))
 		id := rb.Agent.AgentID
-		a.start()
-		b.start()
+		startInOrder(a, b)
 		eventually(t, 3*time.Second, "a learns b", func() bool { return a.learnedRec(id) != nil })
 		b.lan.SetStatus(id, record.StatusMaintenance)
 		eventually(t, 100*time.Millisecond, "status", func() bool {
@@ -423,8 +422,7 @@ func TestUDPRefreshesExpiringRecord(t *testing.T) {
 		a.mu.Lock()
 		a.known[id] = rb
 		a.mu.Unlock()
-		a.start()
-		b.start()
+		startInOrder(a, b)
 		eventually(t, 2*time.Second, "learnt", func() bool { return a.learnedRec(id) != nil })
 		time.Sleep(30 * time.Minute)
 		rb2 := b.host("beta", 2, skill("skill-b", record.SkillTool, nil, "cap-b")) // re-signed at half its TTL
