@@ -392,10 +392,11 @@ func (g *Gossip) Start(ctx context.Context) error {
 // topic goes from no known subscriber to at least one: the first peer
 // after joining, or the first after the node lost every topic peer (a
 // partition, a network change). A message published while no peer was
-// subscribed reached nobody; the node republishes its hosted records of
-// that topic from f, so a new agent is known at once rather than at its
-// first heartbeat. f runs on a goroutine of this package, one call at a
-// time per topic. Set it before Start.
+// subscribed reached nobody; from f the node has its hosted records of
+// that topic announced again, so a new agent is known at once rather than
+// at its first heartbeat. f runs on a goroutine of this package, one call
+// at a time per topic, and holds up that topic's peer events while it
+// runs: it should hand the work off. Set it before Start.
 func (g *Gossip) OnTopicPeers(f func(topic string)) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -137,6 +137,10 @@ type Node struct {
 	fetches  map[string]time.Time
 	fetchSem chan struct{}
 	leases   map[string]time.Time // hosted registrations that expire
+	// repub holds the hosted agents to announce again for topics that
+	// gained their first peer; republishLoop takes them after repubWake.
+	repub     map[string]struct{}
+	repubWake chan struct{}
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -164,6 +168,7 @@ func New(cfg Config, opts Options) (n *Node, err error) {
 	n = &Node{
 		cfg: cfg, id: opts.Identity, peerID: opts.Identity.PeerID.String(), host: opts.Host, st: opts.Store, lan: opts.LAN, cat: opts.Catalog,
 		m: m, log: log, lastSeq: map[string]uint64{}, stale: map[string]struct{}{}, memo: map[string]hostedMemo{}, hostedShardCount: map[string]int{}, fetches: map[string]time.Time{}, leases: map[string]time.Time{},
+		repub: map[string]struct{}{}, repubWake: make(chan struct{}, 1),
 		fetchSem: make(chan struct{}, cfg.UnknownFetchConcurrency),
 		in:       newInterest(),
 		vc:       viewConns{seed: maphash.MakeSeed()},
@@ -380,6 +385,7 @@ func (n *Node) Start(ctx context.Context) error {
 		n.log.Info("hosted registrations restored", "agents", len(ids), "decoded_in", loaded.Round(time.Millisecond), "took", time.Since(loadStart).Round(time.Millisecond))
 	}
 	n.wg.Go(n.heartbeatLoop)
+	n.wg.Go(n.republishLoop)
 	n.wg.Go(n.quietLoop)
 	n.wg.Go(n.joinLoop)
 	if n.reach, err = p2p.WatchReachability(n.host, "agentd node reachability", func(r network.Reachability) {
