@@ -406,6 +406,11 @@ func (n *Node) maxClaimedInterval() time.Duration {
 	return max(n.heartbeatInterval(), n.cfg.RecordTTL/6)
 }
 
+// MaxClaimedInterval returns the longest heartbeat interval this node
+// judges another host's agent by, whatever the host claims (a longer
+// claim is clamped to it and counted as interval_clamped).
+func (n *Node) MaxClaimedInterval() time.Duration { return n.maxClaimedInterval() }
+
 // heartbeatInterval is the adaptive interval: the base interval, stretched
 // so that the whole network's heartbeats stay under HeartbeatMaxRate
 // messages per second (docs/scaling.md). Quiet hosted agents do not beat

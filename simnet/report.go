@@ -389,6 +389,9 @@ func (r *Report) Check(t Thresholds) []string {
 		if y.IntervalMaxS > y.IntervalBeforeS {
 			r.Failures = append(r.Failures, fmt.Sprintf("sybil: honest heartbeat interval stretched from %gs to %gs", y.IntervalBeforeS, y.IntervalMaxS))
 		}
+		if y.FakeIntervalOver > 0 {
+			r.Failures = append(r.Failures, fmt.Sprintf("sybil: honest views judged fakes by their claimed interval (%d samples over the bound, up to %gs)", y.FakeIntervalOver, y.FakeIntervalMaxS))
+		}
 		if y.AnswersMissed > 0 {
 			r.Failures = append(r.Failures, fmt.Sprintf("sybil: %d of %d default-limit answers left out an honest agent", y.AnswersMissed, y.Answers))
 		}
@@ -524,6 +527,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 		row("fakes gone", fmt.Sprintf("%s (%d left at the end)", gone, y.Left))
 		row("honest heartbeat interval", fmt.Sprintf("%gs before, at most %gs during", y.IntervalBeforeS, y.IntervalMaxS))
+		row("fakes judged by", fmt.Sprintf("at most %gs (claimed: 1 day; bound %gs; %d samples over it)", y.FakeIntervalMaxS, y.FakeIntervalBoundS, y.FakeIntervalOver))
 		row("default-limit answers", fmt.Sprintf("%d checked, %d left out an honest agent", y.Answers, y.AnswersMissed))
 		row("live heap (all nodes)", fmt.Sprintf("%.0f MB before, at most %.0f MB during (+%.0f MB, %.1f MB per node)", y.HeapBeforeMB, y.HeapMaxMB, y.HeapMaxMB-y.HeapBeforeMB, y.HeapGrowthPerNodeMB))
 		var rs []string

@@ -263,8 +263,15 @@ func TestSmokeSybil(t *testing.T) {
 		if y.Published != 1000 || y.MaxAdmitted == 0 || y.MaxAdmitted > SybilMaxAdmitted {
 			t.Errorf("published %d, at most %d admitted per node: want 1000 and 1..%d", y.Published, y.MaxAdmitted, SybilMaxAdmitted)
 		}
-		if y.Refused["gossip/peer_quota"] == 0 || y.Refused["view/interval_clamped"] == 0 {
+		if y.Refused["gossip/peer_quota"] == 0 {
 			t.Errorf("refusals not counted: %v", y.Refused)
+		}
+		// No fake is judged by its one-day claim. (How many claims reach a
+		// view to be clamped depends on timing: a fake's beat that arrives
+		// before its record is refused as unknown_key, and in 1 run in 15
+		// none came later. The clamp itself: view.TestClaimedIntervalIsBounded.)
+		if y.FakeIntervalOver > 0 || y.FakeIntervalMaxS == 0 || y.FakeIntervalMaxS > y.FakeIntervalBoundS {
+			t.Errorf("fakes judged by up to %gs (bound %gs, %d samples over it)", y.FakeIntervalMaxS, y.FakeIntervalBoundS, y.FakeIntervalOver)
 		}
 		if y.MinScore >= 0 {
 			t.Errorf("the flooding peer's gossip score stayed at %v", y.MinScore)

@@ -15,6 +15,7 @@ import (
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/trust"
+	"github.com/agentd/agentd/view"
 	"github.com/google/uuid"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -50,6 +51,14 @@ type SybilStats struct {
 	// interval just before the flood and the longest seen during it.
 	IntervalBeforeS float64 `json:"honest_interval_before_s"`
 	IntervalMaxS    float64 `json:"honest_interval_max_s"`
+	// FakeIntervalMaxS is the longest heartbeat interval an honest view
+	// judged a fake by (each claims a day; a view clamps a claim to its
+	// node's MaxClaimedInterval, FakeIntervalBoundS the longest of those);
+	// FakeIntervalOver counts the samples of a fake judged by more than its
+	// view's bound.
+	FakeIntervalMaxS   float64 `json:"fake_interval_max_s"`
+	FakeIntervalBoundS float64 `json:"fake_interval_bound_s"`
+	FakeIntervalOver   int     `json:"fake_interval_over_bound"`
 	// HeapBeforeMB and HeapMaxMB are the process's live heap (all nodes;
 	// as of the last GC) just before the flood and the largest during it.
 	HeapBeforeMB float64 `json:"heap_before_mb"`
@@ -313,10 +322,14 @@ func (sr *sybilRun) sample() {
 	iv := time.Duration(0)
 	var scores []float64
 	nodes := sr.sm.upNodes()
+	var fakeIv, bound time.Duration
+	over := 0
 	for _, n := range nodes {
-		c := sr.count(n)
+		c, iv, o := sr.count(n)
 		sum += c
 		most = max(most, c)
+		fakeIv, over = max(fakeIv, iv), over+o
+		bound = max(bound, n.MaxClaimedInterval())
 		iv = max(iv, n.HeartbeatInterval())
 		if s, ok := n.Gossip().PeerScores()[sr.pid]; ok {
 			scores = append(scores, s)
@@ -329,6 +342,9 @@ func (sr *sybilRun) sample() {
 	st.MaxAdmitted = max(st.MaxAdmitted, most)
 	st.MaxAdmittedSum = max(st.MaxAdmittedSum, sum)
 	st.IntervalMaxS = max(st.IntervalMaxS, iv.Seconds())
+	st.FakeIntervalMaxS = max(st.FakeIntervalMaxS, fakeIv.Seconds())
+	st.FakeIntervalBoundS = max(st.FakeIntervalBoundS, bound.Seconds())
+	st.FakeIntervalOver += over
 	st.HeapMaxMB = max(st.HeapMaxMB, heap)
 	for _, s := range scores {
 		st.MinScore = min(st.MinScore, s)
@@ -342,18 +358,32 @@ func (sr *sybilRun) sample() {
 	}
 }
 
-// count is the number of fakes in n's live view.
-func (sr *sybilRun) count(n *node.Node) int {
-	if sr.ps == nil {
-		return n.View().CountByPeer(sr.pid)
-	}
-	c := 0
-	for _, a := range n.View().Query(matchAll, 0) {
-		if _, ok := sr.fakes.Load(a.Record.Agent.AgentID); ok {
-			c++
+// count returns the number of fakes in n's live view, the longest
+// heartbeat interval it judges one by, and how many it judges by more
+// than n's MaxClaimedInterval.
+func (sr *sybilRun) count(n *node.Node) (c int, longest time.Duration, over int) {
+	bound := n.MaxClaimedInterval()
+	judge := func(a view.Agent) {
+		c++
+		longest = max(longest, a.Interval)
+		if a.Interval > bound {
+			over++
 		}
 	}
-	return c
+	if sr.ps == nil {
+		for _, sa := range n.View().ByPeer(sr.pid) {
+			if a, ok := n.View().Get(sa.Agent.AgentID); ok {
+				judge(a)
+			}
+		}
+		return c, longest, over
+	}
+	for _, a := range n.View().Query(matchAll, 0) {
+		if _, ok := sr.fakes.Load(a.Record.Agent.AgentID); ok {
+			judge(a)
+		}
+	}
+	return c, longest, over
 }
 
 var matchAll = func() *store.Matcher {
