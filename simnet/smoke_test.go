@@ -266,6 +266,9 @@ func TestSmokeSybil(t *testing.T) {
 		if y.Refused["gossip/peer_quota"] == 0 {
 			t.Errorf("refusals not counted: %v", y.Refused)
 		}
+		if y.IntervalBeforeS == 0 || y.IntervalMaxS != y.IntervalBeforeS {
+			t.Errorf("honest heartbeat interval %gs before the flood, at most %gs during: want the same, sampled", y.IntervalBeforeS, y.IntervalMaxS)
+		}
 		// No fake is judged by its one-day claim. (How many claims reach a
 		// view to be clamped depends on timing: a fake's beat that arrives
 		// before its record is refused as unknown_key, and in 1 run in 15

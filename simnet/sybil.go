@@ -325,10 +325,10 @@ func (sr *sybilRun) sample() {
 	var fakeIv, bound time.Duration
 	over := 0
 	for _, n := range nodes {
-		c, iv, o := sr.count(n)
+		c, fiv, o := sr.count(n)
 		sum += c
 		most = max(most, c)
-		fakeIv, over = max(fakeIv, iv), over+o
+		fakeIv, over = max(fakeIv, fiv), over+o
 		bound = max(bound, n.MaxClaimedInterval())
 		iv = max(iv, n.HeartbeatInterval())
 		if s, ok := n.Gossip().PeerScores()[sr.pid]; ok {
