@@ -248,6 +248,14 @@ type LogConfig struct {
 	Format string `yaml:"format" json:"format"` // text | json
 }
 
+// The heartbeat defaults (seed 001: a beat every 5 s, an agent removed
+// after 30 s of silence): discovery.healthCheck's, and a node.Config's
+// where it leaves them zero.
+const (
+	DefaultHeartbeatInterval = 5 * time.Second
+	DefaultLivenessTimeout   = 30 * time.Second
+)
+
 // Default returns the defaults of every setting (the map's defaults table).
 func Default() Config {
 	c := Config{
@@ -279,7 +287,7 @@ func Default() Config {
 	c.Discovery.SkillCenter.Cache.Enabled = true
 	c.Discovery.SkillCenter.Cache.TTL = Duration(300 * time.Second)
 	c.Discovery.HealthCheck = HealthCheckConfig{
-		HeartbeatInterval: Duration(5 * time.Second), Timeout: Duration(30 * time.Second),
+		HeartbeatInterval: Duration(DefaultHeartbeatInterval), Timeout: Duration(DefaultLivenessTimeout),
 		RetryCount: 3, UnhealthyThreshold: 3, Suspicion: true,
 	}
 	return c

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/agentd/agentd/config"
 	"github.com/agentd/agentd/dht"
 	"github.com/agentd/agentd/gossip"
 	"github.com/agentd/agentd/liveness"
@@ -96,13 +97,13 @@ type Config struct {
 
 func (c *Config) defaults() {
 	if c.HeartbeatInterval <= 0 {
-		c.HeartbeatInterval = 5 * time.Second
+		c.HeartbeatInterval = config.DefaultHeartbeatInterval
 	}
 	if c.HeartbeatMaxRate == 0 {
 		c.HeartbeatMaxRate = 100
 	}
 	if c.Timeout <= 0 {
-		c.Timeout = 30 * time.Second
+		c.Timeout = config.DefaultLivenessTimeout
 	}
 	if c.UnhealthyAfter <= 0 {
 		c.UnhealthyAfter = 3

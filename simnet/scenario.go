@@ -390,15 +390,14 @@ func (s *Scenario) validate() error {
 }
 
 // heartbeat returns every node's heartbeat interval and liveness timeout:
-// Node's, or the production defaults (5 s, 30 s) where Node leaves them
-// zero.
+// Node's, or the node's defaults where Node leaves them zero.
 func (s *Scenario) heartbeat() (interval, timeout time.Duration) {
 	interval, timeout = s.Node.HeartbeatInterval, s.Node.Timeout
 	if interval <= 0 {
-		interval = 5 * time.Second
+		interval = config.DefaultHeartbeatInterval
 	}
 	if timeout <= 0 {
-		timeout = 30 * time.Second
+		timeout = config.DefaultLivenessTimeout
 	}
 	return interval, timeout
 }
