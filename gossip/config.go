@@ -65,6 +65,20 @@ type Config struct {
 	// on a later beat.
 	UnknownAgentWorkers int
 
+	// LatestBeats returns the newest heartbeat this node published for each
+	// of the given agents it hosts (agents it does not host are left out);
+	// it answers heartbeat pulls (PullProtocol). Nil: the node does not
+	// serve them. It must be fast and must not block.
+	LatestBeats func(agentIDs []string) []record.Beat
+	// PullTimeout bounds one heartbeat pull, both ways (default 3 s).
+	PullTimeout time.Duration
+	// PullServeInterval and PullServeBurst rate-limit the heartbeat pulls
+	// served to one peer (default one per 500 ms, bursts of 10);
+	// PullServeConcurrency bounds those served at once (default 16).
+	PullServeInterval    time.Duration
+	PullServeBurst       int
+	PullServeConcurrency int
+
 	// MaxScenes bounds the scene topics this node joins (default 64).
 	MaxScenes int
 	// Scoped makes the node keep to its interest: it does not subscribe to
@@ -106,6 +120,10 @@ func DefaultConfig() Config {
 		SyncServeConcurrency: 8,
 		UnknownAgentBackoff:  4 * time.Second,
 		UnknownAgentWorkers:  4,
+		PullTimeout:          3 * time.Second,
+		PullServeInterval:    500 * time.Millisecond,
+		PullServeBurst:       10,
+		PullServeConcurrency: 16,
 		MaxScenes:            64,
 		MaxShards:            1024,
 		SubscriptionBuffer:   256,
@@ -150,6 +168,18 @@ func (c Config) withDefaults() (Config, error) {
 	if c.UnknownAgentWorkers == 0 {
 		c.UnknownAgentWorkers = d.UnknownAgentWorkers
 	}
+	if c.PullTimeout == 0 {
+		c.PullTimeout = d.PullTimeout
+	}
+	if c.PullServeInterval == 0 {
+		c.PullServeInterval = d.PullServeInterval
+	}
+	if c.PullServeBurst == 0 {
+		c.PullServeBurst = d.PullServeBurst
+	}
+	if c.PullServeConcurrency == 0 {
+		c.PullServeConcurrency = d.PullServeConcurrency
+	}
 	if c.MaxScenes == 0 {
 		c.MaxScenes = d.MaxScenes
 	}
@@ -170,6 +200,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("gossip: SyncTimeout must be positive")
 	case c.SyncServeInterval < 0 || c.SyncServeBurst < 0 || c.SyncServeConcurrency < 0:
 		return c, fmt.Errorf("gossip: SyncServeInterval, SyncServeBurst and SyncServeConcurrency must be positive")
+	case c.PullTimeout < 0 || c.PullServeInterval < 0 || c.PullServeBurst < 0 || c.PullServeConcurrency < 0:
+		return c, fmt.Errorf("gossip: PullTimeout, PullServeInterval, PullServeBurst and PullServeConcurrency must be positive")
 	case c.UnknownAgentBackoff < 0:
 		return c, fmt.Errorf("gossip: UnknownAgentBackoff must be positive")
 	case c.UnknownAgentWorkers < 0 || c.UnknownAgentWorkers > 64:

@@ -110,6 +110,16 @@
 // died before the sync times out at the joiner when it does everywhere
 // else.
 //
+// # Heartbeat pull /agentd/heartbeat/1.0.0
+//
+// Pull asks an agent's host for the newest heartbeats it published of
+// the given agents, when gossip has been silent about them for two
+// intervals (the node decides when; see PullProtocol for the wire format).
+// The answer is unsigned: the connection authenticates the host, and each
+// entry is judged as its statement (record.BeatSignerBatch), then by the
+// sink like any heartbeat. A node serves pulls when Config.LatestBeats is
+// set.
+//
 // # Lifecycle
 //
 // New builds the router (pubsub starts its own loops, bound to the

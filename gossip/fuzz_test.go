@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -136,6 +137,65 @@ func FuzzReadFrame(f *testing.F) {
 		}
 		if !bytes.HasPrefix(data, w.Bytes()) {
 			t.Fatalf("frame %x does not re-encode to a prefix of %x", w.Bytes(), data)
+		}
+	})
+}
+
+func FuzzPullRequest(f *testing.F) {
+	f.Add([]byte(`{"protocol_version":"v1.0","agents":["6f1c1d1e-5b9a-4c47-9d1f-2f7c3b8e9a10"]}`))
+	f.Add([]byte(`{"protocol_version":"v1.3","agents":["6f1c1d1e-5b9a-4c47-9d1f-2f7c3b8e9a10","6f1c1d1e-5b9a-4c47-9d1f-2f7c3b8e9a11"],"more":1}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ids, err := DecodePullRequest(data)
+		if err != nil {
+			if trust.ReasonOf(err) == "" {
+				t.Fatalf("unclassified error %v", err)
+			}
+			return
+		}
+		if len(ids) == 0 || len(ids) > MaxPullAgents {
+			t.Fatalf("%d ids accepted", len(ids))
+		}
+		seen := map[string]bool{}
+		for _, id := range ids {
+			if record.ValidateAgentID(id) != nil || seen[id] {
+				t.Fatalf("id %q accepted (seen before: %v)", id, seen[id])
+			}
+			seen[id] = true
+		}
+		// What was accepted encodes and decodes to the same ids.
+		b, err := EncodePullRequest(ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := DecodePullRequest(b)
+		if err != nil || !slices.Equal(again, ids) {
+			t.Fatalf("round trip: %v, %v", again, err)
+		}
+	})
+}
+
+func FuzzPullAnswer(f *testing.F) {
+	asked := []string{"6f1c1d1e-5b9a-4c47-9d1f-2f7c3b8e9a10", "6f1c1d1e-5b9a-4c47-9d1f-2f7c3b8e9a11"}
+	f.Add([]byte(`{"protocol_version":"v1.0","beats":[]}`))
+	f.Add([]byte(`{"protocol_version":"v1.0","beats":[{"agent_id":"6f1c1d1e-5b9a-4c47-9d1f-2f7c3b8e9a10","seq":7,"status":"HEALTHY","timestamp":1795284263518,"interval_ms":5000}]}`))
+	f.Add([]byte(`{"protocol_version":"v1.0","beats":[],"error":{"code":"ErrRateLimited","message":"slow down"}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		beats, err := DecodePullAnswer(data, asked)
+		if err != nil {
+			if !errors.Is(err, ErrPullRefused) && trust.ReasonOf(err) == "" {
+				t.Fatalf("unclassified error %v", err)
+			}
+			return
+		}
+		if len(beats) > len(asked) {
+			t.Fatalf("%d beats for %d asked", len(beats), len(asked))
+		}
+		seen := map[string]bool{}
+		for _, b := range beats {
+			if !slices.Contains(asked, b.AgentID) || seen[b.AgentID] || b.PeerID != "" || b.Reason != "" || b.ValidateUnbound() != nil {
+				t.Fatalf("beat %+v accepted", b)
+			}
+			seen[b.AgentID] = true
 		}
 	})
 }

@@ -207,6 +207,9 @@ type Gossip struct {
 	serveSem chan struct{}
 	limitMu  sync.Mutex
 	limiters map[peer.ID]*rate.Limiter
+	// Heartbeat pulls served (PullProtocol); their limiters share limitMu.
+	pullSem      chan struct{}
+	pullLimiters map[peer.ID]*rate.Limiter
 
 	onPeers func(topic string) // OnTopicPeers
 }
@@ -264,16 +267,18 @@ func New(ctx context.Context, h host.Host, cfg Config, v *trust.Verifier, sink S
 	}
 	g := &Gossip{
 		h: h, cfg: c, v: v, sink: sink, m: m, log: log,
-		scenes:     map[string]*topicState{},
-		shards:     map[string]*topicState{},
-		legacy:     map[peer.ID]bool{},
-		syncQ:      make(chan shardSync, shardSyncQueue),
-		recent:     newRecentCache(recentTTL, recentMax),
-		warned:     newPeerSet(1024),
-		scores:     map[peer.ID]float64{},
-		graylisted: map[peer.ID]bool{},
-		serveSem:   make(chan struct{}, c.SyncServeConcurrency),
-		limiters:   map[peer.ID]*rate.Limiter{},
+		scenes:       map[string]*topicState{},
+		shards:       map[string]*topicState{},
+		legacy:       map[peer.ID]bool{},
+		syncQ:        make(chan shardSync, shardSyncQueue),
+		recent:       newRecentCache(recentTTL, recentMax),
+		warned:       newPeerSet(1024),
+		scores:       map[peer.ID]float64{},
+		graylisted:   map[peer.ID]bool{},
+		serveSem:     make(chan struct{}, c.SyncServeConcurrency),
+		limiters:     map[peer.ID]*rate.Limiter{},
+		pullSem:      make(chan struct{}, c.PullServeConcurrency),
+		pullLimiters: map[peer.ID]*rate.Limiter{},
 	}
 	g.ctx, g.cancel = context.WithCancel(ctx)
 	g.unknown = newUnknownQueue(c.UnknownAgentBackoff)
@@ -383,6 +388,9 @@ func (g *Gossip) Start(ctx context.Context) error {
 	g.h.SetStreamHandler(ScopedSyncProtocol, g.handleSync)
 	if !g.cfg.DisableBatches {
 		g.h.SetStreamHandler(BatchProtocol, refuseStream)
+	}
+	if g.cfg.LatestBeats != nil {
+		g.h.SetStreamHandler(PullProtocol, g.handlePull)
 	}
 	g.log.Info("gossip started", "topic", AnnounceTopic, "scoped", g.cfg.Scoped, "peer_exchange", g.cfg.PeerExchange, "flood_publish", g.cfg.FloodPublish)
 	return nil
@@ -960,6 +968,7 @@ func (g *Gossip) Close() error {
 		g.h.RemoveStreamHandler(SyncProtocol)
 		g.h.RemoveStreamHandler(ScopedSyncProtocol)
 		g.h.RemoveStreamHandler(BatchProtocol)
+		g.h.RemoveStreamHandler(PullProtocol)
 	}
 	for _, ts := range topics {
 		g.leave(ts)

@@ -62,6 +62,12 @@ type Metrics struct {
 	// Probes counts /agentd/probe/1.0.0 requests served, by answer
 	// (reachable, unreachable, refused).
 	Probes *prometheus.CounterVec
+	// Pulls counts heartbeat pulls this node asked of a late agent's host
+	// (/agentd/heartbeat/1.0.0), by outcome (news, no_news, unsupported,
+	// error); PullsServed those it answered, by answer (ok, rate_limited,
+	// busy, malformed).
+	Pulls       *prometheus.CounterVec
+	PullsServed *prometheus.CounterVec
 }
 
 // New creates the collectors on a fresh registry. withRuntime adds the Go
@@ -131,6 +137,12 @@ func New(withRuntime bool) *Metrics {
 		Probes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentd_liveness_probes_served_total", Help: "Liveness probes served for other nodes, by answer.",
 		}, []string{"answer"}),
+		Pulls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentd_heartbeat_pulls_total", Help: "Heartbeat pulls asked of late agents' hosts, by outcome.",
+		}, []string{"outcome"}),
+		PullsServed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentd_heartbeat_pulls_served_total", Help: "Heartbeat pulls answered for other nodes, by answer.",
+		}, []string{"answer"}),
 	}
 	// Liveness outcomes exist from the start, so a dashboard shows zeros
 	// rather than nothing.
@@ -139,6 +151,9 @@ func New(withRuntime bool) *Metrics {
 	}
 	for _, o := range []string{"ok", "error"} {
 		m.ShardSyncs.WithLabelValues(o)
+	}
+	for _, o := range []string{"news", "no_news", "unsupported", "error"} {
+		m.Pulls.WithLabelValues(o)
 	}
 	// The gossip message types (gossip.Kind*): a counter exists before the
 	// first message of its type.
@@ -151,7 +166,7 @@ func New(withRuntime bool) *Metrics {
 	}
 	r.MustRegister(m.Rejects, m.Lookups, m.LookupLatency, m.GossipDelivered, m.GossipPublished, m.BatchedBeats,
 		m.Peers, m.Records, m.LiveAgents, m.Fetches, m.Provides, m.ValuePuts, m.DHTLookups, m.LANPackets, m.HTTPRequests,
-		m.Suspicions, m.DownClaims, m.ShardSyncs, m.Probes)
+		m.Suspicions, m.DownClaims, m.ShardSyncs, m.Probes, m.Pulls, m.PullsServed)
 	return m
 }
 

@@ -258,6 +258,7 @@ func (n *Node) publishStatus(ctx context.Context, agentID string, st record.Stat
 	if n.gsp == nil || n.view.Quiet(agentID) {
 		return nil // stored (a restart restores it); no peer holds the agent from gossip
 	}
+	n.noteBeat(sb.Beat)
 	return n.gsp.PublishBeat(ctx, gossip.Kind(kindStatus), sb, n.hostedShards(agentID)...)
 }
 

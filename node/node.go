@@ -110,6 +110,7 @@ type Node struct {
 	vet    *vetter
 	vetN   *network.NotifyBundle
 	det    *liveness.Detector // nil when DisableSuspicion
+	pl     *pulls             // heartbeat pulls of late agents (pull.go)
 	vc     viewConns          // view peers protected from trimming (tagViewPeers)
 	lan    LAN
 	cat    Catalog
@@ -125,6 +126,10 @@ type Node struct {
 	mu    sync.Mutex
 	stale map[string]struct{}   // hosted agents to sign again in their next heartbeat slot (pace.go)
 	memo  map[string]hostedMemo // hosted agent → its record's shards and validity (applyHosted)
+	// lastBeats is the newest heartbeat or status published per hosted
+	// agent, the answer to heartbeat pulls (pull.go): only gossiped agents
+	// beat, so at most MaxAgentsPerPeer entries, not one per hosted agent.
+	lastBeats map[string]record.Beat
 	// hostedShardCount counts, per shard, the hosted agents with a
 	// capability in it (applyHosted, dropHosted): the hosted part of the
 	// interest, read without walking every hosted record.
@@ -167,7 +172,7 @@ func New(cfg Config, opts Options) (n *Node, err error) {
 	}
 	n = &Node{
 		cfg: cfg, id: opts.Identity, peerID: opts.Identity.PeerID.String(), host: opts.Host, st: opts.Store, lan: opts.LAN, cat: opts.Catalog,
-		m: m, log: log, lastSeq: map[string]uint64{}, stale: map[string]struct{}{}, memo: map[string]hostedMemo{}, hostedShardCount: map[string]int{}, fetches: map[string]time.Time{}, leases: map[string]time.Time{},
+		m: m, log: log, lastSeq: map[string]uint64{}, stale: map[string]struct{}{}, memo: map[string]hostedMemo{}, lastBeats: map[string]record.Beat{}, hostedShardCount: map[string]int{}, fetches: map[string]time.Time{}, leases: map[string]time.Time{},
 		repub: map[string]struct{}{}, repubWake: make(chan struct{}, 1),
 		fetchSem: make(chan struct{}, cfg.UnknownFetchConcurrency),
 		in:       newInterest(),
@@ -212,12 +217,18 @@ func New(cfg Config, opts Options) (n *Node, err error) {
 	}
 	n.vet = newVetter(n)
 	n.vetN = &network.NotifyBundle{ConnectedF: n.vet.connected}
+	n.pl = newPulls()
+	var late func(string, []string)
+	if !cfg.DisableGossip && !cfg.legacy {
+		late = n.pl.late
+	}
 	n.view = view.New(view.Config{
 		HeartbeatInterval: cfg.HeartbeatInterval, UnhealthyAfter: cfg.UnhealthyAfter,
 		Timeout: cfg.Timeout, CacheTTL: cfg.CacheTTL,
 		MaxAgentsPerPeer: cfg.MaxAgentsPerPeer,
 		MaxInterval:      n.maxClaimedInterval,
 		Vetted:           n.vet.vetted, RequestVet: n.vet.request, PrefixOf: n.vet.prefixOf,
+		Late: late,
 	}, n.st, n.ver, m, log)
 	n.view.OnUnknownAgent(n.fetchUnknown)
 	n.st.OnRefresh(n.refreshEntry)
@@ -282,6 +293,9 @@ func (n *Node) Start(ctx context.Context) error {
 			gc = *n.cfg.Gossip
 		}
 		gc.Scoped = n.cfg.Scope == ScopeInterest && !n.cfg.legacy
+		if !n.cfg.legacy {
+			gc.LatestBeats = n.latestBeats
+		}
 		g, err := gossip.New(n.ctx, n.host, gc, n.ver, gossipSink{n.view, n.vet, n.heartbeatInterval}, n.m, n.log)
 		if err != nil {
 			return fmt.Errorf("gossip: %w", err)
@@ -385,6 +399,11 @@ func (n *Node) Start(ctx context.Context) error {
 		n.log.Info("hosted registrations restored", "agents", len(ids), "decoded_in", loaded.Round(time.Millisecond), "took", time.Since(loadStart).Round(time.Millisecond))
 	}
 	n.wg.Go(n.heartbeatLoop)
+	if n.gsp != nil && !n.cfg.legacy {
+		for range pullWorkers {
+			n.wg.Go(n.pullLoop)
+		}
+	}
 	n.wg.Go(n.republishLoop)
 	n.wg.Go(n.quietLoop)
 	n.wg.Go(n.joinLoop)

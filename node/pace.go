@@ -184,6 +184,9 @@ func (n *Node) quietDue(id string, interval time.Duration) {
 // publishHeartbeats sends hosted agents' heartbeats: in batches where
 // every peer of a topic reads them, each signed alone elsewhere.
 func (n *Node) publishHeartbeats(hbs []gossip.Heartbeat) {
+	for i := range hbs {
+		n.noteBeat(hbs[i].Beat)
+	}
 	if err := n.gsp.PublishHeartbeats(n.ctx, hbs, n.signHostedBeat); err != nil && n.ctx.Err() == nil {
 		n.log.Debug("publish heartbeats failed", "heartbeats", len(hbs), "err", err)
 	}
@@ -260,7 +263,11 @@ func (n *Node) applyHosted(sa *record.SignedAgent) {
 	id := sa.Agent.AgentID
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	beat, beaten := n.lastBeats[id]
 	n.dropHostedLocked(id)
+	if beaten { // a new record of the same agent: its last heartbeat stands
+		n.lastBeats[id] = beat
+	}
 	m.seq = max(n.lastSeq[id], sa.Agent.Seq)
 	delete(n.lastSeq, id)
 	n.memo[id] = m
@@ -276,6 +283,7 @@ func (n *Node) dropHostedLocked(id string) {
 		return
 	}
 	delete(n.memo, id)
+	delete(n.lastBeats, id)
 	n.lastSeq[id] = m.seq // the seqs used stay above it if the agent comes back
 	for _, s := range m.shards {
 		if n.hostedShardCount[s] <= 1 {

@@ -21,11 +21,12 @@ const (
 	classGossip
 	classSync
 	classRecord
+	classLiveness
 	classOther
 	nClasses
 )
 
-var classNames = [nClasses]string{"dht", "gossip", "sync", "record", "other"}
+var classNames = [nClasses]string{"dht", "gossip", "sync", "record", "liveness", "other"}
 
 func classify(p protocol.ID) protoClass {
 	s := string(p)
@@ -38,6 +39,8 @@ func classify(p protocol.ID) protoClass {
 		return classSync
 	case strings.HasPrefix(s, "/agentd/record/"):
 		return classRecord
+	case strings.HasPrefix(s, "/agentd/probe/"), strings.HasPrefix(s, "/agentd/heartbeat/"):
+		return classLiveness // early failure detection's probes, heartbeat pulls
 	}
 	return classOther
 }

@@ -715,7 +715,8 @@ func (v *Verifier) AgentKey(agentID string) (*ecdsa.PublicKey, bool) {
 // (or with the previous key inside its grace period). from, when set, must
 // be the beat's peer_id.
 //
-// Beats travel by gossip only; the journal records them so.
+// Beats travel by gossip (and its heartbeat pulls) only; the journal
+// records them so.
 func (v *Verifier) VerifyBeat(sb *record.SignedBeat, from peer.ID) error {
 	err := v.verifyBeat(sb, from)
 	v.NoteBeat(sb, "gossip", "", err)

@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -98,7 +99,20 @@ type Config struct {
 	// registry or announced on the LAN) in the live view together
 	// (default 4096); they count under no peer.
 	MaxUnbound int
+
+	// Late is called, from the liveness clock and without the view's lock,
+	// with the remote agents of one peer that have been silent for
+	// LateAfter of their heartbeat intervals, and again after each further
+	// interval of silence until they time out: the node asks their host
+	// for the heartbeats gossip may have lost (gossip.PullProtocol) before
+	// the agent is marked UNHEALTHY or removed. Nil: nobody is asked.
+	Late func(peerID string, agentIDs []string)
 }
+
+// LateAfter is the number of heartbeat intervals of silence after which
+// Config.Late is called for an agent: one interval before the seed's three
+// missed heartbeats mark it UNHEALTHY.
+const LateAfter = 2
 
 func (c *Config) defaults() {
 	if c.HeartbeatInterval <= 0 {
@@ -182,8 +196,12 @@ type agentState struct {
 	status    record.Status // status the agent reported (beats), "" = from record
 	unhealthy bool          // marked by the liveness clock
 	// quiet marks a hosted agent that is not gossiped (Config.MaxAgentsPerPeer).
-	quiet   bool
-	beatSeq uint64 // highest beat seq seen
+	quiet bool
+	// lateAsked is the number of silent intervals at which Config.Late was
+	// last called (0: not since the agent was last heard; fits the padding
+	// after the flags).
+	lateAsked uint8
+	beatSeq   uint64 // highest beat seq seen
 	// prefix is the address prefix its peer was vetted at ("" none).
 	prefix string
 	// touched is the cache expiry last written to the store for this
@@ -1350,6 +1368,7 @@ func (v *View) sweep() {
 	// node 1 % of a core. Hosted agents never time out: counted, not walked.
 	counts := v.localByStatus
 	nowAt := v.at(now)
+	var late map[string][]string
 	for id, s := range v.remote {
 		silent := time.Duration(nowAt - s.lastHeard)
 		interval := v.judgedByLocked(s)
@@ -1359,6 +1378,16 @@ func (v *View) sweep() {
 			events = append(events, v.agentEvent(EventDeregistered, s, now, ReasonTimeout))
 			events = append(events, v.proj.update(s.rec, nil, "", now)...)
 			continue
+		}
+		if k := min(silent/interval, math.MaxUint8); k < LateAfter {
+			s.lateAsked = 0 // heard again since
+		} else if k > time.Duration(s.lateAsked) && v.cfg.Late != nil && !s.rec.Unbound() {
+			s.lateAsked = uint8(k)
+			if late == nil {
+				late = map[string][]string{}
+			}
+			p := s.rec.Agent.PeerID
+			late[p] = append(late[p], id)
 		}
 		if !s.unhealthy && silent > time.Duration(v.cfg.UnhealthyAfter)*interval {
 			s.unhealthy = true
@@ -1381,6 +1410,9 @@ func (v *View) sweep() {
 		v.touch(id, now)
 	}
 	v.emit(events)
+	for p, ids := range late {
+		v.cfg.Late(p, ids)
+	}
 }
 
 // ---- reads ----

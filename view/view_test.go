@@ -693,3 +693,82 @@ func TestDepartedSeqsAreBounded(t *testing.T) {
 		t.Fatal("an expired departure survived prune")
 	}
 }
+
+// TestLateCallsOncePerIntervalOfSilence: Config.Late names an agent's
+// peer after LateAfter silent intervals, again after each further one, and
+// starts over after a beat; a beating agent is never named.
+func TestLateCallsOncePerIntervalOfSilence(t *testing.T) {
+	clk := &clock{t: time.Now()}
+	st, err := store.Open(store.Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	var mu sync.Mutex
+	var calls []string
+	late := func(peerID string, ids []string) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range ids {
+			calls = append(calls, peerID+"/"+id)
+		}
+	}
+	taken := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		c := calls
+		calls = nil
+		return c
+	}
+	v := New(Config{Now: clk.Now, Late: late}, st, nil, nil, nil)
+	t.Cleanup(func() { _ = v.Close() })
+	quiet, beating := newAgent(t), newAgent(t)
+	for _, k := range []*agentKeys{quiet, beating} {
+		sa := k.sign(t, 10, clk.Now(), nil, map[string]float64{"cap.a": 0.5})
+		if err := v.CheckAnnounce(sa); err != nil {
+			t.Fatal(err)
+		}
+		v.Announce(sa, k.id.PeerID, "")
+	}
+	want := quiet.id.PeerID.String() + "/" + quiet.id.AgentID
+	seq := uint64(10)
+	step := func(d time.Duration) []string {
+		clk.Add(d)
+		seq++
+		v.Beat(KindHeartbeat, beating.beat(t, seq, "", ""), beating.id.PeerID, "")
+		v.sweep()
+		return taken()
+	}
+	// 9.9 s of silence: not late yet.
+	if got := step(9900 * time.Millisecond); len(got) != 0 {
+		t.Fatalf("late after 9.9 s: %v", got)
+	}
+	// Two intervals: named once, and not again within the interval.
+	if got := step(200 * time.Millisecond); len(got) != 1 || got[0] != want {
+		t.Fatalf("after 10.1 s: %v, want [%s]", got, want)
+	}
+	if got := step(4 * time.Second); len(got) != 0 {
+		t.Fatalf("named again within the interval: %v", got)
+	}
+	// Three and four intervals: named again each time.
+	for _, d := range []time.Duration{time.Second, 5 * time.Second} {
+		if got := step(d); len(got) != 1 || got[0] != want {
+			t.Fatalf("after %v more: %v, want [%s]", d, got, want)
+		}
+	}
+	// A beat starts the count over.
+	v.Beat(KindHeartbeat, quiet.beat(t, 50, "", ""), quiet.id.PeerID, "")
+	if got := step(5 * time.Second); len(got) != 0 {
+		t.Fatalf("named 5 s after a beat: %v", got)
+	}
+	if got := step(5100 * time.Millisecond); len(got) != 1 {
+		t.Fatalf("not named 10.1 s after the beat: %v", got)
+	}
+	// Past the timeout it is removed, not named.
+	if got := step(25 * time.Second); len(got) != 0 {
+		t.Fatalf("named at the timeout: %v", got)
+	}
+	if _, ok := v.Get(quiet.id.AgentID); ok {
+		t.Fatal("the silent agent is still live")
+	}
+}

@@ -1,0 +1,187 @@
+package node
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/agentd/agentd/gossip"
+	"github.com/agentd/agentd/metrics"
+	"github.com/agentd/agentd/record"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Heartbeat pulls (gossip.PullProtocol): when the live view has not heard
+// a remote agent for view.LateAfter heartbeat intervals, the node asks the
+// agent's host for its newest heartbeat, once per further interval of
+// silence, before the seed's clock marks the agent UNHEALTHY or removes
+// it. A host that still beats answers a beat gossip lost; one that stopped
+// answers an old beat or nothing, and the clock runs on. A host that does
+// not speak the protocol (an earlier version) is not asked again for
+// pullUnsupportedFor, and a host that cannot be reached at all is
+// suspected (package liveness), which confirms through other peers before
+// anything is removed early.
+const (
+	// pullWorkers bound the pulls in flight; pullQueue the hosts waiting.
+	// A late host beyond the queue is asked at its next interval of silence.
+	pullWorkers = 4
+	pullQueue   = 256
+	// pullUnsupportedFor is how long a host that does not speak the
+	// protocol is not asked again.
+	pullUnsupportedFor = 10 * time.Minute
+	// maxPullUnsupported bounds that memory.
+	maxPullUnsupported = 4096
+)
+
+// pullJob is one late host and its late agents.
+type pullJob struct {
+	peerID string
+	agents []string
+}
+
+// pulls is the node's side of heartbeat pulls: the queue the live view's
+// clock fills and the hosts known not to serve them.
+type pulls struct {
+	q           chan pullJob
+	mu          sync.Mutex
+	unsupported map[peer.ID]time.Time
+}
+
+func newPulls() *pulls {
+	return &pulls{q: make(chan pullJob, pullQueue), unsupported: map[peer.ID]time.Time{}}
+}
+
+// late is the view's Config.Late: it queues the host, never blocking the
+// liveness clock.
+func (pl *pulls) late(peerID string, agentIDs []string) {
+	select {
+	case pl.q <- pullJob{peerID: peerID, agents: agentIDs}:
+	default:
+	}
+}
+
+// skip reports whether p is known not to serve heartbeat pulls.
+func (pl *pulls) skip(p peer.ID, now time.Time) bool {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	at, ok := pl.unsupported[p]
+	if ok && now.Sub(at) > pullUnsupportedFor {
+		delete(pl.unsupported, p)
+		return false
+	}
+	return ok
+}
+
+func (pl *pulls) markUnsupported(p peer.ID, now time.Time) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if len(pl.unsupported) >= maxPullUnsupported {
+		for q, at := range pl.unsupported {
+			if now.Sub(at) > pullUnsupportedFor {
+				delete(pl.unsupported, q)
+			}
+		}
+		if len(pl.unsupported) >= maxPullUnsupported {
+			return
+		}
+	}
+	pl.unsupported[p] = now
+}
+
+// pullLoop serves the queue until the node stops (one of pullWorkers).
+func (n *Node) pullLoop() {
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case j := <-n.pl.q:
+			n.pull(j)
+		}
+	}
+}
+
+// pull asks one late host for its late agents' heartbeats.
+func (n *Node) pull(j pullJob) {
+	p, err := peer.Decode(j.peerID)
+	if err != nil || p == n.host.ID() {
+		return
+	}
+	now := time.Now()
+	if n.pl.skip(p, now) || !mayServePulls(n.host.Peerstore().GetProtocols, p) {
+		n.m.Inc(pullOutcomes, "unsupported")
+		return
+	}
+	// Only agents this node hears on gossip: one learnt from a lookup
+	// outside the interest is meant to time out, not to be kept alive.
+	agents := j.agents[:0:0]
+	for _, id := range j.agents {
+		if a, ok := n.view.Get(id); ok && !a.Local && a.Record.Agent.PeerID == j.peerID && n.inInterest(&a.Record.Agent) {
+			agents = append(agents, id)
+		}
+	}
+	for chunk := range slices.Chunk(agents, gossip.MaxPullAgents) {
+		got, err := n.gsp.Pull(n.ctx, p, chunk)
+		switch {
+		case err == nil && got > 0:
+			n.m.Inc(pullOutcomes, "news")
+		case err == nil:
+			n.m.Inc(pullOutcomes, "no_news")
+		case n.ctx.Err() != nil:
+			return
+		case isUnsupported(err):
+			n.pl.markUnsupported(p, now)
+			n.m.Inc(pullOutcomes, "unsupported")
+			return
+		default:
+			n.m.Inc(pullOutcomes, "error")
+			n.log.Debug("heartbeat pull failed", "peer_id", p, "agents", len(chunk), "err", err)
+			if n.det != nil && n.host.Network().Connectedness(p) != network.Connected {
+				n.det.Suspect(p)
+			}
+			return
+		}
+	}
+}
+
+// mayServePulls reports whether p may serve heartbeat pulls: identify
+// listed the protocol, or has listed nothing yet (never met: asking
+// finds out).
+func mayServePulls(protocols func(peer.ID) ([]protocol.ID, error), p peer.ID) bool {
+	protos, err := protocols(p)
+	return err != nil || len(protos) == 0 || slices.Contains(protos, protocol.ID(gossip.PullProtocol))
+}
+
+func isUnsupported(err error) bool { return errors.Is(err, gossip.ErrPullUnsupported) }
+
+// latestBeats answers heartbeat pulls: the newest heartbeat published for
+// each hosted agent asked for that has beaten since its record was taken.
+func (n *Node) latestBeats(agentIDs []string) []record.Beat {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []record.Beat
+	for _, id := range agentIDs {
+		if b, ok := n.lastBeats[id]; ok {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// noteBeat remembers a hosted agent's newest published heartbeat (or
+// status), the answer to a heartbeat pull.
+func (n *Node) noteBeat(b record.Beat) {
+	if b.Reason != "" {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, hosted := n.memo[b.AgentID]; hosted && b.Seq > n.lastBeats[b.AgentID].Seq {
+		n.lastBeats[b.AgentID] = b
+	}
+}
+
+func pullOutcomes(m *metrics.Metrics) *prometheus.CounterVec { return m.Pulls }

@@ -1,0 +1,192 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/agentd/agentd/gossip"
+	"github.com/agentd/agentd/record"
+)
+
+// mutedHost loses, while mute is set, everything its GossipSub sends:
+// a peer whose heartbeats the network drops (a full queue, a mesh peer
+// that withholds them), while the peer itself is fine.
+type mutedHost struct {
+	host.Host
+	mute *atomic.Bool
+}
+
+func (h mutedHost) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (network.Stream, error) {
+	s, err := h.Host.NewStream(ctx, p, pids...)
+	if err != nil || !strings.HasPrefix(string(s.Protocol()), "/meshsub/") {
+		return s, err
+	}
+	return mutedStream{Stream: s, mute: h.mute}, nil
+}
+
+type mutedStream struct {
+	network.Stream
+	mute *atomic.Bool
+}
+
+func (s mutedStream) Write(b []byte) (int, error) {
+	if s.mute.Load() {
+		return len(b), nil
+	}
+	return s.Stream.Write(b)
+}
+
+func pullCount(n *tnode, outcome string) float64 {
+	return promtest.ToFloat64(n.Metrics().Pulls.WithLabelValues(outcome))
+}
+
+// TestPullKeepsAgentWhoseBeatsAreLost: a host whose heartbeats stop
+// reaching a node over gossip is asked for them directly, and its agent
+// stays HEALTHY there; without the pull it is UNHEALTHY after 15 s and
+// gone after 30 s.
+func TestPullKeepsAgentWhoseBeatsAreLost(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		ctx := context.Background()
+		tn := newNet(t, 1, Config{})
+		var mute atomic.Bool
+		tn.wrap = func(h host.Host) host.Host { return mutedHost{Host: h, mute: &mute} }
+		hostN := tn.add(nil, nil)
+		tn.wrap = nil
+		watcher := tn.nodes[0]
+		sa, err := hostN.Register(ctx, spec("skill-p", "cap.p"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := sa.Agent.AgentID
+		waitFor(t, 10*time.Second, "the agent at the watcher", func() bool { return hears(watcher, id) })
+		time.Sleep(6 * time.Second) // a heartbeat over gossip
+		synctest.Wait()             // nobody is in the middle of a write
+		mute.Store(true)
+		for i := range 12 {
+			time.Sleep(5 * time.Second)
+			a, ok := live(watcher.Node, id)
+			if !ok || a.Status != record.StatusHealthy {
+				t.Fatalf("%d s after gossip went silent: live %v, status %s", 5*(i+1), ok, a.Status)
+			}
+		}
+		if got := pullCount(watcher, "news"); got < 5 {
+			t.Fatalf("pulls with news = %v in a minute of silence, want about one per 10 s", got)
+		}
+		if got := pullCount(watcher, "error") + pullCount(watcher, "unsupported"); got != 0 {
+			t.Fatalf("failed pulls: %v", got)
+		}
+		// The host stops: pulls find nothing new, and the seed's clock
+		// removes the agent.
+		if err := hostN.Close(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 35*time.Second, "the agent gone after its host stopped", func() bool { return !hears(watcher, id) })
+	})
+}
+
+// TestPullFromAnEarlierVersion: a host that does not speak the protocol
+// is asked once, then left to the seed's clock.
+func TestPullFromAnEarlierVersion(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		ctx := context.Background()
+		tn := newNet(t, 1, Config{})
+		old := tn.addConfigured(func(c *Config) { c.legacy = true })
+		watcher := tn.nodes[0]
+		sa, err := old.Register(ctx, spec("skill-o", "cap.o"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := sa.Agent.AgentID
+		waitFor(t, 10*time.Second, "the legacy agent at the watcher", func() bool { return hears(watcher, id) })
+		// Identify listed its protocols without the pull: not asked.
+		if mayServePulls(watcher.Host().Peerstore().GetProtocols, old.Host().ID()) {
+			t.Fatal("a legacy host is taken for one that serves pulls")
+		}
+		watcher.pull(pullJob{peerID: old.Host().ID().String(), agents: []string{id}})
+		if got := pullCount(watcher, "unsupported"); got != 1 {
+			t.Fatalf("unsupported = %v, want 1", got)
+		}
+		// Before identify has listed them, it is asked, once.
+		if _, err := watcher.Gossip().Pull(ctx, old.Host().ID(), []string{id}); !errors.Is(err, gossip.ErrPullUnsupported) {
+			t.Fatalf("Pull of the legacy host = %v, want ErrPullUnsupported", err)
+		}
+		// The view's clock: the legacy agent still beats over gossip.
+		if a, ok := live(watcher.Node, id); !ok || a.Status != record.StatusHealthy {
+			t.Fatalf("legacy agent: live %v, status %s", ok, a.Status)
+		}
+	})
+}
+
+// TestLatestBeats: a host answers the newest heartbeat it published of
+// each hosted agent asked for, and nothing for others.
+func TestLatestBeats(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		ctx := context.Background()
+		tn := newNet(t, 2, Config{}) // node 0 listens to node 1's heartbeats
+		n := tn.nodes[1]
+		sa, err := n.Register(ctx, spec("skill-l", "cap.l"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := sa.Agent.AgentID
+		time.Sleep(6 * time.Second)
+		got := n.latestBeats([]string{id, "6f1c1d1e-5b9a-4c47-9d1f-2f7c3b8e9a10"})
+		if len(got) != 1 || got[0].AgentID != id || got[0].PeerID != n.Host().ID().String() || got[0].Seq <= sa.Agent.Seq {
+			t.Fatalf("latest beats %+v", got)
+		}
+		if err := n.SetStatus(ctx, id, record.StatusDegraded); err != nil {
+			t.Fatal(err)
+		}
+		if got2 := n.latestBeats([]string{id}); len(got2) != 1 || got2[0].Status != record.StatusDegraded || got2[0].Seq <= got[0].Seq {
+			t.Fatalf("after a status change: %+v", got2)
+		}
+		if err := n.Unregister(ctx, id, record.ReasonShutdown); err != nil {
+			t.Fatal(err)
+		}
+		if got := n.latestBeats([]string{id}); len(got) != 0 {
+			t.Fatalf("an unregistered agent still answered: %+v", got)
+		}
+	})
+}
+
+// TestPullsForgetUnsupportedHosts: a host found not to serve pulls is
+// skipped for pullUnsupportedFor, then asked again; the memory is bounded.
+func TestPullsForgetUnsupportedHosts(t *testing.T) {
+	pl := newPulls()
+	now := time.Now()
+	p := peer.ID("old")
+	if pl.skip(p, now) {
+		t.Fatal("skipped before it was found out")
+	}
+	pl.markUnsupported(p, now)
+	if !pl.skip(p, now.Add(pullUnsupportedFor-time.Second)) {
+		t.Fatal("asked again within the period")
+	}
+	if pl.skip(p, now.Add(pullUnsupportedFor+time.Second)) {
+		t.Fatal("skipped after the period")
+	}
+	for i := range maxPullUnsupported + 10 {
+		pl.markUnsupported(peer.ID(rune(i)), now)
+	}
+	if len(pl.unsupported) > maxPullUnsupported {
+		t.Fatalf("%d hosts remembered, bound %d", len(pl.unsupported), maxPullUnsupported)
+	}
+	// A full queue drops a late host rather than block the view's clock.
+	for range pullQueue + 5 {
+		pl.late("p", []string{"a"})
+	}
+	if len(pl.q) != pullQueue {
+		t.Fatalf("queue holds %d", len(pl.q))
+	}
+}
