@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/agentd/agentd/record"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -166,3 +167,55 @@ func (g *Gossip) batchable(ts *topicState) bool {
 // refuseStream is BatchProtocol's handler: the protocol is only listed,
 // never spoken.
 func refuseStream(s network.Stream) { _ = s.Reset() }
+
+// pullableTTL is how long Pullable trusts its answer for a topic: each
+// answer is a round trip through pubsub's event loop (Topic.ListPeers).
+const pullableTTL = time.Second
+
+// Pullable reports whether every peer this node knows on every topic a
+// heartbeat of the given shards goes to serves heartbeat pulls (lists
+// PullProtocol through identify). A host may then leave some of its
+// heartbeats off gossip (quiet heartbeats, docs/protocol.md): those peers
+// ask for them when they are late. A topic without a known peer, or with
+// a peer whose protocols identify has not listed yet, makes it false, so
+// a node of an earlier version keeps getting every heartbeat, as with
+// heartbeat batches. Answers are kept per topic for a second.
+func (g *Gossip) Pullable(shards ...string) bool {
+	topics, err := g.publishTopics(nil, shards)
+	if err != nil {
+		return false
+	}
+	if topics = heard(topics); len(topics) == 0 {
+		return false
+	}
+	now := time.Now()
+	for _, ts := range topics {
+		if !g.pullableTopic(ts, now) {
+			return false
+		}
+	}
+	return true
+}
+
+func (g *Gossip) pullableTopic(ts *topicState, now time.Time) bool {
+	g.mu.Lock()
+	if !ts.pullAt.IsZero() && now.Sub(ts.pullAt) < pullableTTL {
+		ok := ts.pullable
+		g.mu.Unlock()
+		return ok
+	}
+	g.mu.Unlock()
+	peers := ts.t.ListPeers()
+	ok := len(peers) > 0
+	ps := g.h.Peerstore()
+	for _, p := range peers {
+		if protos, err := ps.SupportsProtocols(p, protocol.ID(PullProtocol)); err != nil || len(protos) == 0 {
+			ok = false
+			break
+		}
+	}
+	g.mu.Lock()
+	ts.pullable, ts.pullAt = ok, now
+	g.mu.Unlock()
+	return ok
+}

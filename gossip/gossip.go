@@ -233,6 +233,9 @@ type topicState struct {
 	// (guarded by Gossip.mu), and ready, closed once one succeeded.
 	syncs int
 	ready chan struct{}
+	// Pullable's answer for the topic and when it was found (Gossip.mu).
+	pullable bool
+	pullAt   time.Time
 }
 
 // isReady reports whether a shard sync of ts succeeded.

@@ -274,3 +274,44 @@ func TestPullServesMalformedRequests(t *testing.T) {
 		}
 	})
 }
+
+// TestPullable: a topic is pullable once every peer known on it lists
+// PullProtocol; a peer of an earlier version on it makes it not.
+func TestPullable(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		hosted := &hostedBeats{beats: map[string]record.Beat{}}
+		cfg := testConfig()
+		cfg.LatestBeats = hosted.latest
+		tn := newTestNet(t, 2, cfg)
+		a, b := tn.nodes[0], tn.nodes[1]
+		if a.g.Pullable() {
+			t.Fatal("pullable without a peer")
+		}
+		tn.connect(a, b)
+		tn.waitTopicPeers(1)
+		time.Sleep(pullableTTL)
+		if !a.g.Pullable() {
+			t.Fatal("not pullable with one peer that serves pulls")
+		}
+		// A node of an earlier version joins the topic.
+		old := tn.addHost(2)
+		old.m = nil
+		g, err := New(tn.ctx, old.h, testConfig(), old.v, old.sink, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Start(tn.ctx); err != nil {
+			t.Fatal(err)
+		}
+		old.g = g
+		if err := tn.mn.LinkAll(); err != nil {
+			t.Fatal(err)
+		}
+		tn.connect(a, old)
+		waitFor(t, 10*time.Second, "the old node on a's topic", func() bool { return len(a.g.announce.t.ListPeers()) == 2 })
+		time.Sleep(pullableTTL)
+		if a.g.Pullable() {
+			t.Fatal("pullable with a peer that does not serve pulls")
+		}
+	})
+}

@@ -31,6 +31,14 @@ type Config struct {
 	// Default 100; a negative value keeps the base interval at any size.
 	// See docs/scaling.md.
 	HeartbeatMaxRate float64
+	// GossipBeatEvery makes a hosted agent's heartbeat go on gossip in one
+	// round of GossipBeatEvery, on topics whose every known peer serves
+	// heartbeat pulls; those peers ask the host for the others when they
+	// are late (quiet heartbeats, docs/protocol.md). Default 3 (a beat on
+	// gossip every 15 s at the 5 s interval); 1 sends every heartbeat, as
+	// earlier versions do; at most 3, so that a peer that cannot reach the
+	// host still hears it within the seed's three missed beats.
+	GossipBeatEvery int
 	// MaxAgentsPerPeer bounds the remote agents one peer may have in the
 	// live view (default view.DefaultMaxAgentsPerPeer, 256), and the
 	// hosted agents this node gossips: the others are quiet
@@ -95,6 +103,9 @@ type Config struct {
 	Trust trust.Config
 }
 
+// DefaultGossipBeatEvery is Config.GossipBeatEvery's default and bound.
+const DefaultGossipBeatEvery = 3
+
 func (c *Config) defaults() {
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = config.DefaultHeartbeatInterval
@@ -102,6 +113,10 @@ func (c *Config) defaults() {
 	if c.HeartbeatMaxRate == 0 {
 		c.HeartbeatMaxRate = 100
 	}
+	if c.GossipBeatEvery <= 0 {
+		c.GossipBeatEvery = DefaultGossipBeatEvery
+	}
+	c.GossipBeatEvery = min(c.GossipBeatEvery, DefaultGossipBeatEvery)
 	if c.Timeout <= 0 {
 		c.Timeout = config.DefaultLivenessTimeout
 	}

@@ -259,6 +259,11 @@ func (n *Node) publishStatus(ctx context.Context, agentID string, st record.Stat
 		return nil // stored (a restart restores it); no peer holds the agent from gossip
 	}
 	n.noteBeat(sb.Beat)
+	n.mu.Lock()
+	if _, hosted := n.memo[agentID]; hosted {
+		n.loud[agentID] = struct{}{}
+	}
+	n.mu.Unlock()
 	return n.gsp.PublishBeat(ctx, gossip.Kind(kindStatus), sb, n.hostedShards(agentID)...)
 }
 

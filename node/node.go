@@ -130,6 +130,11 @@ type Node struct {
 	// agent, the answer to heartbeat pulls (pull.go): only gossiped agents
 	// beat, so at most MaxAgentsPerPeer entries, not one per hosted agent.
 	lastBeats map[string]record.Beat
+	// loud holds the hosted agents whose next heartbeat goes on gossip
+	// whatever the round (quiet): the first after a new record or a
+	// status, which repeats what a peer may have missed in a race (a status
+	// that overtook the announcement it depends on).
+	loud map[string]struct{}
 	// hostedShardCount counts, per shard, the hosted agents with a
 	// capability in it (applyHosted, dropHosted): the hosted part of the
 	// interest, read without walking every hosted record.
@@ -172,7 +177,7 @@ func New(cfg Config, opts Options) (n *Node, err error) {
 	}
 	n = &Node{
 		cfg: cfg, id: opts.Identity, peerID: opts.Identity.PeerID.String(), host: opts.Host, st: opts.Store, lan: opts.LAN, cat: opts.Catalog,
-		m: m, log: log, lastSeq: map[string]uint64{}, stale: map[string]struct{}{}, memo: map[string]hostedMemo{}, lastBeats: map[string]record.Beat{}, hostedShardCount: map[string]int{}, fetches: map[string]time.Time{}, leases: map[string]time.Time{},
+		m: m, log: log, lastSeq: map[string]uint64{}, stale: map[string]struct{}{}, memo: map[string]hostedMemo{}, lastBeats: map[string]record.Beat{}, loud: map[string]struct{}{}, hostedShardCount: map[string]int{}, fetches: map[string]time.Time{}, leases: map[string]time.Time{},
 		repub: map[string]struct{}{}, repubWake: make(chan struct{}, 1),
 		fetchSem: make(chan struct{}, cfg.UnknownFetchConcurrency),
 		in:       newInterest(),
@@ -293,7 +298,9 @@ func (n *Node) Start(ctx context.Context) error {
 			gc = *n.cfg.Gossip
 		}
 		gc.Scoped = n.cfg.Scope == ScopeInterest && !n.cfg.legacy
-		if !n.cfg.legacy {
+		if !n.cfg.legacy && !gc.DisableBatches {
+			// A node that does not read heartbeat batches models protocol
+			// v1.0 (gossip.Config.DisableBatches), which had no pulls either.
 			gc.LatestBeats = n.latestBeats
 		}
 		g, err := gossip.New(n.ctx, n.host, gc, n.ver, gossipSink{n.view, n.vet, n.heartbeatInterval}, n.m, n.log)

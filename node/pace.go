@@ -73,7 +73,8 @@ func (n *Node) heartbeatLoop() {
 		}
 		return n.sleepUntil(t)
 	}
-	for n.ctx.Err() == nil {
+	var round uint64 // heartbeat rounds, for quiet heartbeats
+	for ; n.ctx.Err() == nil; round++ {
 		ids := n.view.HostedIDs(false)
 		interval := n.heartbeatInterval()
 		start := time.Now()
@@ -101,6 +102,7 @@ func (n *Node) heartbeatLoop() {
 				hb, ok := n.beatDue(ids[i], interval)
 				switch {
 				case !ok:
+				case n.quiet(hb, round+uint64(i)):
 				case !batch:
 					n.publishHeartbeats([]gossip.Heartbeat{hb})
 				default:
@@ -179,6 +181,28 @@ func (n *Node) quietDue(id string, interval time.Duration) {
 		n.takeStale(id)
 		n.resignHosted(id)
 	}
+}
+
+// quiet reports whether a heartbeat stays off gossip (quiet
+// heartbeats): in all but one round of cfg.GossipBeatEvery (phase: the
+// agent's place in the round, so a node's agents take turns), and only
+// where every peer on its topics serves heartbeat pulls; never the first
+// after a new record or a status (loud). It is kept for them to ask for
+// (noteBeat).
+func (n *Node) quiet(hb gossip.Heartbeat, phase uint64) bool {
+	if n.cfg.GossipBeatEvery <= 1 || n.cfg.legacy || phase%uint64(n.cfg.GossipBeatEvery) == 0 || !n.gsp.Pullable(hb.Shards...) {
+		return false
+	}
+	id := hb.Beat.AgentID
+	n.mu.Lock()
+	_, loud := n.loud[id]
+	delete(n.loud, id)
+	n.mu.Unlock()
+	if loud {
+		return false
+	}
+	n.noteBeat(hb.Beat)
+	return true
 }
 
 // publishHeartbeats sends hosted agents' heartbeats: in batches where
@@ -268,6 +292,7 @@ func (n *Node) applyHosted(sa *record.SignedAgent) {
 	if beaten { // a new record of the same agent: its last heartbeat stands
 		n.lastBeats[id] = beat
 	}
+	n.loud[id] = struct{}{}
 	m.seq = max(n.lastSeq[id], sa.Agent.Seq)
 	delete(n.lastSeq, id)
 	n.memo[id] = m
@@ -284,6 +309,7 @@ func (n *Node) dropHostedLocked(id string) {
 	}
 	delete(n.memo, id)
 	delete(n.lastBeats, id)
+	delete(n.loud, id)
 	n.lastSeq[id] = m.seq // the seqs used stay above it if the agent comes back
 	for _, s := range m.shards {
 		if n.hostedShardCount[s] <= 1 {

@@ -35,10 +35,13 @@ const (
 	maxPullUnsupported = 4096
 )
 
-// pullJob is one late host and its late agents.
+// pullJob is one late host and its late agents, or (back) agents the
+// view dropped when the host was found unreachable, asked for once it
+// connects again.
 type pullJob struct {
 	peerID string
 	agents []string
+	back   bool
 }
 
 // pulls is the node's side of heartbeat pulls: the queue the live view's
@@ -58,6 +61,15 @@ func newPulls() *pulls {
 func (pl *pulls) late(peerID string, agentIDs []string) {
 	select {
 	case pl.q <- pullJob{peerID: peerID, agents: agentIDs}:
+	default:
+	}
+}
+
+// returning queues a host that connected again after it was found
+// unreachable, with the agents the view dropped then.
+func (pl *pulls) returning(peerID string, agentIDs []string) {
+	select {
+	case pl.q <- pullJob{peerID: peerID, agents: agentIDs, back: true}:
 	default:
 	}
 }
@@ -115,9 +127,15 @@ func (n *Node) pull(j pullJob) {
 	}
 	// Only agents this node hears on gossip: one learnt from a lookup
 	// outside the interest is meant to time out, not to be kept alive.
+	// Agents dropped with an unreachable host were in the view: the
+	// beats bring them back from the cache.
 	agents := j.agents[:0:0]
 	for _, id := range j.agents {
-		if a, ok := n.view.Get(id); ok && !a.Local && a.Record.Agent.PeerID == j.peerID && n.inInterest(&a.Record.Agent) {
+		if j.back {
+			if _, ok := n.view.Get(id); !ok {
+				agents = append(agents, id)
+			}
+		} else if a, ok := n.view.Get(id); ok && !a.Local && a.Record.Agent.PeerID == j.peerID && n.inInterest(&a.Record.Agent) {
 			agents = append(agents, id)
 		}
 	}

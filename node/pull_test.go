@@ -190,3 +190,98 @@ func TestPullsForgetUnsupportedHosts(t *testing.T) {
 		t.Fatalf("queue holds %d", len(pl.q))
 	}
 }
+
+func beatsDelivered(n *tnode) float64 {
+	return promtest.ToFloat64(n.Metrics().GossipDelivered.WithLabelValues("heartbeat"))
+}
+
+// TestQuietHeartbeats: between nodes that serve heartbeat pulls, a host
+// puts one heartbeat in GossipBeatEvery on gossip and its peers ask for
+// the others when late: the agent stays HEALTHY. A node of an earlier
+// version on the topic gets every heartbeat again.
+func TestQuietHeartbeats(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		ctx := context.Background()
+		tn := newNet(t, 2, Config{})
+		watcher, hostN := tn.nodes[0], tn.nodes[1]
+		sa, err := hostN.Register(ctx, spec("skill-q", "cap.q"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := sa.Agent.AgentID
+		waitFor(t, 10*time.Second, "the agent at the watcher", func() bool { return hears(watcher, id) })
+		time.Sleep(10 * time.Second)
+		before, pulled := beatsDelivered(watcher), pullCount(watcher, "news")
+		for i := range 12 {
+			time.Sleep(5 * time.Second)
+			if a, ok := live(watcher.Node, id); !ok || a.Status != record.StatusHealthy {
+				t.Fatalf("%d s into quiet heartbeats: live %v, status %s", 5*(i+1), ok, a.Status)
+			}
+		}
+		gossiped, pulls := beatsDelivered(watcher)-before, pullCount(watcher, "news")-pulled
+		if gossiped < 3 || gossiped > 5 {
+			t.Fatalf("%v heartbeats on gossip in a minute, want one in %d of 12", gossiped, DefaultGossipBeatEvery)
+		}
+		if pulls < 3 {
+			t.Fatalf("%v pulls with news in a minute, want one per 15 s", pulls)
+		}
+		// A node of an earlier version joins: every heartbeat goes on
+		// gossip again.
+		old := tn.addConfigured(func(c *Config) { c.legacy = true })
+		waitFor(t, 10*time.Second, "the agent at the old node", func() bool { return hears(old, id) })
+		time.Sleep(10 * time.Second)
+		before = beatsDelivered(old)
+		time.Sleep(time.Minute)
+		if got := beatsDelivered(old) - before; got < 11 {
+			t.Fatalf("the old node got %v heartbeats in a minute, want 12", got)
+		}
+		if a, ok := live(old.Node, id); !ok || a.Status != record.StatusHealthy {
+			t.Fatalf("at the old node: live %v, status %s", ok, a.Status)
+		}
+	})
+}
+
+// TestDroppedAgentsArePulledBackOnReconnect: agents dropped when their
+// host was found unreachable (a split) come back as soon as the host
+// connects again — pulled, not waiting for a quiet host's next heartbeat
+// on gossip (up to three intervals).
+func TestDroppedAgentsArePulledBackOnReconnect(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		ctx := context.Background()
+		tn := newNet(t, 3, Config{})
+		other, hostN, watcher := tn.nodes[0], tn.nodes[1], tn.nodes[2]
+		sa, err := hostN.Register(ctx, spec("skill-b", "cap.b"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := sa.Agent.AgentID
+		waitFor(t, 10*time.Second, "the agent at the watcher", func() bool { return hears(watcher, id) })
+		time.Sleep(7 * time.Second) // past the loud first heartbeat: the host is quiet now
+		// A split: the watcher alone on one side. The host keeps a topic
+		// peer (other), so the heal gives it no first peer to re-announce to.
+		for _, p := range []*tnode{other, hostN} {
+			if err := tn.mn.UnlinkPeers(watcher.Host().ID(), p.Host().ID()); err != nil {
+				t.Fatal(err)
+			}
+			if err := tn.mn.DisconnectPeers(watcher.Host().ID(), p.Host().ID()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		watcher.peerDown(hostN.Host().ID()) // what early failure detection concludes
+		if hears(watcher, id) {
+			t.Fatal("the agent of a peer found down is still live")
+		}
+		time.Sleep(20 * time.Second)
+		if _, err := tn.mn.LinkPeers(watcher.Host().ID(), hostN.Host().ID()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tn.mn.ConnectPeers(watcher.Host().ID(), hostN.Host().ID()); err != nil {
+			t.Fatal(err)
+		}
+		healed := time.Now()
+		waitFor(t, 20*time.Second, "the agent back at the watcher", func() bool { return hears(watcher, id) })
+		if took := time.Since(healed); took > time.Second {
+			t.Fatalf("the agent came back %v after the reconnection, want at once (a pull)", took)
+		}
+	})
+}

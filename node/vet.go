@@ -277,7 +277,12 @@ func (n *Node) peerDown(p peer.ID) {
 func (v *vetter) connected(_ network.Network, c network.Conn) {
 	p := c.RemotePeer()
 	v.mark(p)
-	v.n.view.PeerUp(p)
+	if back := v.n.view.PeerUp(p); len(back) > 0 && v.n.pl != nil {
+		// Agents dropped when p was found unreachable (a split that
+		// healed): ask p for their heartbeats now; a quiet host puts its
+		// next one on gossip only within three intervals.
+		v.n.pl.returning(p.String(), back)
+	}
 	if v.n.view.Pending() == 0 {
 		return
 	}

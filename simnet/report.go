@@ -81,10 +81,13 @@ type ScenarioInfo struct {
 	Capabilities      int     `json:"catalog_capabilities"`
 	Zipf              float64 `json:"zipf"`
 	HeartbeatInterval float64 `json:"heartbeat_interval_s"`
-	LivenessTimeoutS  float64 `json:"liveness_timeout_s"`
-	StaleAfterS       float64 `json:"stale_after_s"`
-	GoVersion         string  `json:"go_version"`
-	CPUs              int     `json:"cpus"`
+	// GossipBeatEvery: one heartbeat in so many goes on gossip where every
+	// peer serves heartbeat pulls (node.Config.GossipBeatEvery).
+	GossipBeatEvery  int     `json:"gossip_beat_every,omitempty"`
+	LivenessTimeoutS float64 `json:"liveness_timeout_s"`
+	StaleAfterS      float64 `json:"stale_after_s"`
+	GoVersion        string  `json:"go_version"`
+	CPUs             int     `json:"cpus"`
 }
 
 // SetupInfo describes the warm-up.
@@ -433,7 +436,11 @@ func (r *Report) WriteText(w io.Writer) error {
 		if !s.FloodPublish {
 			flood = "off"
 		}
-		fmt.Fprintf(&b, "gossip: mesh degree %d, flood publishing %s\n", s.MeshDegree, flood)
+		quiet := ""
+		if s.GossipBeatEvery > 1 {
+			quiet = fmt.Sprintf("; quiet heartbeats, 1 in %d on gossip", s.GossipBeatEvery)
+		}
+		fmt.Fprintf(&b, "gossip: mesh degree %d, flood publishing %s%s\n", s.MeshDegree, flood, quiet)
 	}
 	if r.Command != "" {
 		fmt.Fprintf(&b, "command: %s\n", r.Command)

@@ -280,6 +280,11 @@ type View struct {
 	// life (a beat or record it signed since, a connection: PeerUp) no
 	// record of theirs enters the view from a neighbour's sync.
 	down map[string]time.Time
+	// dropped: the agents DropPeer removed of each peer in down (at most
+	// MaxAgentsPerPeer each), returned by PeerUp so the node can ask the
+	// peer for their heartbeats at once instead of waiting for the next
+	// one on gossip.
+	dropped map[string][]string
 	// departed remembers the highest seq heard from remote agents that
 	// left the view, until their last record expires (see departedLocked).
 	departed departedSeqs
@@ -312,6 +317,7 @@ func New(cfg Config, st store.Store, ver *trust.Verifier, m *metrics.Metrics, lo
 		perPrefix:    map[string]int{},
 		pending:      map[string]*pendingRec{},
 		down:         map[string]time.Time{},
+		dropped:      map[string][]string{},
 		proj:         newProjection(),
 	}
 }
@@ -1211,6 +1217,10 @@ func (v *View) DropPeer(p peer.ID, reason string) int {
 			delete(v.pending, id)
 		}
 	}
+	if len(gone) > 0 {
+		d := append(v.dropped[ps], gone...)
+		v.dropped[ps] = d[:min(len(d), v.cfg.MaxAgentsPerPeer)]
+	}
 	v.mu.Unlock()
 	for _, id := range gone {
 		v.touch(id, now)
@@ -1246,11 +1256,20 @@ func (v *View) Prune(keep func(*record.Agent) bool) int {
 }
 
 // PeerUp tells the view that peer p was reached (a connection): what
-// DropPeer said of it no longer holds.
-func (v *View) PeerUp(p peer.ID) {
+// DropPeer said of it no longer holds. It returns the agents DropPeer
+// removed of p (none once the mark expired): the node asks p for their
+// heartbeats (a heartbeat pull), which brings them back from the cache
+// now rather than at their next heartbeat on gossip.
+func (v *View) PeerUp(p peer.ID) (dropped []string) {
+	ps := p.String()
 	v.mu.Lock()
-	delete(v.down, p.String())
-	v.mu.Unlock()
+	defer v.mu.Unlock()
+	if _, ok := v.down[ps]; ok {
+		dropped = v.dropped[ps]
+	}
+	delete(v.down, ps)
+	delete(v.dropped, ps)
+	return dropped
 }
 
 // downLocked reports whether peer ps is marked down at now and since
@@ -1260,6 +1279,7 @@ func (v *View) downLocked(ps string, now time.Time) (time.Time, bool) {
 	t, ok := v.down[ps]
 	if ok && now.Sub(t) > 2*v.cfg.Timeout {
 		delete(v.down, ps)
+		delete(v.dropped, ps)
 		return time.Time{}, false
 	}
 	return t, ok
