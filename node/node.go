@@ -130,10 +130,11 @@ type Node struct {
 	// agent, the answer to heartbeat pulls (pull.go): only gossiped agents
 	// beat, so at most MaxAgentsPerPeer entries, not one per hosted agent.
 	lastBeats map[string]record.Beat
-	// loud holds the hosted agents whose next heartbeat goes on gossip
-	// whatever the round (quiet): the first after a new record or a
-	// status, which repeats what a peer may have missed in a race (a status
-	// that overtook the announcement it depends on).
+	// loud holds the gossiped agents whose next heartbeat goes on gossip
+	// whatever the round (quiet): the first after a status, which repeats
+	// what a peer may have missed in a race (a status that overtook the
+	// announcement it depends on). An agent's first heartbeat since it is
+	// hosted is loud too: it has no lastBeats entry yet.
 	loud map[string]struct{}
 	// hostedShardCount counts, per shard, the hosted agents with a
 	// capability in it (applyHosted, dropHosted): the hosted part of the

@@ -186,9 +186,9 @@ func (n *Node) quietDue(id string, interval time.Duration) {
 // quiet reports whether a heartbeat stays off gossip (quiet
 // heartbeats): in all but one round of cfg.GossipBeatEvery (phase: the
 // agent's place in the round, so a node's agents take turns), and only
-// where every peer on its topics serves heartbeat pulls; never the first
-// after a new record or a status (loud). It is kept for them to ask for
-// (noteBeat).
+// where every peer on its topics serves heartbeat pulls; never an
+// agent's first since it is hosted (a registration, a restart) nor the
+// first after a status (loud). It is kept for them to ask for (noteBeat).
 func (n *Node) quiet(hb gossip.Heartbeat, phase uint64) bool {
 	if n.cfg.GossipBeatEvery <= 1 || n.cfg.legacy || phase%uint64(n.cfg.GossipBeatEvery) == 0 || !n.gsp.Pullable(hb.Shards...) {
 		return false
@@ -196,9 +196,10 @@ func (n *Node) quiet(hb gossip.Heartbeat, phase uint64) bool {
 	id := hb.Beat.AgentID
 	n.mu.Lock()
 	_, loud := n.loud[id]
+	_, beaten := n.lastBeats[id]
 	delete(n.loud, id)
 	n.mu.Unlock()
-	if loud {
+	if loud || !beaten {
 		return false
 	}
 	n.noteBeat(hb.Beat)
@@ -292,7 +293,6 @@ func (n *Node) applyHosted(sa *record.SignedAgent) {
 	if beaten { // a new record of the same agent: its last heartbeat stands
 		n.lastBeats[id] = beat
 	}
-	n.loud[id] = struct{}{}
 	m.seq = max(n.lastSeq[id], sa.Agent.Seq)
 	delete(n.lastSeq, id)
 	n.memo[id] = m
