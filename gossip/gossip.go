@@ -24,7 +24,6 @@ import (
 	pb "github.com/libp2p/go-libp2p-pubsub/pb"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"golang.org/x/time/rate"
 )
 
 // peerOutboundQueue is the number of RPCs pubsub queues for one peer
@@ -204,12 +203,11 @@ type Gossip struct {
 	scores     map[peer.ID]float64
 	graylisted map[peer.ID]bool
 
-	serveSem chan struct{}
-	limitMu  sync.Mutex
-	limiters map[peer.ID]*rate.Limiter
-	// Heartbeat pulls served (PullProtocol); their limiters share limitMu.
-	pullSem      chan struct{}
-	pullLimiters map[peer.ID]*rate.Limiter
+	serveSem   chan struct{}
+	syncLimits *peerLimits
+	// Heartbeat pulls served (PullProtocol).
+	pullSem    chan struct{}
+	pullLimits *peerLimits
 
 	onPeers func(topic string) // OnTopicPeers
 }
@@ -270,18 +268,18 @@ func New(ctx context.Context, h host.Host, cfg Config, v *trust.Verifier, sink S
 	}
 	g := &Gossip{
 		h: h, cfg: c, v: v, sink: sink, m: m, log: log,
-		scenes:       map[string]*topicState{},
-		shards:       map[string]*topicState{},
-		legacy:       map[peer.ID]bool{},
-		syncQ:        make(chan shardSync, shardSyncQueue),
-		recent:       newRecentCache(recentTTL, recentMax),
-		warned:       newPeerSet(1024),
-		scores:       map[peer.ID]float64{},
-		graylisted:   map[peer.ID]bool{},
-		serveSem:     make(chan struct{}, c.SyncServeConcurrency),
-		limiters:     map[peer.ID]*rate.Limiter{},
-		pullSem:      make(chan struct{}, c.PullServeConcurrency),
-		pullLimiters: map[peer.ID]*rate.Limiter{},
+		scenes:     map[string]*topicState{},
+		shards:     map[string]*topicState{},
+		legacy:     map[peer.ID]bool{},
+		syncQ:      make(chan shardSync, shardSyncQueue),
+		recent:     newRecentCache(recentTTL, recentMax),
+		warned:     newPeerSet(1024),
+		scores:     map[peer.ID]float64{},
+		graylisted: map[peer.ID]bool{},
+		serveSem:   make(chan struct{}, c.SyncServeConcurrency),
+		syncLimits: newPeerLimits(c.SyncServeInterval, c.SyncServeBurst),
+		pullSem:    make(chan struct{}, c.PullServeConcurrency),
+		pullLimits: newPeerLimits(c.PullServeInterval, c.PullServeBurst),
 	}
 	g.ctx, g.cancel = context.WithCancel(ctx)
 	g.unknown = newUnknownQueue(c.UnknownAgentBackoff)

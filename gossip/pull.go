@@ -16,7 +16,6 @@ import (
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/multiformats/go-multistream"
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/time/rate"
 )
 
 // PullProtocol is the heartbeat pull, /agentd/heartbeat/1.0.0: a node that
@@ -232,7 +231,7 @@ func (g *Gossip) handlePull(s network.Stream) {
 		_ = s.Reset()
 		return
 	}
-	if !g.allowPull(remote) {
+	if !g.pullLimits.allow(remote) {
 		answer(encodePullError(record.CodeRateLimited, "heartbeat pulls from this peer are rate-limited"), "rate_limited")
 		return
 	}
@@ -260,28 +259,6 @@ func (g *Gossip) handlePull(s network.Stream) {
 		return
 	}
 	answer(b, "ok")
-}
-
-// allowPull applies the per-peer rate limit of heartbeat pulls.
-func (g *Gossip) allowPull(p peer.ID) bool {
-	g.limitMu.Lock()
-	defer g.limitMu.Unlock()
-	l, ok := g.pullLimiters[p]
-	if !ok {
-		if len(g.pullLimiters) >= maxLimiters {
-			for q, ql := range g.pullLimiters {
-				if ql.Tokens() >= float64(g.cfg.PullServeBurst) {
-					delete(g.pullLimiters, q)
-				}
-			}
-			if len(g.pullLimiters) >= maxLimiters {
-				return false
-			}
-		}
-		l = rate.NewLimiter(rate.Every(g.cfg.PullServeInterval), g.cfg.PullServeBurst)
-		g.pullLimiters[p] = l
-	}
-	return l.Allow()
 }
 
 // Pull asks p, the host of the given agents, for their newest heartbeats

@@ -18,7 +18,6 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
-	"golang.org/x/time/rate"
 )
 
 // Sync wire limits.
@@ -258,7 +257,7 @@ func (g *Gossip) handleSync(s network.Stream) {
 		_ = s.Reset()
 		return
 	}
-	if !g.allowSync(remote) {
+	if !g.syncLimits.allow(remote) {
 		g.m.Reject("sync", "rate_limited")
 		answer(encodeSyncError(syncCodeRateLimited, "sync requests from this peer are rate-limited"))
 		return
@@ -307,29 +306,6 @@ func (g *Gossip) handleSync(s network.Stream) {
 	}
 	answer(b)
 	g.log.Debug("sync served", "peer_id", remote, "records", len(resp.Records))
-}
-
-// allowSync applies the per-peer rate limit.
-func (g *Gossip) allowSync(p peer.ID) bool {
-	g.limitMu.Lock()
-	defer g.limitMu.Unlock()
-	l, ok := g.limiters[p]
-	if !ok {
-		if len(g.limiters) >= maxLimiters {
-			// Forget peers whose bucket has refilled: they are idle.
-			for q, ql := range g.limiters {
-				if ql.Tokens() >= float64(g.cfg.SyncServeBurst) {
-					delete(g.limiters, q)
-				}
-			}
-			if len(g.limiters) >= maxLimiters {
-				return false
-			}
-		}
-		l = rate.NewLimiter(rate.Every(g.cfg.SyncServeInterval), g.cfg.SyncServeBurst)
-		g.limiters[p] = l
-	}
-	return l.Allow()
 }
 
 // Sync asks up to Config.SyncPeers neighbours (announce-topic peers first,
