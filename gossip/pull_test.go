@@ -250,7 +250,7 @@ func TestPullServesMalformedRequests(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer s.Close()
+			defer func() { _ = s.Close() }()
 			if err := writeFrame(s, []byte(body)); err != nil {
 				t.Fatal(err)
 			}
