@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentd/agentd/internal/peerlimit"
 	"github.com/agentd/agentd/internal/weakctx"
 	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/record"
@@ -24,6 +25,7 @@ import (
 	pb "github.com/libp2p/go-libp2p-pubsub/pb"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"golang.org/x/time/rate"
 )
 
 // peerOutboundQueue is the number of RPCs pubsub queues for one peer
@@ -204,10 +206,10 @@ type Gossip struct {
 	graylisted map[peer.ID]bool
 
 	serveSem   chan struct{}
-	syncLimits *peerLimits
+	syncLimits *peerlimit.Table
 	// Heartbeat pulls served (PullProtocol).
 	pullSem    chan struct{}
-	pullLimits *peerLimits
+	pullLimits *peerlimit.Table
 
 	onPeers func(topic string) // OnTopicPeers
 }
@@ -277,9 +279,9 @@ func New(ctx context.Context, h host.Host, cfg Config, v *trust.Verifier, sink S
 		scores:     map[peer.ID]float64{},
 		graylisted: map[peer.ID]bool{},
 		serveSem:   make(chan struct{}, c.SyncServeConcurrency),
-		syncLimits: newPeerLimits(c.SyncServeInterval, c.SyncServeBurst),
+		syncLimits: peerlimit.New(rate.Every(c.SyncServeInterval), c.SyncServeBurst, maxLimiters),
 		pullSem:    make(chan struct{}, c.PullServeConcurrency),
-		pullLimits: newPeerLimits(c.PullServeInterval, c.PullServeBurst),
+		pullLimits: peerlimit.New(rate.Every(c.PullServeInterval), c.PullServeBurst, maxLimiters),
 	}
 	g.ctx, g.cancel = context.WithCancel(ctx)
 	g.unknown = newUnknownQueue(c.UnknownAgentBackoff)

@@ -231,7 +231,7 @@ func (g *Gossip) handlePull(s network.Stream) {
 		_ = s.Reset()
 		return
 	}
-	if !g.pullLimits.allow(remote) {
+	if !g.pullLimits.Allow(remote) {
 		answer(encodePullError(record.CodeRateLimited, "heartbeat pulls from this peer are rate-limited"), "rate_limited")
 		return
 	}

@@ -257,7 +257,7 @@ func (g *Gossip) handleSync(s network.Stream) {
 		_ = s.Reset()
 		return
 	}
-	if !g.syncLimits.allow(remote) {
+	if !g.syncLimits.Allow(remote) {
 		g.m.Reject("sync", "rate_limited")
 		answer(encodeSyncError(syncCodeRateLimited, "sync requests from this peer are rate-limited"))
 		return

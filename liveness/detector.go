@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/backoff"
+	"github.com/agentd/agentd/internal/peerlimit"
 	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/record"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
@@ -16,7 +17,6 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/time/rate"
 )
 
 func suspicions(m *metrics.Metrics) *prometheus.CounterVec   { return m.Suspicions }
@@ -113,7 +113,7 @@ type Detector struct {
 	queued  map[peer.ID]bool
 	alive   map[peer.ID]time.Time // last found alive by a ping
 	down    map[peer.ID]downEntry // confirmed unreachable
-	claimRL *peerLimits
+	claimRL *peerlimit.Table
 	// claimWait waits before this node's own claim is published (the
 	// jitter; tests replace it); false when ctx ended first.
 	claimWait func(ctx context.Context) bool
@@ -133,7 +133,7 @@ func New(h host.Host, cfg Config, hooks Hooks, m *metrics.Metrics, log *slog.Log
 	d := &Detector{
 		h: h, cfg: cfg, hooks: hooks, m: m, log: log.With("component", "liveness"),
 		q: make(chan peer.ID, cfg.Queue), queued: map[peer.ID]bool{}, alive: map[peer.ID]time.Time{},
-		down: map[peer.ID]downEntry{}, claimRL: newPeerLimits(1, 10),
+		down: map[peer.ID]downEntry{}, claimRL: peerlimit.New(1, 10, maxLimiters),
 	}
 	d.claimWait = d.jitterWait
 	d.srv = newServer(d)
@@ -540,32 +540,4 @@ func (d *Detector) claimKnown(c *Claim, now time.Time) (pubsub.ValidationResult,
 
 // allowClaim bounds the claims one author can make this node check: one
 // per second, bursts of 10.
-func (d *Detector) allowClaim(author peer.ID) bool { return d.claimRL.allow(author) }
-
-// peerLimits is a token bucket per peer; the table is bounded (cleared
-// when full: a peer then starts with a full bucket, which costs at most one
-// burst).
-type peerLimits struct {
-	rate  rate.Limit
-	burst int
-	mu    sync.Mutex
-	m     map[peer.ID]*rate.Limiter
-}
-
-func newPeerLimits(r rate.Limit, burst int) *peerLimits {
-	return &peerLimits{rate: r, burst: burst, m: map[peer.ID]*rate.Limiter{}}
-}
-
-func (pl *peerLimits) allow(p peer.ID) bool {
-	pl.mu.Lock()
-	defer pl.mu.Unlock()
-	l, ok := pl.m[p]
-	if !ok {
-		if len(pl.m) >= maxLimiters {
-			clear(pl.m)
-		}
-		l = rate.NewLimiter(pl.rate, pl.burst)
-		pl.m[p] = l
-	}
-	return l.Allow()
-}
+func (d *Detector) allowClaim(author peer.ID) bool { return d.claimRL.Allow(author) }

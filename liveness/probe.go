@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentd/agentd/internal/peerlimit"
 	"github.com/agentd/agentd/record"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -172,7 +173,7 @@ type server struct {
 	d   *Detector
 	sem chan struct{}
 
-	limits *peerLimits
+	limits *peerlimit.Table
 
 	mu    sync.Mutex
 	cache map[peer.ID]cachedOutcome
@@ -192,7 +193,7 @@ const (
 )
 
 func newServer(d *Detector) *server {
-	return &server{d: d, sem: make(chan struct{}, serveConcurrency), limits: newPeerLimits(serveRate, serveBurst), cache: map[peer.ID]cachedOutcome{}}
+	return &server{d: d, sem: make(chan struct{}, serveConcurrency), limits: peerlimit.New(serveRate, serveBurst, maxLimiters), cache: map[peer.ID]cachedOutcome{}}
 }
 
 func (sv *server) answer(s network.Stream, a probeAnswer) {
@@ -230,7 +231,7 @@ func (sv *server) handle(s network.Stream) {
 		_ = s.Reset()
 		return
 	}
-	if !sv.limits.allow(asker) {
+	if !sv.limits.Allow(asker) {
 		sv.refuse(s, record.CodeRateLimited, "too many probe requests")
 		return
 	}
