@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/internal/testutil"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/trust"
 	"github.com/google/uuid"
@@ -183,9 +184,13 @@ func TestPull(t *testing.T) {
 		if _, err := b.g.Pull(tn.ctx, a.h.ID(), []string{a.id.AgentID}); !errors.Is(err, ErrPullRefused) || !strings.Contains(err.Error(), record.CodeRateLimited) {
 			t.Fatalf("pull beyond the burst = %v, want rate limited", err)
 		}
-		time.Sleep(cfg.PullServeInterval)
-		if _, err := b.g.Pull(tn.ctx, a.h.ID(), []string{a.id.AgentID}); err != nil {
-			t.Fatalf("pull after the interval: %v", err)
+		// One token comes back per PullServeInterval (a minute here).
+		took := testutil.EventuallyEvery(t, 2*cfg.PullServeInterval, cfg.PullServeInterval/6, "a pull served again", func() bool {
+			_, err := b.g.Pull(tn.ctx, a.h.ID(), []string{a.id.AgentID})
+			return err == nil
+		})
+		if took < cfg.PullServeInterval-cfg.PullServeInterval/6 {
+			t.Fatalf("a pull was served again after %v, before the interval (%v)", took, cfg.PullServeInterval)
 		}
 		// Requests are checked: more ids than allowed never leave.
 		if _, err := b.g.Pull(tn.ctx, a.h.ID(), make([]string, MaxPullAgents+1)); err == nil {
@@ -289,10 +294,8 @@ func TestPullable(t *testing.T) {
 		}
 		tn.connect(a, b)
 		tn.waitTopicPeers(1)
-		time.Sleep(pullableTTL)
-		if !a.g.Pullable() {
-			t.Fatal("not pullable with one peer that serves pulls")
-		}
+		// Cached for pullableTTL: it turns once the cache expires.
+		waitFor(t, 2*pullableTTL, "pullable with one peer that serves pulls", func() bool { return a.g.Pullable() })
 		// A node of an earlier version joins the topic.
 		old := tn.addHost(2)
 		old.m = nil
@@ -309,9 +312,6 @@ func TestPullable(t *testing.T) {
 		}
 		tn.connect(a, old)
 		waitFor(t, 10*time.Second, "the old node on a's topic", func() bool { return len(a.g.announce.t.ListPeers()) == 2 })
-		time.Sleep(pullableTTL)
-		if a.g.Pullable() {
-			t.Fatal("pullable with a peer that does not serve pulls")
-		}
+		waitFor(t, 2*pullableTTL, "not pullable with a peer that does not serve pulls", func() bool { return !a.g.Pullable() })
 	})
 }

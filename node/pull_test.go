@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentd/agentd/gossip"
 	"github.com/agentd/agentd/record"
+	"github.com/agentd/agentd/view"
 )
 
 // mutedHost loses, while mute is set, everything its GossipSub sends:
@@ -47,6 +48,25 @@ func (s mutedStream) Write(b []byte) (int, error) {
 	return s.Stream.Write(b)
 }
 
+// healthyAll returns a check, for a waitFor condition, that fails the
+// test once the subscription has carried agentID's UNHEALTHY status or
+// removal.
+func healthyAll(t *testing.T, sub *view.Subscription, agentID, what string) func() {
+	return func() {
+		t.Helper()
+		for {
+			select {
+			case e := <-sub.C():
+				if e.AgentID == agentID && (e.Type == view.EventDeregistered || (e.Type == view.EventStatus && e.Status != record.StatusHealthy)) {
+					t.Fatalf("%s: %s %s %s", what, e.Type, e.Status, e.Reason)
+				}
+			default:
+				return
+			}
+		}
+	}
+}
+
 func pullCount(n *tnode, outcome string) float64 {
 	return promtest.ToFloat64(n.Metrics().Pulls.WithLabelValues(outcome))
 }
@@ -70,18 +90,21 @@ func TestPullKeepsAgentWhoseBeatsAreLost(t *testing.T) {
 		}
 		id := sa.Agent.AgentID
 		waitFor(t, 10*time.Second, "the agent at the watcher", func() bool { return hears(watcher, id) })
-		time.Sleep(6 * time.Second) // a heartbeat over gossip
-		synctest.Wait()             // nobody is in the middle of a write
+		beats := beatsDelivered(watcher)
+		waitFor(t, 10*time.Second, "a heartbeat over gossip", func() bool { return beatsDelivered(watcher) > beats })
+		synctest.Wait() // nobody is in the middle of a write
 		mute.Store(true)
-		for i := range 12 {
-			time.Sleep(5 * time.Second)
-			a, ok := live(watcher.Node, id)
-			if !ok || a.Status != record.StatusHealthy {
-				t.Fatalf("%d s after gossip went silent: live %v, status %s", 5*(i+1), ok, a.Status)
-			}
-		}
-		if got := pullCount(watcher, "news"); got < 5 {
-			t.Fatalf("pulls with news = %v in a minute of silence, want about one per 10 s", got)
+		sub := watcher.View().Subscribe(view.Filter{}, 64)
+		defer sub.Close()
+		healthy := healthyAll(t, sub, id, "while gossip was silent")
+		// About one pull with news per 10 s: five within a minute, and the
+		// agent HEALTHY throughout.
+		waitFor(t, time.Minute, "5 pulls with news while gossip is silent", func() bool {
+			healthy()
+			return pullCount(watcher, "news") >= 5
+		})
+		if a, ok := live(watcher.Node, id); !ok || a.Status != record.StatusHealthy {
+			t.Fatalf("after a minute of silent gossip: live %v, status %s", ok, a.Status)
 		}
 		if got := pullCount(watcher, "error") + pullCount(watcher, "unsupported"); got != 0 {
 			t.Fatalf("failed pulls: %v", got)
@@ -140,7 +163,7 @@ func TestLatestBeats(t *testing.T) {
 			t.Fatal(err)
 		}
 		id := sa.Agent.AgentID
-		time.Sleep(6 * time.Second)
+		waitFor(t, 10*time.Second, "a heartbeat published", func() bool { return len(n.latestBeats([]string{id})) == 1 })
 		got := n.latestBeats([]string{id, "6f1c1d1e-5b9a-4c47-9d1f-2f7c3b8e9a10"})
 		if len(got) != 1 || got[0].AgentID != id || got[0].PeerID != n.Host().ID().String() || got[0].Seq <= sa.Agent.Seq {
 			t.Fatalf("latest beats %+v", got)
@@ -210,31 +233,32 @@ func TestQuietHeartbeats(t *testing.T) {
 		}
 		id := sa.Agent.AgentID
 		waitFor(t, 10*time.Second, "the agent at the watcher", func() bool { return hears(watcher, id) })
-		time.Sleep(10 * time.Second)
-		before, pulled := beatsDelivered(watcher), pullCount(watcher, "news")
-		for i := range 12 {
-			time.Sleep(5 * time.Second)
-			if a, ok := live(watcher.Node, id); !ok || a.Status != record.StatusHealthy {
-				t.Fatalf("%d s into quiet heartbeats: live %v, status %s", 5*(i+1), ok, a.Status)
-			}
-		}
-		gossiped, pulls := beatsDelivered(watcher)-before, pullCount(watcher, "news")-pulled
+		waitFor(t, 40*time.Second, "a first pull: the host is quiet", func() bool { return pullCount(watcher, "news") > 0 })
+		sub := watcher.View().Subscribe(view.Filter{}, 64)
+		defer sub.Close()
+		healthy := healthyAll(t, sub, id, "during quiet heartbeats")
+		// Over four quiet cycles (one heartbeat on gossip, one pull each:
+		// a minute at 5 s), gossip carries one heartbeat in three.
+		before, pulled, start := beatsDelivered(watcher), pullCount(watcher, "news"), time.Now()
+		waitFor(t, 90*time.Second, "4 more pulls with news", func() bool {
+			healthy()
+			return pullCount(watcher, "news")-pulled >= 4
+		})
+		took, gossiped, pulls := time.Since(start), beatsDelivered(watcher)-before, pullCount(watcher, "news")-pulled
 		if gossiped < 3 || gossiped > 5 {
-			t.Fatalf("%v heartbeats on gossip in a minute, want one in %d of 12", gossiped, DefaultGossipBeatEvery)
+			t.Fatalf("%v heartbeats on gossip over %v (%v pulls), want one in %d", gossiped, took, pulls, DefaultGossipBeatEvery)
 		}
-		if pulls < 3 {
-			t.Fatalf("%v pulls with news in a minute, want one per 15 s", pulls)
+		if took > 70*time.Second {
+			t.Fatalf("4 pulls with news took %v, want about one per 15 s", took)
 		}
 		// A node of an earlier version joins: every heartbeat goes on
 		// gossip again.
 		old := tn.addConfigured(func(c *Config) { c.legacy = true })
 		waitFor(t, 10*time.Second, "the agent at the old node", func() bool { return hears(old, id) })
-		time.Sleep(10 * time.Second)
+		waitFor(t, 10*time.Second, "a heartbeat at the old node", func() bool { return beatsDelivered(old) > 0 })
 		before = beatsDelivered(old)
-		time.Sleep(time.Minute)
-		if got := beatsDelivered(old) - before; got < 11 {
-			t.Fatalf("the old node got %v heartbeats in a minute, want 12", got)
-		}
+		// Every heartbeat on gossip again: 11 more within a minute (12 at 5 s).
+		waitFor(t, time.Minute, "11 heartbeats at the old node", func() bool { return beatsDelivered(old)-before >= 11 })
 		if a, ok := live(old.Node, id); !ok || a.Status != record.StatusHealthy {
 			t.Fatalf("at the old node: live %v, status %s", ok, a.Status)
 		}
@@ -256,7 +280,10 @@ func TestDroppedAgentsArePulledBackOnReconnect(t *testing.T) {
 		}
 		id := sa.Agent.AgentID
 		waitFor(t, 10*time.Second, "the agent at the watcher", func() bool { return hears(watcher, id) })
-		time.Sleep(7 * time.Second) // past the loud first heartbeat: the host is quiet now
+		// Past the loud first heartbeat: the host has made a second.
+		waitFor(t, 10*time.Second, "a first heartbeat", func() bool { return len(hostN.latestBeats([]string{id})) == 1 })
+		first := hostN.latestBeats([]string{id})[0].Seq
+		waitFor(t, 10*time.Second, "a second heartbeat", func() bool { return hostN.latestBeats([]string{id})[0].Seq > first })
 		// A split: the watcher alone on one side. The host keeps a topic
 		// peer (other), so the heal gives it no first peer to re-announce to.
 		for _, p := range []*tnode{other, hostN} {
@@ -271,7 +298,13 @@ func TestDroppedAgentsArePulledBackOnReconnect(t *testing.T) {
 		if hears(watcher, id) {
 			t.Fatal("the agent of a peer found down is still live")
 		}
-		time.Sleep(20 * time.Second)
+		// The split lasts until the host has beaten since the drop: its
+		// newest heartbeat is news to the watcher.
+		dropped := hostN.latestBeats([]string{id})[0].Seq
+		waitFor(t, 20*time.Second, "a heartbeat of the host during the split", func() bool {
+			b := hostN.latestBeats([]string{id})
+			return len(b) == 1 && b[0].Seq > dropped
+		})
 		if _, err := tn.mn.LinkPeers(watcher.Host().ID(), hostN.Host().ID()); err != nil {
 			t.Fatal(err)
 		}
