@@ -96,16 +96,7 @@ func EncodePullRequest(agentIDs []string) ([]byte, error) {
 // distinct, valid agent ids. An unsupported major version yields
 // record.ErrUnsupportedVersion.
 func DecodePullRequest(b []byte) ([]string, error) {
-	if len(b) > maxPullRequestBytes {
-		return nil, fmt.Errorf("%w: heartbeat pull request is %d bytes, limit %d", record.ErrTooLarge, len(b), maxPullRequestBytes)
-	}
-	if _, err := record.CanonicalizeJSON(b); err != nil {
-		return nil, err
-	}
-	if _, _, err := readVersion(b); err != nil {
-		return nil, err
-	}
-	if err := exactMembers(b, "", pullReqMembers); err != nil {
+	if err := checkFrame(b, maxPullRequestBytes, "heartbeat pull request", pullReqMembers); err != nil {
 		return nil, err
 	}
 	var r pullRequest
@@ -148,16 +139,7 @@ func encodePullError(code, msg string) []byte {
 // agent that was asked for; the beats come back unbound (PeerID empty:
 // the answering peer is theirs). An error answer yields ErrPullRefused.
 func DecodePullAnswer(b []byte, asked []string) ([]record.Beat, error) {
-	if len(b) > maxPullAnswerBytes {
-		return nil, fmt.Errorf("%w: heartbeat pull answer is %d bytes, limit %d", record.ErrTooLarge, len(b), maxPullAnswerBytes)
-	}
-	if _, err := record.CanonicalizeJSON(b); err != nil {
-		return nil, err
-	}
-	if _, _, err := readVersion(b); err != nil {
-		return nil, err
-	}
-	if err := exactMembers(b, "", pullAnswerMembers); err != nil {
+	if err := checkFrame(b, maxPullAnswerBytes, "heartbeat pull answer", pullAnswerMembers); err != nil {
 		return nil, err
 	}
 	var r struct {

@@ -124,11 +124,18 @@ func (h *hostedBeats) latest(ids []string) []record.Beat {
 	return out
 }
 
+// pullConfig is the test configuration of nodes that serve heartbeat
+// pulls from a shared hostedBeats.
+func pullConfig() (*hostedBeats, Config) {
+	hosted := &hostedBeats{beats: map[string]record.Beat{}}
+	cfg := testConfig()
+	cfg.LatestBeats = hosted.latest
+	return hosted, cfg
+}
+
 func TestPull(t *testing.T) {
 	bubble(t, func(t *testing.T) {
-		hosted := &hostedBeats{beats: map[string]record.Beat{}}
-		cfg := testConfig()
-		cfg.LatestBeats = hosted.latest
+		hosted, cfg := pullConfig()
 		cfg.PullServeInterval = time.Minute // no refill while the burst is spent
 		tn := newTestNet(t, 3, cfg)
 		a, b, liar := tn.nodes[0], tn.nodes[1], tn.nodes[2]
@@ -244,9 +251,7 @@ func TestPullUnsupportedAndMalformed(t *testing.T) {
 // code, and the host keeps serving.
 func TestPullServesMalformedRequests(t *testing.T) {
 	bubble(t, func(t *testing.T) {
-		hosted := &hostedBeats{beats: map[string]record.Beat{}}
-		cfg := testConfig()
-		cfg.LatestBeats = hosted.latest
+		_, cfg := pullConfig()
 		tn := newTestNet(t, 2, cfg)
 		a, b := tn.nodes[0], tn.nodes[1]
 		tn.connect(a, b)
@@ -284,9 +289,7 @@ func TestPullServesMalformedRequests(t *testing.T) {
 // PullProtocol; a peer of an earlier version on it makes it not.
 func TestPullable(t *testing.T) {
 	bubble(t, func(t *testing.T) {
-		hosted := &hostedBeats{beats: map[string]record.Beat{}}
-		cfg := testConfig()
-		cfg.LatestBeats = hosted.latest
+		_, cfg := pullConfig()
 		tn := newTestNet(t, 2, cfg)
 		a, b := tn.nodes[0], tn.nodes[1]
 		if a.g.Pullable() {

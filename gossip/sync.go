@@ -91,19 +91,28 @@ func writeFrame(w io.Writer, b []byte) error { return frame.Write(w, b) }
 
 func readFrame(r *bufio.Reader, max int) ([]byte, error) { return frame.Read(r, max) }
 
+// checkFrame applies the checks every JSON frame of agentd's stream
+// protocols starts with: at most max bytes, I-JSON (record.CanonicalizeJSON:
+// UTF-8, no duplicate names, numbers within doubles), a protocol_version
+// this version speaks, and no member that differs from one of members
+// only in case. what names the frame in the size error.
+func checkFrame(b []byte, max int, what string, members []string) error {
+	if len(b) > max {
+		return fmt.Errorf("%w: %s is %d bytes, limit %d", record.ErrTooLarge, what, len(b), max)
+	}
+	if _, err := record.CanonicalizeJSON(b); err != nil {
+		return err
+	}
+	if _, _, err := readVersion(b); err != nil {
+		return err
+	}
+	return exactMembers(b, "", members)
+}
+
 // decodeSyncRequest parses and checks a request frame. An unsupported
 // major version yields record.ErrUnsupportedVersion.
 func decodeSyncRequest(b []byte) (*syncRequest, error) {
-	if len(b) > maxSyncRequestBytes {
-		return nil, fmt.Errorf("%w: sync request is %d bytes, limit %d", record.ErrTooLarge, len(b), maxSyncRequestBytes)
-	}
-	if _, err := record.CanonicalizeJSON(b); err != nil {
-		return nil, err
-	}
-	if _, _, err := readVersion(b); err != nil {
-		return nil, err
-	}
-	if err := exactMembers(b, "", syncReqMembers); err != nil {
+	if err := checkFrame(b, maxSyncRequestBytes, "sync request", syncReqMembers); err != nil {
 		return nil, err
 	}
 	var r syncRequest
