@@ -156,10 +156,10 @@ func (p *probe) deliver(msg *pubsub.Message, meshed *meshTimes) {
 	}
 }
 
-// tracer returns the pubsub raw tracer of one node.
-// tracer returns the tracer of a node instance that starts now.
-func (p *probe) tracer() pubsub.RawTracer {
-	return probeTracer{p, &meshTimes{m: map[string]int64{}}}
+// tracer returns the pubsub raw tracer of a node instance, self, that
+// starts now.
+func (p *probe) tracer(self peer.ID) pubsub.RawTracer {
+	return probeTracer{p, &meshTimes{m: map[string]int64{}}, self}
 }
 
 // meshTimes records when a node instance first grafted a peer in each
@@ -186,15 +186,22 @@ func (m *meshTimes) first(topic string) int64 {
 }
 
 // probeTracer is one node instance's tracer. meshed is when the instance
-// first grafted a peer in each topic.
+// first grafted a peer in each topic. self is the instance's peer: pubsub
+// traces the instance's own publications too (delivered to its own
+// subscription, or refused by its own validator), and those are not
+// receptions.
 type probeTracer struct {
 	p      *probe
 	meshed *meshTimes
+	self   peer.ID
 }
 
 var _ pubsub.RawTracer = probeTracer{}
 
 func (t probeTracer) DeliverMessage(msg *pubsub.Message) {
+	if msg.ReceivedFrom == t.self {
+		return
+	}
 	t.p.mix.add(mixFirst, 1)
 	t.p.deliver(msg, t.meshed)
 }
@@ -207,8 +214,10 @@ func (t probeTracer) Leave(string)                             {}
 func (t probeTracer) Graft(_ peer.ID, topic string)            { t.meshed.graft(topic) }
 func (t probeTracer) Prune(peer.ID, string)                    {}
 func (t probeTracer) ValidateMessage(*pubsub.Message)          {}
-func (t probeTracer) RejectMessage(_ *pubsub.Message, reason string) {
-	t.p.mix.reject(reason)
+func (t probeTracer) RejectMessage(msg *pubsub.Message, reason string) {
+	if msg.ReceivedFrom != t.self {
+		t.p.mix.reject(reason)
+	}
 }
 func (t probeTracer) DuplicateMessage(*pubsub.Message) { t.p.mix.add(mixDuplicates, 1) }
 func (t probeTracer) ThrottlePeer(peer.ID)             {}

@@ -316,7 +316,7 @@ func (sm *sim) start(vn *vnode, restart bool) error {
 	if sm.s.Node.Gossip != nil {
 		gc = *sm.s.Node.Gossip
 	}
-	gc.Tracers = append(slices.Clip(gc.Tracers), sm.probe.tracer())
+	gc.Tracers = append(slices.Clip(gc.Tracers), sm.probe.tracer(sh.ID()))
 	cfg.Gossip = &gc
 	n, err := node.New(cfg, node.Options{
 		Identity: vn.id, Host: sh, Store: st, Metrics: agentdmetrics.New(false),

@@ -130,8 +130,11 @@ func checkRun(t *testing.T, rep *Report, minRecall, maxStale float64) {
 	// What GossipSub received: each copy is a first copy, a duplicate, a
 	// refused one or (a topic the node left) dropped unseen; a run with
 	// heartbeats delivers some and, with a mesh of more than one peer,
-	// drops some as duplicates.
-	if m := rep.Gossip.PubsubIn; m == nil || m.RPCs <= 0 || m.First <= 0 || m.Duplicates <= 0 || m.First+m.Duplicates+m.Ignored+m.Failed+m.Unvalidated+m.OtherRefused > m.Copies+1e-9 {
+	// drops some as duplicates. A copy is counted when its RPC arrives and
+	// its fate when validation ends, so the copies in validation as the
+	// window opens have a fate and no arrival in it: a few dozen at most,
+	// hence the 0.5 % (the fates of all copies are all but all of them).
+	if m := rep.Gossip.PubsubIn; m == nil || m.RPCs <= 0 || m.First <= 0 || m.Duplicates <= 0 || m.First+m.Duplicates+m.Ignored+m.Failed+m.Unvalidated+m.OtherRefused > m.Copies*1.005 {
 		t.Errorf("pubsub receptions not split: %+v", m)
 	}
 	if rep.Resources.Samples == 0 || rep.Resources.GoroutinesPerNode <= 0 || rep.Resources.HeapPerNodeMB <= 0 {
