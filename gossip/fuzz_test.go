@@ -84,7 +84,7 @@ func FuzzSyncResponse(f *testing.F) {
 	f.Add([]byte(`{"protocol_version":"v1.0","records":[{}],"heard":[{"age_ms":1500,"interval_ms":5000}]}`))
 	const limit = 4
 	f.Fuzz(func(t *testing.T, data []byte) {
-		recs, bad, err := decodeSyncResponse(data, limit)
+		recs, bad, err := decodeSyncResponse(data, limit, nil)
 		if err != nil {
 			return
 		}
@@ -103,7 +103,7 @@ func FuzzSyncResponse(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		recs2, bad2, err := decodeSyncResponse(b, limit)
+		recs2, bad2, err := decodeSyncResponse(b, limit, nil)
 		if err != nil || bad2 != 0 || len(recs2) != len(recs) {
 			t.Fatalf("round trip: %d records, %d bad, %v (was %d)", len(recs2), bad2, err, len(recs))
 		}

@@ -191,6 +191,7 @@ type Gossip struct {
 	syncQ    chan shardSync
 
 	recent *recentCache
+	synced *recordMemo // the records sync answers carried, decoded
 	// own: the payloads publish is handing to pubsub right now, checked
 	// once; pubsub validates a local message again on every topic it is
 	// published on, and those checks find it here (by content key).
@@ -275,6 +276,7 @@ func New(ctx context.Context, h host.Host, cfg Config, v *trust.Verifier, sink S
 		legacy:     map[peer.ID]bool{},
 		syncQ:      make(chan shardSync, shardSyncQueue),
 		recent:     newRecentCache(recentTTL, recentMax),
+		synced:     newRecordMemo(),
 		warned:     newPeerSet(1024),
 		scores:     map[peer.ID]float64{},
 		graylisted: map[peer.ID]bool{},

@@ -137,8 +137,9 @@ func decodeSyncRequest(b []byte) (*syncRequest, error) {
 // records. The records are decoded (versions negotiated, fields
 // validated) but not verified; heard must hold one entry per record. A
 // record that fails to decode is dropped and counted in bad; an error
-// answer yields ErrSyncRefused.
-func decodeSyncResponse(b []byte, limit int) (recs []LiveRecord, bad int, err error) {
+// answer yields ErrSyncRefused. memo, if not nil, answers for the records
+// it has decoded before.
+func decodeSyncResponse(b []byte, limit int, memo *recordMemo) (recs []LiveRecord, bad int, err error) {
 	if len(b) > syncAnswerBound(limit) {
 		return nil, 0, fmt.Errorf("%w: sync answer is %d bytes, limit %d", record.ErrTooLarge, len(b), syncAnswerBound(limit))
 	}
@@ -170,7 +171,7 @@ func decodeSyncResponse(b []byte, limit int) (recs []LiveRecord, bad int, err er
 		if err != nil {
 			return nil, 0, err
 		}
-		sa, err := decodeAnnounce(raw)
+		sa, err := memo.decode(raw)
 		if err != nil {
 			bad++
 			continue
@@ -491,7 +492,7 @@ func (g *Gossip) fetchLive(ctx context.Context, p peer.ID, shards []string) ([]L
 		return nil, fmt.Errorf("read sync answer: %w", err)
 	}
 	_ = s.Close()
-	recs, bad, err := decodeSyncResponse(b, limit)
+	recs, bad, err := decodeSyncResponse(b, limit, g.synced)
 	if err != nil {
 		// A refusal (ErrSyncRefused: busy, rate limited) is the
 		// neighbour's right; a malformed answer is counted against it.

@@ -309,17 +309,17 @@ func TestSyncCodec(t *testing.T) {
 	}
 	rec := string(env.Announce)
 	const h3 = `"heard":[{"age_ms":0,"interval_ms":0},{"age_ms":1,"interval_ms":1},{"age_ms":2,"interval_ms":2}]`
-	recs, bad, err := decodeSyncResponse([]byte(`{"protocol_version":"v1.0","records":[{"agent":{}},`+rec+`,`+strings.Replace(rec, `"agent":`, `"AGENT":`, 1)+`],`+h3+`}`), 3)
+	recs, bad, err := decodeSyncResponse([]byte(`{"protocol_version":"v1.0","records":[{"agent":{}},`+rec+`,`+strings.Replace(rec, `"agent":`, `"AGENT":`, 1)+`],`+h3+`}`), 3, nil)
 	if err != nil || len(recs) != 1 || bad != 2 {
 		t.Fatalf("response: %d records, %d bad, %v", len(recs), bad, err)
 	}
 	if want := (Heard{Age: time.Millisecond, Interval: time.Millisecond}); recs[0].Heard != want {
 		t.Fatalf("heard %+v: an entry must stay with its record when another is dropped, want %+v", recs[0].Heard, want)
 	}
-	if _, _, err := decodeSyncResponse([]byte(`{"protocol_version":"v1.0","records":[`+rec+`,`+rec+`],"heard":[{"age_ms":0,"interval_ms":0},{"age_ms":0,"interval_ms":0}]}`), 1); err == nil {
+	if _, _, err := decodeSyncResponse([]byte(`{"protocol_version":"v1.0","records":[`+rec+`,`+rec+`],"heard":[{"age_ms":0,"interval_ms":0},{"age_ms":0,"interval_ms":0}]}`), 1, nil); err == nil {
 		t.Fatal("more records than asked for were accepted")
 	}
-	if _, _, err := decodeSyncResponse([]byte(`{"protocol_version":"v1.0","records":[],"heard":[],"error":{"code":"ErrRateLimited","message":"x"}}`), 1); !errors.Is(err, ErrSyncRefused) {
+	if _, _, err := decodeSyncResponse([]byte(`{"protocol_version":"v1.0","records":[],"heard":[],"error":{"code":"ErrRateLimited","message":"x"}}`), 1, nil); !errors.Is(err, ErrSyncRefused) {
 		t.Fatalf("error answer: %v", err)
 	}
 	for _, heard := range []string{
@@ -333,11 +333,11 @@ func TestSyncCodec(t *testing.T) {
 		`,"heard":[{"Age_ms":0,"interval_ms":0}]`,
 		`,"heard":[7]`,
 	} {
-		if _, _, err := decodeSyncResponse([]byte(`{"protocol_version":"v1.0","records":[`+rec+`]`+heard+`}`), 1); trust.ReasonOf(err) != trust.ReasonMalformed {
+		if _, _, err := decodeSyncResponse([]byte(`{"protocol_version":"v1.0","records":[`+rec+`]`+heard+`}`), 1, nil); trust.ReasonOf(err) != trust.ReasonMalformed {
 			t.Errorf("heard %q: %v, want a malformed answer", heard, err)
 		}
 	}
-	if _, _, err := decodeSyncResponse(make([]byte, syncAnswerBound(1)+1), 1); !errors.Is(err, record.ErrTooLarge) {
+	if _, _, err := decodeSyncResponse(make([]byte, syncAnswerBound(1)+1), 1, nil); !errors.Is(err, record.ErrTooLarge) {
 		t.Fatalf("oversize answer: %v", err)
 	}
 }
