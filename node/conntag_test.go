@@ -94,3 +94,65 @@ func TestPlanViewConns(t *testing.T) {
 		t.Errorf("release = %v, want %v", release, want)
 	}
 }
+
+// countingCM counts the calls a pass makes into a real connection manager.
+type countingCM struct {
+	*connmgr.BasicConnMgr
+	calls int
+}
+
+func (c *countingCM) Protect(p peer.ID, tag string) { c.calls++; c.BasicConnMgr.Protect(p, tag) }
+func (c *countingCM) Unprotect(p peer.ID, tag string) bool {
+	c.calls++
+	return c.BasicConnMgr.Unprotect(p, tag)
+}
+func (c *countingCM) UntagPeer(p peer.ID, tag string) { c.calls++; c.BasicConnMgr.UntagPeer(p, tag) }
+
+// TestViewConnsApply: a pass leaves the connection manager protecting
+// and tagging what its plan says as peers move between protected, tagged
+// and released, and a pass that changes nothing calls nothing but
+// TagPeer.
+func TestViewConnsApply(t *testing.T) {
+	base, err := connmgr.NewConnManager(2, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = base.Close() })
+	cm := &countingCM{BasicConnMgr: base}
+	a, b, c := peer.ID("peer-a"), peer.ID("peer-b"), peer.ID("peer-c")
+	var vc viewConns
+	tagValue := func(p peer.ID) int {
+		if ti := cm.GetTagInfo(p); ti != nil {
+			return ti.Tags[ViewTag]
+		}
+		return 0
+	}
+	check := func(step string, protected, tagged []peer.ID) {
+		t.Helper()
+		for _, p := range []peer.ID{a, b, c} {
+			if got, want := cm.IsProtected(p, ViewTag), slices.Contains(protected, p); got != want {
+				t.Errorf("%s: %s protected %v, want %v", step, p, got, want)
+			}
+			if got, want := tagValue(p) == viewTagWeight, slices.Contains(tagged, p); got != want {
+				t.Errorf("%s: %s tagged %v, want %v", step, p, got, want)
+			}
+		}
+	}
+	vc.apply(cm, []peer.ID{a, b}, []peer.ID{c}, nil)
+	check("first pass", []peer.ID{a, b}, []peer.ID{c})
+
+	cm.calls = 0
+	vc.apply(cm, []peer.ID{a, b}, []peer.ID{c}, nil)
+	check("same plan", []peer.ID{a, b}, []peer.ID{c})
+	if cm.calls != 0 {
+		t.Errorf("a pass that changes nothing made %d protect/untag calls", cm.calls)
+	}
+
+	// a is demoted to a tag, c promoted, b released.
+	vc.apply(cm, []peer.ID{c}, []peer.ID{a}, []peer.ID{a, b})
+	check("moved", []peer.ID{c}, []peer.ID{a})
+
+	// Everything released.
+	vc.apply(cm, nil, nil, []peer.ID{a, c})
+	check("released", nil, nil)
+}

@@ -34,6 +34,7 @@ import (
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/trust"
 	"github.com/agentd/agentd/view"
+	"github.com/libp2p/go-libp2p/core/connmgr"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -796,6 +797,12 @@ type viewConns struct {
 	mu        sync.Mutex
 	seed      maphash.Seed // keys the order of view peers (set in New)
 	protected map[peer.ID]struct{}
+	// tagged are the peers tagged (not protected) at the last pass. A
+	// pass calls the manager only for what changed, and TagPeer for every
+	// tagged peer (the manager drops a peer's tags when it disconnects):
+	// protecting and untagging every view peer every second was a third
+	// of the pass.
+	tagged map[peer.ID]struct{}
 	// names holds the text form of the peers connected at the last pass:
 	// a peer id's base58 encoding, once per pass and peer, was half of
 	// this pass's CPU.
@@ -821,17 +828,35 @@ func (n *Node) tagViewPeers() {
 	n.vc.names = names
 	protect, tag, release := planViewConns(connected, func(p peer.ID) bool { return n.view.CountByPeerString(names[p]) > 0 },
 		func(p peer.ID) uint64 { return maphash.String(n.vc.seed, string(p)) }, n.vc.protected, viewProtectMax)
+	n.vc.apply(cm, protect, tag, release)
+}
+
+// apply tells the connection manager a pass's plan (planViewConns),
+// calling it only for what changed since the last pass, and TagPeer for
+// every tagged peer. vc.mu is held.
+func (vc *viewConns) apply(cm connmgr.ConnManager, protect, tag, release []peer.ID) {
+	before, tagged := vc.protected, vc.tagged
 	for _, p := range release {
-		cm.Unprotect(p, ViewTag)
-		cm.UntagPeer(p, ViewTag)
+		if _, ok := before[p]; ok {
+			cm.Unprotect(p, ViewTag)
+		}
+		if _, ok := tagged[p]; ok {
+			cm.UntagPeer(p, ViewTag)
+		}
 	}
-	n.vc.protected = make(map[peer.ID]struct{}, len(protect))
+	vc.protected = make(map[peer.ID]struct{}, len(protect))
 	for _, p := range protect {
-		n.vc.protected[p] = struct{}{}
-		cm.Protect(p, ViewTag)
-		cm.UntagPeer(p, ViewTag)
+		vc.protected[p] = struct{}{}
+		if _, ok := before[p]; !ok {
+			cm.Protect(p, ViewTag)
+		}
+		if _, ok := tagged[p]; ok {
+			cm.UntagPeer(p, ViewTag)
+		}
 	}
+	vc.tagged = make(map[peer.ID]struct{}, len(tag))
 	for _, p := range tag {
+		vc.tagged[p] = struct{}{}
 		cm.TagPeer(p, ViewTag, viewTagWeight)
 	}
 }
