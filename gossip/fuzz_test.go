@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -77,14 +79,43 @@ func FuzzSyncRequest(f *testing.F) {
 }
 
 // FuzzSyncResponse: an answer either fails or yields at most limit
-// records, which re-encode into an answer that decodes to the same records.
+// records, which re-encode into an answer that decodes to the same records;
+// and a memo shared by every input (as a node's is by every answer) changes
+// nothing of what an answer decodes to.
 func FuzzSyncResponse(f *testing.F) {
+	memo := newRecordMemo()
+	// A real record three times, the third in other bytes: the memo's
+	// hits and misses in one answer.
+	b, err := os.ReadFile(filepath.Join("testdata", "golden", "announce.json"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	var env struct {
+		Announce json.RawMessage `json:"announce"`
+	}
+	if err := json.Unmarshal(b, &env); err != nil {
+		f.Fatal(err)
+	}
+	rec := string(env.Announce)
+	f.Add([]byte(`{"protocol_version":"v1.0","records":[` + rec + `,` + rec + `, ` + rec + `],"heard":[{"age_ms":1,"interval_ms":5000},{"age_ms":2,"interval_ms":5000},{"age_ms":3,"interval_ms":5000}]}`))
 	f.Add([]byte(`{"protocol_version":"v1.0","records":[],"heard":[]}`))
 	f.Add([]byte(`{"protocol_version":"v1.0","records":[],"heard":[],"error":{"code":"ErrRateLimited","message":"slow down"}}`))
 	f.Add([]byte(`{"protocol_version":"v1.0","records":[{}],"heard":[{"age_ms":1500,"interval_ms":5000}]}`))
 	const limit = 4
 	f.Fuzz(func(t *testing.T, data []byte) {
 		recs, bad, err := decodeSyncResponse(data, limit, nil)
+		for range 2 { // the second time from the memo
+			mrecs, mbad, merr := decodeSyncResponse(data, limit, memo)
+			if (merr == nil) != (err == nil) || mbad != bad || len(mrecs) != len(recs) {
+				t.Fatalf("with the memo: %d records, %d bad, %v; without: %d, %d, %v", len(mrecs), mbad, merr, len(recs), bad, err)
+			}
+			for i := range recs {
+				if !bytes.Equal(recs[i].Record.Canonical(), mrecs[i].Record.Canonical()) || !bytes.Equal(recs[i].Record.Signature, mrecs[i].Record.Signature) ||
+					!bytes.Equal(recs[i].Record.PeerSignature, mrecs[i].Record.PeerSignature) || recs[i].Heard != mrecs[i].Heard {
+					t.Fatalf("record %d differs with the memo", i)
+				}
+			}
+		}
 		if err != nil {
 			return
 		}
