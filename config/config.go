@@ -206,6 +206,13 @@ type HealthCheckConfig struct {
 	// through other peers, and once confirmed unreachable its agents leave
 	// at once instead of after the timeout (package liveness).
 	Suspicion bool `yaml:"suspicion" json:"suspicion"`
+	// GossipBeatEvery is quiet heartbeats (agentd's addition, default 3):
+	// a hosted agent's heartbeat goes on gossip in one round of
+	// GossipBeatEvery where every peer of the topic serves heartbeat
+	// pulls, which fetch the others when late; 1 puts every heartbeat on
+	// gossip, as earlier versions did. At most 3, so that a peer that
+	// cannot reach this node still hears it within three intervals.
+	GossipBeatEvery int `yaml:"gossipBeatEvery" json:"gossipBeatEvery"`
 }
 
 // CacheConfig is seed 001 §11.1.
@@ -254,6 +261,9 @@ type LogConfig struct {
 const (
 	DefaultHeartbeatInterval = 5 * time.Second
 	DefaultLivenessTimeout   = 30 * time.Second
+	// DefaultGossipBeatEvery is discovery.healthCheck.gossipBeatEvery's
+	// default and bound (quiet heartbeats, docs/protocol.md).
+	DefaultGossipBeatEvery = 3
 )
 
 // Default returns the defaults of every setting (the map's defaults table).
@@ -288,7 +298,7 @@ func Default() Config {
 	c.Discovery.SkillCenter.Cache.TTL = Duration(300 * time.Second)
 	c.Discovery.HealthCheck = HealthCheckConfig{
 		HeartbeatInterval: Duration(DefaultHeartbeatInterval), Timeout: Duration(DefaultLivenessTimeout),
-		RetryCount: 3, UnhealthyThreshold: 3, Suspicion: true,
+		RetryCount: 3, UnhealthyThreshold: 3, Suspicion: true, GossipBeatEvery: DefaultGossipBeatEvery,
 	}
 	return c
 }

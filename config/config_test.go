@@ -40,7 +40,7 @@ func TestSeed001Loads(t *testing.T) {
 		t.Errorf("skillCenter = %+v", s)
 	}
 	h := c.Discovery.HealthCheck
-	if h.HeartbeatInterval.D() != 5*time.Second || h.Timeout.D() != 30*time.Second || h.RetryCount != 3 || h.UnhealthyThreshold != 3 {
+	if h.HeartbeatInterval.D() != 5*time.Second || h.Timeout.D() != 30*time.Second || h.RetryCount != 3 || h.UnhealthyThreshold != 3 || h.GossipBeatEvery != DefaultGossipBeatEvery {
 		t.Errorf("healthCheck = %+v", h)
 	}
 	// Everything the seed does not mention keeps its default.
@@ -143,6 +143,10 @@ discovery:
 			"agentd.yaml:4: discovery.udp.timeout: 1s is shorter than discovery.udp.broadcastInterval 5s"},
 		{"health timeout below interval (from default)", "discovery:\n  healthCheck:\n    timeout: 1s\n",
 			"agentd.yaml:3: discovery.healthCheck.timeout: 1s is shorter than discovery.healthCheck.heartbeatInterval 5s"},
+		{"quiet heartbeats past their bound", "discovery:\n  healthCheck:\n    gossipBeatEvery: 4\n",
+			"agentd.yaml:3: discovery.healthCheck.gossipBeatEvery: 4 is out of range (1-3: one heartbeat in N on gossip)"},
+		{"quiet heartbeats zero", "discovery:\n  healthCheck:\n    gossipBeatEvery: 0\n",
+			"agentd.yaml:3: discovery.healthCheck.gossipBeatEvery: 0 is out of range (1-3: one heartbeat in N on gossip)"},
 		{"bad policy", "trust:\n  policy: trusting\n", `agentd.yaml:2: trust.policy: "trusting" is not one of open, allowlist, ca`},
 		{"bad uuid", "trust:\n  policy: allowlist\n  allowList:\n    - 0b3c4d5e-6f70-4182-9a3b-4c5d6e7f8091\n    - not-a-uuid\n",
 			`agentd.yaml:5: trust.allowList[1]: "not-a-uuid" is not a UUID in canonical form (36 characters)`},

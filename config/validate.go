@@ -273,6 +273,9 @@ func (d DiscoveryConfig) validate(v *validator) {
 	if hc.UnhealthyThreshold < 1 || hc.UnhealthyThreshold > 100 {
 		v.add("discovery.healthCheck.unhealthyThreshold", "%d is out of range (1-100 missed heartbeats)", hc.UnhealthyThreshold)
 	}
+	if hc.GossipBeatEvery < 1 || hc.GossipBeatEvery > DefaultGossipBeatEvery {
+		v.add("discovery.healthCheck.gossipBeatEvery", "%d is out of range (1-%d: one heartbeat in N on gossip)", hc.GossipBeatEvery, DefaultGossipBeatEvery)
+	}
 
 	if d.Scope != "" {
 		v.oneOf("discovery.scope", d.Scope, Scopes)

@@ -84,6 +84,7 @@ func NodeConfig(ctx context.Context, cfg config.Config, log *slog.Logger) (node.
 		Timeout:           hc.Timeout.D(),
 		UnhealthyAfter:    hc.UnhealthyThreshold,
 		DisableSuspicion:  !hc.Suspicion,
+		GossipBeatEvery:   hc.GossipBeatEvery,
 		CacheTTL:          cfg.Cache.TTL.D(),
 		NoStaleCache:      !cfg.Cache.Enabled,
 		DisableDHT:        !cfg.Discovery.DHT.Enabled,

@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -184,5 +185,26 @@ func TestRunCallsServingOnce(t *testing.T) {
 	}
 	if len(served) != 0 {
 		t.Fatal("Serving called twice")
+	}
+}
+
+// TestNodeConfigQuietHeartbeats: discovery.healthCheck.gossipBeatEvery
+// reaches the node, 3 by default.
+func TestNodeConfigQuietHeartbeats(t *testing.T) {
+	for _, n := range []int{config.DefaultGossipBeatEvery, 1} {
+		cfg := config.Default()
+		if n != config.DefaultGossipBeatEvery {
+			cfg.Discovery.HealthCheck.GossipBeatEvery = n
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		nc, err := daemon.NodeConfig(t.Context(), cfg, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if nc.GossipBeatEvery != n {
+			t.Errorf("node's GossipBeatEvery %d, want %d", nc.GossipBeatEvery, n)
+		}
 	}
 }

@@ -104,7 +104,7 @@ type Config struct {
 }
 
 // DefaultGossipBeatEvery is Config.GossipBeatEvery's default and bound.
-const DefaultGossipBeatEvery = 3
+const DefaultGossipBeatEvery = config.DefaultGossipBeatEvery
 
 func (c *Config) defaults() {
 	if c.HeartbeatInterval <= 0 {
