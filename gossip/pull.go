@@ -190,7 +190,6 @@ func (g *Gossip) handlePull(s network.Stream) {
 		return
 	}
 	defer g.wg.Done()
-	remote := s.Conn().RemotePeer()
 	_ = s.SetDeadline(time.Now().Add(g.cfg.PullTimeout))
 	answer := func(b []byte, outcome string) {
 		g.m.Inc(pullsServed, outcome)
@@ -200,34 +199,18 @@ func (g *Gossip) handlePull(s network.Stream) {
 		}
 		_ = s.Close()
 	}
-	select {
-	case g.pullSem <- struct{}{}:
-		defer func() { <-g.pullSem }()
-	default:
-		answer(encodePullError(record.CodeServiceUnavailable, "too many heartbeat pulls in progress"), "busy")
+	var ids []string
+	release, ok := g.admit(s, requestAdmission{
+		name: "pull", what: "heartbeat pulls", slots: g.pullSem, limits: g.pullLimits,
+		readBuf: 512, maxBytes: maxPullRequestBytes, refuse: encodePullError, answer: answer,
+	}, func(req []byte) (err error) {
+		ids, err = DecodePullRequest(req)
+		return err
+	})
+	if !ok {
 		return
 	}
-	req, err := readFrame(bufio.NewReaderSize(s, 512), maxPullRequestBytes)
-	if err != nil {
-		g.m.Reject("pull", string(trust.ReasonOf(err)))
-		_ = s.Reset()
-		return
-	}
-	if !g.pullLimits.Allow(remote) {
-		answer(encodePullError(record.CodeRateLimited, "heartbeat pulls from this peer are rate-limited"), "rate_limited")
-		return
-	}
-	ids, err := DecodePullRequest(req)
-	if err != nil {
-		reason := trust.ReasonOf(err)
-		g.m.Reject("pull", string(reason))
-		code := record.CodeMalformedPayload
-		if reason == trust.ReasonVersion {
-			code = record.CodeUnsupportedVersion
-		}
-		answer(encodePullError(code, err.Error()), "malformed")
-		return
-	}
+	defer release()
 	self := g.h.ID().String()
 	var beats []record.Beat
 	for _, b := range g.cfg.LatestBeats(ids) {

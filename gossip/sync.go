@@ -35,14 +35,6 @@ const (
 	maxLimiters = 4096
 )
 
-// Error codes of a sync answer.
-const (
-	syncCodeRateLimited = record.CodeRateLimited
-	syncCodeBusy        = record.CodeServiceUnavailable
-	syncCodeVersion     = record.CodeUnsupportedVersion
-	syncCodeMalformed   = record.CodeMalformedPayload
-)
-
 // ErrSyncRefused is returned (wrapped, with the code) when a neighbour
 // answers a sync request with an error.
 var ErrSyncRefused = errors.New("gossip: sync refused")
@@ -245,7 +237,10 @@ func (g *Gossip) handleSync(s network.Stream) {
 	defer stop()
 	_ = s.SetDeadline(time.Now().Add(g.cfg.SyncTimeout))
 
-	answer := func(b []byte) {
+	answer := func(b []byte, outcome string) {
+		if outcome == "busy" || outcome == "rate_limited" {
+			g.m.Reject("sync", outcome) // a malformed request is counted by its reason
+		}
 		if err := writeFrame(s, b); err != nil {
 			g.log.Debug("sync answer failed", "peer_id", remote, "err", err)
 			_ = s.Reset()
@@ -253,36 +248,18 @@ func (g *Gossip) handleSync(s network.Stream) {
 		}
 		_ = s.Close()
 	}
-	select {
-	case g.serveSem <- struct{}{}:
-		defer func() { <-g.serveSem }()
-	default:
-		g.m.Reject("sync", "busy")
-		answer(encodeSyncError(syncCodeBusy, "too many sync requests in progress"))
+	var r *syncRequest
+	release, ok := g.admit(s, requestAdmission{
+		name: "sync", what: "sync requests", slots: g.serveSem, limits: g.syncLimits,
+		readBuf: 256, maxBytes: maxSyncRequestBytes, refuse: encodeSyncError, answer: answer,
+	}, func(req []byte) (err error) {
+		r, err = decodeSyncRequest(req)
+		return err
+	})
+	if !ok {
 		return
 	}
-	req, err := readFrame(bufio.NewReaderSize(s, 256), maxSyncRequestBytes)
-	if err != nil {
-		g.m.Reject("sync", string(trust.ReasonOf(err)))
-		_ = s.Reset()
-		return
-	}
-	if !g.syncLimits.Allow(remote) {
-		g.m.Reject("sync", "rate_limited")
-		answer(encodeSyncError(syncCodeRateLimited, "sync requests from this peer are rate-limited"))
-		return
-	}
-	r, err := decodeSyncRequest(req)
-	if err != nil {
-		reason := trust.ReasonOf(err)
-		g.m.Reject("sync", string(reason))
-		code := syncCodeMalformed
-		if reason == trust.ReasonVersion {
-			code = syncCodeVersion
-		}
-		answer(encodeSyncError(code, err.Error()))
-		return
-	}
+	defer release()
 	limit := r.Limit
 	if limit <= 0 || limit > g.cfg.SyncLimit {
 		limit = g.cfg.SyncLimit
@@ -314,7 +291,7 @@ func (g *Gossip) handleSync(s network.Stream) {
 		_ = s.Reset()
 		return
 	}
-	answer(b)
+	answer(b, "ok")
 	g.log.Debug("sync served", "peer_id", remote, "records", len(resp.Records))
 }
 
