@@ -123,8 +123,7 @@ func DecodePullRequest(b []byte) ([]string, error) {
 func encodePullAnswer(beats []record.Beat) ([]byte, error) {
 	a := pullAnswer{ProtocolVersion: record.ProtocolVersion, Beats: make([]batchBeat, len(beats))}
 	for i := range beats {
-		b := &beats[i]
-		a.Beats[i] = batchBeat{AgentID: b.AgentID, Seq: b.Seq, Status: b.Status, Timestamp: b.Timestamp, IntervalMS: b.IntervalMS}
+		a.Beats[i] = toBatchBeat(&beats[i])
 	}
 	return json.Marshal(a)
 }
@@ -162,16 +161,9 @@ func DecodePullAnswer(b []byte, asked []string) ([]record.Beat, error) {
 	out := make([]record.Beat, 0, len(r.Beats))
 	for i, raw := range r.Beats {
 		field := fmt.Sprintf("beats[%d]", i)
-		if err := exactMembers(raw, field, batchBeatMembers); err != nil {
+		bt, err := decodeBatchBeat(raw, field)
+		if err != nil {
 			return nil, err
-		}
-		var e batchBeat
-		if err := json.Unmarshal(raw, &e); err != nil {
-			return nil, &record.FieldError{Field: field, Reason: err.Error()}
-		}
-		bt := record.Beat{AgentID: e.AgentID, Seq: e.Seq, Status: e.Status, Timestamp: e.Timestamp, IntervalMS: e.IntervalMS}
-		if err := bt.ValidateUnbound(); err != nil {
-			return nil, fmt.Errorf("%s: %w", field, err)
 		}
 		if !want[bt.AgentID] {
 			return nil, &record.FieldError{Field: field + ".agent_id", Reason: "was not asked for, or appears twice"}

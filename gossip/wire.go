@@ -151,9 +151,32 @@ func EncodeBatch(beats []record.Beat) ([]byte, error) {
 			return nil, &record.FieldError{Field: fmt.Sprintf("beats[%d].agent_id", i), Reason: "appears twice in the batch"}
 		}
 		seen[b.AgentID] = struct{}{}
-		e.Beats[i] = batchBeat{AgentID: b.AgentID, Seq: b.Seq, Status: b.Status, Timestamp: b.Timestamp, IntervalMS: b.IntervalMS}
+		e.Beats[i] = toBatchBeat(b)
 	}
 	return encode(e)
+}
+
+// toBatchBeat is b as an entry of a heartbeat batch or a pull answer.
+func toBatchBeat(b *record.Beat) batchBeat {
+	return batchBeat{AgentID: b.AgentID, Seq: b.Seq, Status: b.Status, Timestamp: b.Timestamp, IntervalMS: b.IntervalMS}
+}
+
+// decodeBatchBeat parses and validates one entry of a heartbeat batch or
+// a pull answer, at path in its message: a heartbeat without its peer
+// (unbound: the message's author or the answering peer is its peer).
+func decodeBatchBeat(raw json.RawMessage, path string) (record.Beat, error) {
+	if err := exactMembers(raw, path, batchBeatMembers); err != nil {
+		return record.Beat{}, err
+	}
+	var bb batchBeat
+	if err := json.Unmarshal(raw, &bb); err != nil {
+		return record.Beat{}, &record.FieldError{Field: path, Reason: err.Error()}
+	}
+	b := record.Beat{AgentID: bb.AgentID, Seq: bb.Seq, Status: bb.Status, Timestamp: bb.Timestamp, IntervalMS: bb.IntervalMS}
+	if err := b.ValidateUnbound(); err != nil {
+		return record.Beat{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return b, nil
 }
 
 func encode(e envelope) ([]byte, error) {
@@ -412,16 +435,9 @@ func decodeBatch(version string, raw []json.RawMessage) (beats []record.Beat, ne
 	seen := make(map[string]struct{}, len(raw))
 	for i, r := range raw {
 		path := fmt.Sprintf("beats[%d]", i)
-		if err := exactMembers(r, path, batchBeatMembers); err != nil {
+		b, err := decodeBatchBeat(r, path)
+		if err != nil {
 			return nil, false, err
-		}
-		var bb batchBeat
-		if err := json.Unmarshal(r, &bb); err != nil {
-			return nil, false, &record.FieldError{Field: path, Reason: err.Error()}
-		}
-		b := record.Beat{AgentID: bb.AgentID, Seq: bb.Seq, Status: bb.Status, Timestamp: bb.Timestamp, IntervalMS: bb.IntervalMS}
-		if err := b.ValidateUnbound(); err != nil {
-			return nil, false, fmt.Errorf("%s: %w", path, err)
 		}
 		if _, dup := seen[b.AgentID]; dup {
 			return nil, false, &record.FieldError{Field: path + ".agent_id", Reason: "appears twice in the batch"}
