@@ -912,7 +912,7 @@ func (v *View) learnHeard0(sa *record.SignedAgent, src store.Source, live bool, 
 			v.m.Reject("view", string(ReasonPeerIsDown))
 			return &trust.RejectError{Reason: ReasonPeerIsDown, Detail: fmt.Sprintf("peer %s of agent %s was confirmed unreachable and has not been heard from since", a.PeerID, a.AgentID)}
 		}
-		delete(v.down, a.PeerID) // signed since: it lives
+		v.liveLocked(a.PeerID) // signed since: it lives
 	}
 	newAgent := false
 	if s := v.agents[a.AgentID]; s == nil || s.rec.Agent.PeerID != a.PeerID {
@@ -1027,7 +1027,7 @@ func (v *View) Beat(kind Kind, sb *record.SignedBeat, from peer.ID, _ string) {
 	}
 	v.mu.Lock()
 	if t, ok := v.downLocked(b.PeerID, now); ok && b.Time().After(t) {
-		delete(v.down, b.PeerID) // a beat signed since it was found down
+		v.liveLocked(b.PeerID) // a beat signed since it was found down
 	}
 	if claimed > 0 && b.PeerID == from.String() && v.perPeer[b.PeerID] > 0 {
 		v.peerInterval[b.PeerID] = claimed
@@ -1267,9 +1267,15 @@ func (v *View) PeerUp(p peer.ID) (dropped []string) {
 	if _, ok := v.down[ps]; ok {
 		dropped = v.dropped[ps]
 	}
+	v.liveLocked(ps)
+	return dropped
+}
+
+// liveLocked forgets that peer ps was found down, and the agents DropPeer
+// removed of it.
+func (v *View) liveLocked(ps string) {
 	delete(v.down, ps)
 	delete(v.dropped, ps)
-	return dropped
 }
 
 // downLocked reports whether peer ps is marked down at now and since
@@ -1278,8 +1284,7 @@ func (v *View) PeerUp(p peer.ID) (dropped []string) {
 func (v *View) downLocked(ps string, now time.Time) (time.Time, bool) {
 	t, ok := v.down[ps]
 	if ok && now.Sub(t) > 2*v.cfg.Timeout {
-		delete(v.down, ps)
-		delete(v.dropped, ps)
+		v.liveLocked(ps)
 		return time.Time{}, false
 	}
 	return t, ok

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -537,6 +538,58 @@ func TestDropPeer(t *testing.T) {
 	f.clk.Add(61 * time.Second)
 	if err := f.v.Synced(sa, 0, 0); err != nil {
 		t.Fatalf("after the mark lapsed: %v", err)
+	}
+}
+
+// TestDroppedAgentsAreForgotten: the agents DropPeer removed of a peer are
+// handed back once by PeerUp, and forgotten whenever the peer proves alive
+// otherwise (a beat signed since) or its mark lapses — never kept for a
+// peer that is no longer marked down.
+func TestDroppedAgentsAreForgotten(t *testing.T) {
+	f := newFixture(t)
+	k := newAgent(t)
+	sa := k.sign(t, 10, f.clk.Now(), nil, map[string]float64{"c": 0})
+	learn := func() {
+		t.Helper()
+		if err := f.v.Learn(sa, store.SourceGossip, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := func() int {
+		f.v.mu.Lock()
+		defer f.v.mu.Unlock()
+		return len(f.v.dropped)
+	}
+	learn()
+	f.clk.Add(time.Second)
+	f.v.DropPeer(k.id.PeerID, ReasonPeerDown)
+	if got := f.v.PeerUp(k.id.PeerID); !slices.Equal(got, []string{k.id.AgentID}) {
+		t.Fatalf("PeerUp returned %v, want the dropped agent", got)
+	}
+	if got := f.v.PeerUp(k.id.PeerID); len(got) != 0 || held() != 0 {
+		t.Fatalf("PeerUp again returned %v (%d peers held)", got, held())
+	}
+
+	// A beat signed since the drop: alive, nothing held.
+	learn()
+	f.clk.Add(time.Second)
+	f.v.DropPeer(k.id.PeerID, ReasonPeerDown)
+	sb, err := record.SignBeat(record.Beat{AgentID: k.id.AgentID, PeerID: k.id.PeerID.String(), Seq: 11, Timestamp: f.clk.Now().Add(time.Second).UnixMilli()}, k.id.AgentKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.v.Beat(KindHeartbeat, sb, k.id.PeerID, "")
+	if held() != 0 {
+		t.Fatal("the dropped agents were kept for a peer that beat since")
+	}
+
+	// The mark lapses: nothing held.
+	f.clk.Add(time.Second)
+	f.v.DropPeer(k.id.PeerID, ReasonPeerDown)
+	f.clk.Add(61 * time.Second)
+	f.v.sweep()
+	if held() != 0 {
+		t.Fatal("the dropped agents were kept after the mark lapsed")
 	}
 }
 
