@@ -56,20 +56,22 @@ func newPulls() *pulls {
 	return &pulls{q: make(chan pullJob, pullQueue), unsupported: map[peer.ID]time.Time{}}
 }
 
-// late is the view's Config.Late: it queues the host, never blocking the
-// liveness clock.
+// late is the view's Config.Late: it queues the host.
 func (pl *pulls) late(peerID string, agentIDs []string) {
-	select {
-	case pl.q <- pullJob{peerID: peerID, agents: agentIDs}:
-	default:
-	}
+	pl.queue(pullJob{peerID: peerID, agents: agentIDs})
 }
 
 // returning queues a host that connected again after it was found
 // unreachable, with the agents the view dropped then.
 func (pl *pulls) returning(peerID string, agentIDs []string) {
+	pl.queue(pullJob{peerID: peerID, agents: agentIDs, back: true})
+}
+
+// queue adds j unless the queue is full: it never blocks the liveness
+// clock or a connection's notification.
+func (pl *pulls) queue(j pullJob) {
 	select {
-	case pl.q <- pullJob{peerID: peerID, agents: agentIDs, back: true}:
+	case pl.q <- j:
 	default:
 	}
 }
@@ -148,7 +150,7 @@ func (n *Node) pull(j pullJob) {
 			n.m.Inc(pullOutcomes, "no_news")
 		case n.ctx.Err() != nil:
 			return
-		case isUnsupported(err):
+		case errors.Is(err, gossip.ErrPullUnsupported):
 			n.pl.markUnsupported(p, now)
 			n.m.Inc(pullOutcomes, "unsupported")
 			return
@@ -171,8 +173,6 @@ func mayServePulls(protocols func(peer.ID) ([]protocol.ID, error), p peer.ID) bo
 	protos, err := protocols(p)
 	return err != nil || len(protos) == 0 || slices.Contains(protos, protocol.ID(gossip.PullProtocol))
 }
-
-func isUnsupported(err error) bool { return errors.Is(err, gossip.ErrPullUnsupported) }
 
 // latestBeats answers heartbeat pulls: the newest heartbeat published for
 // each hosted agent asked for that has beaten since its record was taken.
