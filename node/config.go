@@ -106,6 +106,15 @@ type Config struct {
 // DefaultGossipBeatEvery is Config.GossipBeatEvery's default and bound.
 const DefaultGossipBeatEvery = config.DefaultGossipBeatEvery
 
+// EffectiveGossipBeatEvery is what a node runs with when its
+// Config.GossipBeatEvery is n: the default for 0, at most the bound.
+func EffectiveGossipBeatEvery(n int) int {
+	if n <= 0 {
+		return DefaultGossipBeatEvery
+	}
+	return min(n, DefaultGossipBeatEvery)
+}
+
 func (c *Config) defaults() {
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = config.DefaultHeartbeatInterval
@@ -113,10 +122,7 @@ func (c *Config) defaults() {
 	if c.HeartbeatMaxRate == 0 {
 		c.HeartbeatMaxRate = 100
 	}
-	if c.GossipBeatEvery <= 0 {
-		c.GossipBeatEvery = DefaultGossipBeatEvery
-	}
-	c.GossipBeatEvery = min(c.GossipBeatEvery, DefaultGossipBeatEvery)
+	c.GossipBeatEvery = EffectiveGossipBeatEvery(c.GossipBeatEvery)
 	if c.Timeout <= 0 {
 		c.Timeout = config.DefaultLivenessTimeout
 	}
