@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 	ma "github.com/multiformats/go-multiaddr"
 	"go.uber.org/goleak"
@@ -552,4 +554,23 @@ func never(t testing.TB, d time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// askFrame opens a stream of proto from one node to another, sends body as
+// one frame and returns the answer frame (at most max bytes).
+func (tn *testNet) askFrame(from, to *tnode, proto protocol.ID, body string, max int) string {
+	tn.t.Helper()
+	s, err := from.h.NewStream(tn.ctx, to.h.ID(), proto)
+	if err != nil {
+		tn.t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	if err := writeFrame(s, []byte(body)); err != nil {
+		tn.t.Fatal(err)
+	}
+	ans, err := readFrame(bufio.NewReader(s), max)
+	if err != nil {
+		tn.t.Fatal(err)
+	}
+	return string(ans)
 }

@@ -185,11 +185,7 @@ func (g *Gossip) handlePull(s network.Stream) {
 	_ = s.SetDeadline(time.Now().Add(g.cfg.PullTimeout))
 	answer := func(b []byte, outcome string) {
 		g.m.Inc(pullsServed, outcome)
-		if err := writeFrame(s, b); err != nil {
-			_ = s.Reset()
-			return
-		}
-		_ = s.Close()
+		_ = answerStream(s, b)
 	}
 	var ids []string
 	release, ok := g.admit(s, requestAdmission{

@@ -256,19 +256,7 @@ func TestPullServesMalformedRequests(t *testing.T) {
 		a, b := tn.nodes[0], tn.nodes[1]
 		tn.connect(a, b)
 		ask := func(body string) string {
-			s, err := b.h.NewStream(tn.ctx, a.h.ID(), protocol.ID(PullProtocol))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = s.Close() }()
-			if err := writeFrame(s, []byte(body)); err != nil {
-				t.Fatal(err)
-			}
-			ans, err := readFrame(bufio.NewReader(s), maxPullAnswerBytes)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return string(ans)
+			return tn.askFrame(b, a, protocol.ID(PullProtocol), body, maxPullAnswerBytes)
 		}
 		if got := ask(`[1,`); !strings.Contains(got, record.CodeMalformedPayload) {
 			t.Fatalf("answer to [1, = %s", got)

@@ -68,3 +68,13 @@ func (g *Gossip) admit(s network.Stream, r requestAdmission, decode func(req []b
 	}
 	return release, true
 }
+
+// answerStream writes the answer frame b and closes s; s is reset when
+// the frame cannot be written.
+func answerStream(s network.Stream, b []byte) error {
+	if err := writeFrame(s, b); err != nil {
+		_ = s.Reset()
+		return err
+	}
+	return s.Close()
+}

@@ -1,7 +1,6 @@
 package gossip
 
 import (
-	"bufio"
 	"errors"
 	"strings"
 	"testing"
@@ -64,19 +63,7 @@ func TestSyncServesMalformedRequests(t *testing.T) {
 		a, b := tn.nodes[0], tn.nodes[1]
 		tn.connect(a, b)
 		ask := func(body string) string {
-			s, err := b.h.NewStream(tn.ctx, a.h.ID(), protocol.ID(ScopedSyncProtocol))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = s.Close() }()
-			if err := writeFrame(s, []byte(body)); err != nil {
-				t.Fatal(err)
-			}
-			ans, err := readFrame(bufio.NewReader(s), syncAnswerBound(1))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return string(ans)
+			return tn.askFrame(b, a, protocol.ID(ScopedSyncProtocol), body, syncAnswerBound(1))
 		}
 		if got := ask(`[1,`); !strings.Contains(got, record.CodeMalformedPayload) {
 			t.Fatalf("answer to [1, = %s", got)

@@ -241,12 +241,9 @@ func (g *Gossip) handleSync(s network.Stream) {
 		if outcome == "busy" || outcome == "rate_limited" {
 			g.m.Reject("sync", outcome) // a malformed request is counted by its reason
 		}
-		if err := writeFrame(s, b); err != nil {
+		if err := answerStream(s, b); err != nil {
 			g.log.Debug("sync answer failed", "peer_id", remote, "err", err)
-			_ = s.Reset()
-			return
 		}
-		_ = s.Close()
 	}
 	var r *syncRequest
 	release, ok := g.admit(s, requestAdmission{
