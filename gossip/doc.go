@@ -90,6 +90,11 @@
 // once per agent per backoff, off the validator), so the node fetches the
 // record over /agentd/record/1.0.0.
 //
+// Before any of that, pubsub verifies the message's own signature; a copy
+// identical to one still waiting for that check is dropped first (the
+// copy gate, copygate.go), so a node behind on its CPU does not verify
+// each mesh peer's copy of one message.
+//
 // # Sync protocol /agentd/sync/1.0.0 and 1.1.0
 //
 // One request and one answer per stream, each an unsigned-varint length

@@ -25,6 +25,7 @@ import (
 	pb "github.com/libp2p/go-libp2p-pubsub/pb"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 )
 
@@ -200,7 +201,8 @@ type Gossip struct {
 	unknown *unknownQueue
 	pen     *penalties // P5: deliveries of announcements whose author was not reached
 	mesh    *meshTracker
-	warned  *peerSet // peers warned about a newer minor version
+	gate    *copyGate // nil when a topic's score weighs mesh deliveries (P3)
+	warned  *peerSet  // peers warned about a newer minor version
 
 	scoresMu   sync.Mutex
 	scores     map[peer.ID]float64
@@ -309,6 +311,14 @@ func New(ctx context.Context, h host.Host, cfg Config, v *trust.Verifier, sink S
 		pubsub.WithSubscriptionFilter(pubsub.WrapLimitSubscriptionFilter(pubsub.NewRegexpSubscriptionFilter(topicRe), maxSubsPerRPC)),
 		pubsub.WithLogger(log.With("sub", "pubsub")),
 		pubsub.WithRawTracer(g.mesh),
+	}
+	if !weighsMeshDeliveries(c) {
+		var gated prometheus.Counter
+		if m != nil {
+			gated = m.CopiesGated
+		}
+		g.gate = newCopyGate(copyGateWindow, copyGateMax, time.Now, gated)
+		opts = append(opts, pubsub.WithAppSpecificRpcInspector(g.gate.inspect), pubsub.WithRawTracer(g.gate))
 	}
 	for _, t := range c.Tracers {
 		opts = append(opts, pubsub.WithRawTracer(t))
@@ -905,9 +915,38 @@ func (g *Gossip) PeerScores() map[peer.ID]float64 {
 	return out
 }
 
+// CopiesDropped returns how many received message copies were dropped
+// before pubsub's signature check as identical to a copy in it (copyGate).
+func (g *Gossip) CopiesDropped() uint64 {
+	if g.gate == nil {
+		return 0
+	}
+	return g.gate.Dropped()
+}
+
+// weighsMeshDeliveries reports whether a topic's score parameters count
+// the copies mesh peers deliver (P3, P3b), which the copy gate would hide.
+func weighsMeshDeliveries(c Config) bool {
+	weighs := func(t *pubsub.TopicScoreParams) bool {
+		return t != nil && (t.MeshMessageDeliveriesWeight != 0 || t.MeshFailurePenaltyWeight != 0)
+	}
+	if weighs(c.SceneTopicScore) {
+		return true
+	}
+	for _, t := range c.Score.Topics {
+		if weighs(t) {
+			return true
+		}
+	}
+	return false
+}
+
 // onScores is the pubsub score inspector. pubsub calls it in a goroutine
 // of its own, so it only copies and logs.
 func (g *Gossip) onScores(scores map[peer.ID]float64) {
+	if g.gate != nil {
+		g.gate.setScores(scores)
+	}
 	g.scoresMu.Lock()
 	defer g.scoresMu.Unlock()
 	g.scores = scores

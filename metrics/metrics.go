@@ -25,6 +25,9 @@ type Metrics struct {
 	GossipDelivered *prometheus.CounterVec
 	// GossipPublished counts messages this node published, by type.
 	GossipPublished *prometheus.CounterVec
+	// CopiesGated counts received gossip message copies dropped before
+	// pubsub's signature check as identical to a copy still in it.
+	CopiesGated prometheus.Counter
 	// BatchedBeats counts heartbeats published inside heartbeat batches
 	// (one per entry and topic; the batches themselves are
 	// GossipPublished{type="beats"}).
@@ -95,6 +98,9 @@ func New(withRuntime bool) *Metrics {
 		GossipPublished: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentd_gossip_published_total", Help: "Gossip messages published by this node, by type.",
 		}, []string{"type"}),
+		CopiesGated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "agentd_gossip_copies_gated_total", Help: "Gossip message copies dropped before signature checking as identical to a copy being checked.",
+		}),
 		BatchedBeats: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agentd_gossip_batched_beats_total", Help: "Heartbeats published inside heartbeat batches, one per entry and topic.",
 		}),
@@ -164,7 +170,7 @@ func New(withRuntime bool) *Metrics {
 	for _, o := range []string{"confirmed", "refuted", "duplicate", "uninterested", "no_address", "malformed", "unsupported_version", "stale", "rate_limited", "self", "suppressed"} {
 		m.DownClaims.WithLabelValues(o)
 	}
-	r.MustRegister(m.Rejects, m.Lookups, m.LookupLatency, m.GossipDelivered, m.GossipPublished, m.BatchedBeats,
+	r.MustRegister(m.Rejects, m.Lookups, m.LookupLatency, m.GossipDelivered, m.GossipPublished, m.BatchedBeats, m.CopiesGated,
 		m.Peers, m.Records, m.LiveAgents, m.Fetches, m.Provides, m.ValuePuts, m.DHTLookups, m.LANPackets, m.HTTPRequests,
 		m.Suspicions, m.DownClaims, m.ShardSyncs, m.Probes, m.Pulls, m.PullsServed)
 	return m
