@@ -82,6 +82,9 @@ func (sm *sim) report(setup SetupInfo) *Report {
 		ProbeDropped: sm.probe.dropped.Load(), RPCDrops: sm.probe.rpcDrops.Load(), Undeliverable: sm.probe.undeliverable.Load(),
 		CatchUp: sm.probe.catchUp.Load(), Interest: sm.interestAt, PubsubIn: sm.mix.perNodeSecond(sm.nodeSecs),
 	}
+	if m := r.Gossip.PubsubIn; m != nil {
+		m.Gated = float64(sm.gated) / sm.nodeSecs
+	}
 	for k, v := range sm.probe.byKind {
 		if k == gossip.KindBeats && v.count() == 0 {
 			continue // reported once a scenario's nodes host enough agents to send heartbeat batches

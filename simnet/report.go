@@ -177,7 +177,9 @@ type GossipStats struct {
 // validators, Unvalidated (dropped at a full validation queue or
 // throttled), OtherRefused (signature, blacklist, self-origin) — and the
 // message ids in IHAVE, IWANT and IDONTWANT control messages, and GRAFTs
-// and PRUNEs.
+// and PRUNEs. Gated copies are not in Copies: the node dropped them before
+// pubsub saw them, as identical to a copy still in pubsub's signature
+// check (gossip's copy gate).
 type PubsubMix struct {
 	RPCs         float64 `json:"rpcs"`
 	Copies       float64 `json:"message_copies"`
@@ -192,6 +194,7 @@ type PubsubMix struct {
 	Failed       float64 `json:"failed"`
 	Unvalidated  float64 `json:"unvalidated"`
 	OtherRefused float64 `json:"other_refused"`
+	Gated        float64 `json:"gated"`
 }
 
 // InterestStats describes the nodes' interest at the end of a run: mean
@@ -565,8 +568,8 @@ func (r *Report) WriteText(w io.Writer) error {
 		row("interest", fmt.Sprintf("%.1f shard topics and %.1f agents in the view per node; %d nodes on the announce topic", i.ShardsPerNode, i.ViewPerNode, i.AnnounceNodes))
 	}
 	if m := r.Gossip.PubsubIn; m != nil && m.RPCs > 0 {
-		row("pubsub in", fmt.Sprintf("%.1f RPCs/s: %.1f message copies (%.1f first, %.1f duplicates, refused %.1f ignored / %.1f failed / %.1f unvalidated / %.1f other), %.1f IHAVE ids, %.1f IWANT ids, %.1f IDONTWANT ids, %.2f GRAFT, %.2f PRUNE",
-			m.RPCs, m.Copies, m.First, m.Duplicates, m.Ignored, m.Failed, m.Unvalidated, m.OtherRefused, m.IHaveIDs, m.IWantIDs, m.IDontWantIDs, m.Grafts, m.Prunes))
+		row("pubsub in", fmt.Sprintf("%.1f RPCs/s: %.1f message copies (%.1f first, %.1f duplicates, refused %.1f ignored / %.1f failed / %.1f unvalidated / %.1f other; %.1f more dropped before validation as identical to a copy in it), %.1f IHAVE ids, %.1f IWANT ids, %.1f IDONTWANT ids, %.2f GRAFT, %.2f PRUNE",
+			m.RPCs, m.Copies, m.First, m.Duplicates, m.Ignored, m.Failed, m.Unvalidated, m.OtherRefused, m.Gated, m.IHaveIDs, m.IWantIDs, m.IDontWantIDs, m.Grafts, m.Prunes))
 	}
 	if g := r.Gossip; g.CatchUp > 0 {
 		row("gossip catch-up", fmt.Sprintf("%d deliveries of messages signed before the delivering node had a mesh peer (history a joiner fetched; not in propagation)", g.CatchUp))

@@ -62,6 +62,10 @@ type vnode struct {
 	bn      *bootstrap.Node
 	epoch   int // incremented when the node stops
 	upSince time.Time
+	// gated is the node's count of message copies its gossip dropped
+	// before validation (gossip.Gossip.CopiesDropped) when the measured
+	// window opened (0 for an instance started in it).
+	gated uint64
 }
 
 // pending is a departure or join whose effect on the views is awaited.
@@ -125,6 +129,7 @@ type sim struct {
 	traffic0  trafficTotals // agent nodes' totals at t0
 	boot0     trafficTotals
 	mix       mixTotals // the measured window's pubsub receptions
+	gated     uint64    // copies dropped before validation in the window
 	nodeSecs  float64
 	opErrs    []string
 	closeErrs []string
@@ -347,7 +352,7 @@ func (sm *sim) start(vn *vnode, restart bool) error {
 	now := time.Now()
 	sm.mu.Lock()
 	defer sm.mu.Unlock()
-	vn.n, vn.state, vn.upSince = n, stateUp, now
+	vn.n, vn.state, vn.upSince, vn.gated = n, stateUp, now, 0
 	// The truth changes before the poller can see the pending join.
 	sm.truth.up(vn.id.AgentID, vn.idx, vn.skills, now)
 	if sm.measuring && sm.tEnd.IsZero() {
@@ -398,6 +403,7 @@ func (sm *sim) stop(vn *vnode, n *node.Node, crash bool) error {
 	var retire []*vnode
 	sm.mu.Lock()
 	sm.addUptimeLocked(vn, now)
+	sm.addGatedLocked(vn, n)
 	vn.n, vn.state = nil, stateDown
 	sm.departed = append(sm.departed, vn.idx)
 	// Keep at most Nodes departed nodes restartable; older ones retire.
@@ -486,6 +492,15 @@ func (sm *sim) detachHost(vn *vnode) error {
 	}
 	sh.Host.Network().StopNotify(sh.cm.Notifee())
 	return sh.cm.Close()
+}
+
+// addGatedLocked adds the copies n's gossip dropped before validation
+// inside the measured window.
+func (sm *sim) addGatedLocked(vn *vnode, n *node.Node) {
+	if !sm.measuring || !sm.tEnd.IsZero() || n == nil || n.Gossip() == nil {
+		return
+	}
+	sm.gated += n.Gossip().CopiesDropped() - vn.gated
 }
 
 // addUptimeLocked adds vn's uptime inside the measured window.
@@ -692,6 +707,11 @@ func (sm *sim) runSchedule(ctx context.Context) (interrupted bool, cpu float64) 
 	sm.mu.Lock()
 	sm.t0, sm.measuring = t0, true
 	sm.traffic0, sm.boot0 = sm.trafficLocked()
+	for _, vn := range sm.nodes {
+		if vn.n != nil && vn.n.Gossip() != nil {
+			vn.gated = vn.n.Gossip().CopiesDropped()
+		}
+	}
 	sm.lastSample, sm.lastSampleAt = sm.traffic0, t0
 	sm.mu.Unlock()
 	mix0 := sm.probe.mix.read()
@@ -717,12 +737,13 @@ func (sm *sim) runSchedule(ctx context.Context) (interrupted bool, cpu float64) 
 	}
 	end := time.Now()
 	sm.mu.Lock()
-	sm.tEnd = end
 	for _, vn := range sm.nodes {
 		if !vn.boot && vn.state == stateUp {
 			sm.addUptimeLocked(vn, end)
+			sm.addGatedLocked(vn, vn.n)
 		}
 	}
+	sm.tEnd = end
 	// Uptime is now counted to tEnd; nodes stopping later add nothing.
 	var ups []*node.Node
 	for _, vn := range sm.nodes {
