@@ -342,6 +342,28 @@ func (tn *testNet) connectSparse(d int, seed uint64) {
 	}
 }
 
+// announceAll has every node announce its agent once and waits until
+// every node was delivered each other node's announcement exactly once.
+func (tn *testNet) announceAll(t *testing.T) {
+	t.Helper()
+	n := len(tn.nodes)
+	for _, nd := range tn.nodes {
+		if err := nd.g.PublishAnnounce(tn.ctx, nd.record(t)); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+	}
+	for i, nd := range tn.nodes {
+		waitFor(t, 10*time.Second, fmt.Sprintf("node %d to learn every agent", i), func() bool {
+			return len(nd.sink.deliveries(nil)) >= n-1
+		})
+	}
+	for i, nd := range tn.nodes {
+		if got := len(nd.sink.deliveries(nil)); got != n-1 {
+			t.Errorf("node %d: %d deliveries, want %d (each message delivered once)", i, got, n-1)
+		}
+	}
+}
+
 // waitTopicPeers waits until every gossip node sees at least min peers in
 // the announce topic.
 func (tn *testNet) waitTopicPeers(min int) {

@@ -2,7 +2,6 @@ package gossip
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 )
@@ -18,21 +17,7 @@ func TestPropagation20(t *testing.T) {
 		tn.waitMesh()
 
 		// Every node announces once; every node must learn all 19 others.
-		for _, nd := range tn.nodes {
-			if err := nd.g.PublishAnnounce(tn.ctx, nd.record(t)); err != nil {
-				t.Fatalf("publish: %v", err)
-			}
-		}
-		for i, nd := range tn.nodes {
-			waitFor(t, 10*time.Second, fmt.Sprintf("node %d to learn every agent", i), func() bool {
-				return len(nd.sink.deliveries(nil)) >= n-1
-			})
-		}
-		for i, nd := range tn.nodes {
-			if got := len(nd.sink.deliveries(nil)); got != n-1 {
-				t.Errorf("node %d: %d deliveries, want %d (each message delivered once)", i, got, n-1)
-			}
-		}
+		tn.announceAll(t)
 
 		// Measure: rounds of re-announcements from different nodes.
 		var lat []time.Duration
