@@ -2,7 +2,6 @@ package gossip
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,23 +87,15 @@ func newCopyGate(window time.Duration, max int, now func() time.Time, counter pr
 // presence.
 func keyOf(m *pb.Message) copyKey {
 	h := sha256.New()
-	var n [binary.MaxVarintLen64]byte
-	write := func(b []byte) {
-		h.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))])
-		h.Write(b)
-	}
 	if m.Topic == nil {
 		h.Write([]byte{0})
 	} else {
 		h.Write([]byte{1})
-		write([]byte(*m.Topic))
+		writePrefixed(h, []byte(*m.Topic))
 	}
-	write(m.From)
-	write(m.Data)
-	write(m.Seqno)
-	write(m.Signature)
-	write(m.Key)
-	write(m.ProtoReflect().GetUnknown())
+	for _, b := range [][]byte{m.From, m.Data, m.Seqno, m.Signature, m.Key, m.ProtoReflect().GetUnknown()} {
+		writePrefixed(h, b)
+	}
 	var k copyKey
 	h.Sum(k[:0])
 	return k

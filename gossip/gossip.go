@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"log/slog"
 	"regexp"
@@ -347,15 +348,17 @@ func New(ctx context.Context, h host.Host, cfg Config, v *trust.Verifier, sink S
 // and a scene topic.
 func MessageID(m *pb.Message) string {
 	h := sha256.New()
-	var n [binary.MaxVarintLen64]byte
-	write := func(b []byte) {
-		h.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))])
-		h.Write(b)
-	}
-	write([]byte(m.GetTopic()))
-	write(m.GetFrom())
+	writePrefixed(h, []byte(m.GetTopic()))
+	writePrefixed(h, m.GetFrom())
 	h.Write(m.GetData())
 	return base64.RawURLEncoding.EncodeToString(h.Sum(nil))
+}
+
+// writePrefixed writes b to h after its length as a uvarint.
+func writePrefixed(h hash.Hash, b []byte) {
+	var n [binary.MaxVarintLen64]byte
+	h.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))])
+	h.Write(b)
 }
 
 // contentKey identifies a payload by its author across topics.

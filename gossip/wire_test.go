@@ -2,6 +2,8 @@ package gossip
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -226,6 +228,13 @@ func TestMessageID(t *testing.T) {
 	id := MessageID(m)
 	if len(id) != 43 || strings.ContainsAny(id, "+/=") {
 		t.Fatalf("id %q is not unpadded base64url of 32 bytes", id)
+	}
+	// The documented formula, spelled out: every node must compute it alike.
+	pre := append([]byte{byte(len(topic))}, topic...)
+	pre = append(append(pre, byte(len("author-a"))), "author-a"...)
+	sum := sha256.Sum256(append(pre, `{"x":1}`...))
+	if want := base64.RawURLEncoding.EncodeToString(sum[:]); id != want {
+		t.Fatalf("MessageID = %s, the documented formula gives %s", id, want)
 	}
 	same := &pb.Message{Topic: &topic, From: []byte("author-a"), Data: []byte(`{"x":1}`), Seqno: []byte{2}}
 	if MessageID(same) != id {
