@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"encoding/binary"
 	"fmt"
 	"testing"
 	"time"
@@ -210,6 +211,80 @@ func TestCopyGateSettlesOnARealRouter(t *testing.T) {
 				defer nd.g.gate.mu.Unlock()
 				return len(nd.g.gate.leaders) == 0 && len(nd.g.gate.byMsg) == 0
 			})
+		}
+	})
+}
+
+// TestCopyGateForgedCopyDoesNotHoldBackTheHonestOne: a peer that lies
+// sends a node a copy of a message with a corrupted signature and, in the
+// same RPC, the honest copy. The forged one waits for the signature check
+// first; the honest one must not be dropped as its duplicate. Then two
+// identical honest copies: the second is dropped, the message delivered
+// once.
+func TestCopyGateForgedCopyDoesNotHoldBackTheHonestOne(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn := newTestNet(t, 1, testConfig())
+		v := tn.nodes[0]
+		liar := tn.addHost(1)
+		if err := tn.mn.LinkAll(); err != nil {
+			t.Fatal(err)
+		}
+		tn.connect(v, liar)
+		s, err := liar.h.NewStream(tn.ctx, v.h.ID(), pubsub.GossipSubID_v12)
+		if err != nil {
+			t.Fatalf("open a gossipsub stream: %v", err)
+		}
+		defer func() { _ = s.Close() }()
+		send := func(rpc *pb.RPC) {
+			t.Helper()
+			b, err := proto.Marshal(rpc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Write(append(protowire.AppendVarint(nil, uint64(len(b))), b...)); err != nil {
+				t.Fatalf("write an RPC: %v", err)
+			}
+		}
+		// A message of the liar's own agent, signed as pubsub signs.
+		signed := func(seq uint64) *pb.Message {
+			t.Helper()
+			data, err := EncodeAnnounce(liar.record(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := &pb.Message{From: []byte(liar.h.ID()), Data: data, Seqno: binary.BigEndian.AppendUint64(nil, seq), Topic: proto.String(AnnounceTopic)}
+			b, err := proto.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Signature, err = liar.h.Peerstore().PrivKey(liar.h.ID()).Sign(append([]byte(pubsub.SignPrefix), b...)); err != nil {
+				t.Fatal(err)
+			}
+			return m
+		}
+		send(&pb.RPC{Subscriptions: []*pb.RPC_SubOpts{{Subscribe: proto.Bool(true), Topicid: proto.String(AnnounceTopic)}}})
+
+		honest := signed(1)
+		forged := proto.CloneOf(honest)
+		forged.Signature[len(forged.Signature)-1] ^= 1
+		send(&pb.RPC{Publish: []*pb.Message{forged, honest}})
+		waitFor(t, 5*time.Second, "the honest copy behind a forged one to be delivered", func() bool {
+			return len(v.sink.announcesOf(liar.id.AgentID, 1)) == 1
+		})
+		if n := v.g.CopiesDropped(); n != 0 {
+			t.Fatalf("the gate dropped %d copies; the forged and the honest one differ", n)
+		}
+
+		again := signed(2)
+		send(&pb.RPC{Publish: []*pb.Message{again, proto.CloneOf(again)}})
+		waitFor(t, 5*time.Second, "the second message to be delivered", func() bool {
+			return len(v.sink.announcesOf(liar.id.AgentID, 2)) == 1
+		})
+		if n := v.g.CopiesDropped(); n != 1 {
+			t.Fatalf("the gate dropped %d copies of two identical ones in one RPC, want 1", n)
+		}
+		if got := len(v.sink.announcesOf(liar.id.AgentID, 2)); got != 1 {
+			t.Fatalf("the second message was delivered %d times", got)
 		}
 	})
 }
