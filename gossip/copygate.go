@@ -46,17 +46,22 @@ import (
 // delivers; agentd's topics do not use it (AnnounceTopicScoreParams), and
 // New turns the gate off when a configuration weighs it.
 type copyGate struct {
-	window  time.Duration
-	max     int
-	now     func() time.Time
-	dropped atomic.Uint64
-	counter prometheus.Counter // nil: not exported
+	window time.Duration
+	max    int // leaders tracked at most
+	// maxBytes bounds the payload bytes of the leaders' messages, which
+	// the gate keeps alive until they settle: a peer flooding large
+	// messages on a topic nobody traces cannot make it hold more.
+	maxBytes int
+	now      func() time.Time
+	dropped  atomic.Uint64
+	counter  prometheus.Counter // nil: not exported
 	// low holds the peers whose last known score is below zero.
 	low atomic.Pointer[map[peer.ID]struct{}]
 
 	mu        sync.Mutex
 	leaders   map[copyKey]time.Time
 	byMsg     map[*pb.Message]copyKey
+	bytes     int // payload bytes of the messages in byMsg
 	lastSweep time.Time
 }
 
@@ -64,22 +69,25 @@ type copyGate struct {
 type copyKey [sha256.Size]byte
 
 // Defaults of the gate: how long a leader holds back identical copies at
-// most, and how many leaders it tracks (past that, copies pass unchecked).
+// most, and how many leaders and payload bytes it tracks (past that,
+// copies pass unchecked).
 const (
-	copyGateWindow = time.Second
-	copyGateMax    = 4096
+	copyGateWindow   = time.Second
+	copyGateMax      = 4096
+	copyGateMaxBytes = 4 << 20
 )
 
 var _ pubsub.RawTracer = (*copyGate)(nil)
 
-func newCopyGate(window time.Duration, max int, now func() time.Time, counter prometheus.Counter) *copyGate {
+func newCopyGate(window time.Duration, max, maxBytes int, now func() time.Time, counter prometheus.Counter) *copyGate {
 	return &copyGate{
-		counter: counter,
-		window:  window,
-		max:     max,
-		now:     now,
-		leaders: map[copyKey]time.Time{},
-		byMsg:   map[*pb.Message]copyKey{},
+		counter:  counter,
+		window:   window,
+		max:      max,
+		maxBytes: maxBytes,
+		now:      now,
+		leaders:  map[copyKey]time.Time{},
+		byMsg:    map[*pb.Message]copyKey{},
 	}
 }
 
@@ -135,8 +143,11 @@ func (cg *copyGate) inspect(from peer.ID, rpc *pubsub.RPC) error {
 			}
 			continue
 		}
-		if lead && len(cg.leaders) < cg.max {
+		if lead && len(cg.leaders) < cg.max && cg.bytes+len(m.Data) <= cg.maxBytes {
 			cg.leaders[k] = now
+			if _, ok := cg.byMsg[m]; !ok {
+				cg.bytes += len(m.Data)
+			}
 			cg.byMsg[m] = k
 		}
 		kept = append(kept, m)
@@ -152,9 +163,14 @@ func (cg *copyGate) sweepLocked(now time.Time) {
 	for m, k := range cg.byMsg {
 		if at, ok := cg.leaders[k]; !ok || now.Sub(at) >= cg.window {
 			delete(cg.leaders, k)
-			delete(cg.byMsg, m)
+			cg.forgetLocked(m)
 		}
 	}
+}
+
+func (cg *copyGate) forgetLocked(m *pb.Message) {
+	delete(cg.byMsg, m)
+	cg.bytes -= len(m.Data)
 }
 
 // settle forgets msg if it leads: pubsub traced its outcome.
@@ -165,7 +181,7 @@ func (cg *copyGate) settle(msg *pubsub.Message) {
 	cg.mu.Lock()
 	defer cg.mu.Unlock()
 	if k, ok := cg.byMsg[msg.Message]; ok {
-		delete(cg.byMsg, msg.Message)
+		cg.forgetLocked(msg.Message)
 		delete(cg.leaders, k)
 	}
 }

@@ -41,7 +41,7 @@ func pass(t *testing.T, cg *copyGate, from peer.ID, msgs ...*pb.Message) []*pb.M
 func TestCopyGateDropsOnlyIdenticalCopies(t *testing.T) {
 	clk := &gateClock{t: time.Unix(1000, 0)}
 	counter := prometheus.NewCounter(prometheus.CounterOpts{Name: "gated"})
-	cg := newCopyGate(time.Second, 100, clk.now, counter)
+	cg := newCopyGate(time.Second, 100, 1<<20, clk.now, counter)
 	leader := gateMsg("payload")
 	if got := pass(t, cg, "a", leader); len(got) != 1 {
 		t.Fatalf("the first copy: %d passed, want 1", len(got))
@@ -99,7 +99,7 @@ func TestCopyGateForgetsSettledLeaders(t *testing.T) {
 	for name, settle := range events {
 		t.Run(name, func(t *testing.T) {
 			clk := &gateClock{t: time.Unix(1000, 0)}
-			cg := newCopyGate(time.Second, 100, clk.now, nil)
+			cg := newCopyGate(time.Second, 100, 1<<20, clk.now, nil)
 			leader := gateMsg("payload")
 			pass(t, cg, "a", leader)
 			// Another message's outcome settles nothing.
@@ -117,7 +117,7 @@ func TestCopyGateForgetsSettledLeaders(t *testing.T) {
 
 func TestCopyGateWindow(t *testing.T) {
 	clk := &gateClock{t: time.Unix(1000, 0)}
-	cg := newCopyGate(time.Second, 100, clk.now, nil)
+	cg := newCopyGate(time.Second, 100, 1<<20, clk.now, nil)
 	pass(t, cg, "a", gateMsg("payload")) // a leader whose outcome is never traced
 	clk.t = clk.t.Add(999 * time.Millisecond)
 	if got := pass(t, cg, "b", gateMsg("payload")); len(got) != 0 {
@@ -140,7 +140,7 @@ func TestCopyGateWindow(t *testing.T) {
 
 func TestCopyGateLowScorePeersDoNotLead(t *testing.T) {
 	clk := &gateClock{t: time.Unix(1000, 0)}
-	cg := newCopyGate(time.Second, 100, clk.now, nil)
+	cg := newCopyGate(time.Second, 100, 1<<20, clk.now, nil)
 	cg.setScores(map[peer.ID]float64{"bad": -0.5, "good": 0.001})
 	if got := pass(t, cg, "bad", gateMsg("payload")); len(got) != 1 {
 		t.Fatal("a low-scoring peer's copy was dropped")
@@ -157,13 +157,32 @@ func TestCopyGateLowScorePeersDoNotLead(t *testing.T) {
 
 func TestCopyGateBound(t *testing.T) {
 	clk := &gateClock{t: time.Unix(1000, 0)}
-	cg := newCopyGate(time.Second, 2, clk.now, nil)
+	cg := newCopyGate(time.Second, 2, 1<<20, clk.now, nil)
 	pass(t, cg, "a", gateMsg("1"), gateMsg("2"), gateMsg("3"))
 	if got := pass(t, cg, "b", gateMsg("3")); len(got) != 1 {
 		t.Fatal("a copy past the bound was tracked")
 	}
 	if got := pass(t, cg, "b", gateMsg("2")); len(got) != 0 {
 		t.Fatal("a copy within the bound was not tracked")
+	}
+
+	// The bytes held: a message whose payload would pass the bound does
+	// not lead; settling frees its share.
+	cg = newCopyGate(time.Second, 100, 10, clk.now, nil)
+	big := gateMsg("123456")
+	pass(t, cg, "a", big, gateMsg("78901"))
+	if got := pass(t, cg, "b", gateMsg("78901")); len(got) != 1 {
+		t.Fatal("a message past the byte bound was tracked")
+	}
+	cg.ValidateMessage(&pubsub.Message{Message: big})
+	pass(t, cg, "a", gateMsg("78901"))
+	if got := pass(t, cg, "b", gateMsg("78901")); len(got) != 0 {
+		t.Fatal("a settled leader's bytes were not freed")
+	}
+	cg.mu.Lock()
+	defer cg.mu.Unlock()
+	if cg.bytes != 5 {
+		t.Fatalf("%d bytes counted, want 5", cg.bytes)
 	}
 }
 

@@ -318,7 +318,7 @@ func New(ctx context.Context, h host.Host, cfg Config, v *trust.Verifier, sink S
 		if m != nil {
 			gated = m.CopiesGated
 		}
-		g.gate = newCopyGate(copyGateWindow, copyGateMax, time.Now, gated)
+		g.gate = newCopyGate(copyGateWindow, copyGateMax, copyGateMaxBytes, time.Now, gated)
 		opts = append(opts, pubsub.WithAppSpecificRpcInspector(g.gate.inspect), pubsub.WithRawTracer(g.gate))
 	}
 	for _, t := range c.Tracers {
