@@ -46,8 +46,8 @@ import (
 // delivers; agentd's topics do not use it (AnnounceTopicScoreParams), and
 // New turns the gate off when a configuration weighs it.
 type copyGate struct {
-	window time.Duration
-	max    int // leaders tracked at most
+	window     time.Duration
+	maxLeaders int // leaders tracked at most
 	// maxBytes bounds the payload bytes of the leaders' messages, which
 	// the gate keeps alive until they settle: a peer flooding large
 	// messages on a topic nobody traces cannot make it hold more.
@@ -79,15 +79,15 @@ const (
 
 var _ pubsub.RawTracer = (*copyGate)(nil)
 
-func newCopyGate(window time.Duration, max, maxBytes int, now func() time.Time, counter prometheus.Counter) *copyGate {
+func newCopyGate(window time.Duration, maxLeaders, maxBytes int, now func() time.Time, counter prometheus.Counter) *copyGate {
 	return &copyGate{
-		counter:  counter,
-		window:   window,
-		max:      max,
-		maxBytes: maxBytes,
-		now:      now,
-		leaders:  map[copyKey]time.Time{},
-		byMsg:    map[*pb.Message]copyKey{},
+		counter:    counter,
+		window:     window,
+		maxLeaders: maxLeaders,
+		maxBytes:   maxBytes,
+		now:        now,
+		leaders:    map[copyKey]time.Time{},
+		byMsg:      map[*pb.Message]copyKey{},
 	}
 }
 
@@ -143,7 +143,7 @@ func (cg *copyGate) inspect(from peer.ID, rpc *pubsub.RPC) error {
 			}
 			continue
 		}
-		if lead && len(cg.leaders) < cg.max && cg.bytes+len(m.Data) <= cg.maxBytes {
+		if lead && len(cg.leaders) < cg.maxLeaders && cg.bytes+len(m.Data) <= cg.maxBytes {
 			cg.leaders[k] = now
 			if _, ok := cg.byMsg[m]; !ok {
 				cg.bytes += len(m.Data)
