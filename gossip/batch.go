@@ -190,32 +190,39 @@ func (g *Gossip) Pullable(shards ...string) bool {
 	}
 	now := time.Now()
 	for _, ts := range topics {
-		if !g.pullableTopic(ts, now) {
+		if !g.topicSpeaks(ts, PullProtocol, now) {
 			return false
 		}
 	}
 	return true
 }
 
-func (g *Gossip) pullableTopic(ts *topicState, now time.Time) bool {
+// topicSpeaks reports whether every peer this node knows on the topic
+// lists proto (PullProtocol or ResendProtocol) through identify; a topic
+// without a known peer, or with a peer whose protocols identify has not
+// listed yet, does not. Answers are kept per topic for pullableTTL.
+func (g *Gossip) topicSpeaks(ts *topicState, proto string, now time.Time) bool {
+	cache := &ts.pullable
+	if proto == ResendProtocol {
+		cache = &ts.resendable
+	}
 	g.mu.Lock()
-	if !ts.pullAt.IsZero() && now.Sub(ts.pullAt) < pullableTTL {
-		ok := ts.pullable
+	if c := *cache; !c.at.IsZero() && now.Sub(c.at) < pullableTTL {
 		g.mu.Unlock()
-		return ok
+		return c.ok
 	}
 	g.mu.Unlock()
 	peers := ts.t.ListPeers()
 	ok := len(peers) > 0
 	ps := g.h.Peerstore()
 	for _, p := range peers {
-		if protos, err := ps.SupportsProtocols(p, protocol.ID(PullProtocol)); err != nil || len(protos) == 0 {
+		if protos, err := ps.SupportsProtocols(p, protocol.ID(proto)); err != nil || len(protos) == 0 {
 			ok = false
 			break
 		}
 	}
 	g.mu.Lock()
-	ts.pullable, ts.pullAt = ok, now
+	*cache = speaks{ok: ok, at: now}
 	g.mu.Unlock()
 	return ok
 }

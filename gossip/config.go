@@ -91,6 +91,12 @@ type Config struct {
 	// list BatchProtocol, as a node of protocol v1.0 does (it still reads
 	// the batches it gets). For tests of mixed versions; off by default.
 	DisableBatches bool
+	// DisableResends makes the node behave as one of protocol v1.1 toward
+	// resent announcements: it does not list ResendProtocol, signs a record
+	// again where it would resend it, and takes a resend like any
+	// announcement (one it holds is a replay: ignored, not forwarded). For
+	// tests of mixed versions; off by default.
+	DisableResends bool
 	// MaxShards bounds the shard topics this node joins (default 1024).
 	MaxShards int
 	// SubscriptionBuffer is the delivery buffer of each subscription

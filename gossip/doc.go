@@ -55,6 +55,16 @@
 // batches, and sends them on a topic only when every peer it knows there
 // lists it.
 //
+// Protocol v1.2 adds the envelope member "resend" (1 to MaxResend) to an
+// announcement: its host sends the same signed record again, for peers
+// that missed it, instead of signing it again with a new seq
+// (PublishResend, EncodeResend). A node whose live view holds exactly that
+// record (RecordHolder) forwards the resend without verifying or
+// delivering it again, each counter once (resendLog); one that does not
+// hold it takes it as an announcement. A node lists ResendProtocol when it
+// forwards resends, and a host resends only on topics whose every known
+// peer lists it.
+//
 // Every pubsub message is signed by its author's host key (pubsub's
 // StrictSign), and the validator requires the author to be the peer_id
 // the record or beat names, so only the host of an agent can speak for it

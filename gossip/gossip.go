@@ -100,6 +100,10 @@ var (
 	// ErrRejected is returned when this node's own validator refuses a
 	// message it was asked to publish; the error names the reason.
 	ErrRejected = errors.New("gossip: message rejected")
+	// ErrNotResendable is returned by PublishResend when a topic of the
+	// record has a peer that does not list ResendProtocol (or none yet):
+	// the record must be signed again and announced instead.
+	ErrNotResendable = errors.New("gossip: a peer of the record's topics does not forward resends")
 	// ErrInvalidScene is returned for a scene name that is not an identifier.
 	ErrInvalidScene = errors.New("gossip: invalid scene name")
 	// ErrSceneNotJoined is returned by LeaveScene for a scene not joined.
@@ -193,6 +197,7 @@ type Gossip struct {
 	syncQ    chan shardSync
 
 	recent *recentCache
+	resent *resendLog
 	synced *recordMemo // the records sync answers carried, decoded
 	// own: the payloads publish is handing to pubsub right now, checked
 	// once; pubsub validates a local message again on every topic it is
@@ -237,9 +242,16 @@ type topicState struct {
 	// (guarded by Gossip.mu), and ready, closed once one succeeded.
 	syncs int
 	ready chan struct{}
-	// Pullable's answer for the topic and when it was found (Gossip.mu).
-	pullable bool
-	pullAt   time.Time
+	// Whether every known peer of the topic lists a protocol, and when
+	// that was found (Gossip.mu): Pullable's and Resendable's answers.
+	pullable, resendable speaks
+}
+
+// speaks is a topic's cached answer to "does every known peer list this
+// protocol", found at at.
+type speaks struct {
+	ok bool
+	at time.Time
 }
 
 // isReady reports whether a shard sync of ts succeeded.
@@ -279,6 +291,7 @@ func New(ctx context.Context, h host.Host, cfg Config, v *trust.Verifier, sink S
 		legacy:     map[peer.ID]bool{},
 		syncQ:      make(chan shardSync, shardSyncQueue),
 		recent:     newRecentCache(recentTTL, recentMax),
+		resent:     newResendLog(resendLogMax),
 		synced:     newRecordMemo(),
 		warned:     newPeerSet(1024),
 		scores:     map[peer.ID]float64{},
@@ -406,6 +419,9 @@ func (g *Gossip) Start(ctx context.Context) error {
 	g.h.SetStreamHandler(ScopedSyncProtocol, g.handleSync)
 	if !g.cfg.DisableBatches {
 		g.h.SetStreamHandler(BatchProtocol, refuseStream)
+	}
+	if !g.cfg.DisableResends {
+		g.h.SetStreamHandler(ResendProtocol, refuseStream)
 	}
 	if g.cfg.LatestBeats != nil {
 		g.h.SetStreamHandler(PullProtocol, g.handlePull)
@@ -642,6 +658,59 @@ func (g *Gossip) PublishAnnounce(ctx context.Context, sa *record.SignedAgent) er
 	}
 	pre := &accepted{msg: &Message{Version: record.ProtocolVersion, Kind: KindAnnounce, Agent: sa}}
 	return g.publish(ctx, KindAnnounce, data, topics, pre)
+}
+
+// PublishResend publishes the n-th resend of sa (1 … MaxResend; see
+// EncodeResend): the same signed record, announced again on its topics
+// for peers that missed it, without a new seq. The record must be one
+// this node announced before (a record restored from disk may be covered
+// by a tombstone at its peers, so it is signed again instead), and n
+// must be new for its seq (pubsub drops a payload it has published). It
+// returns ErrNotResendable, and publishes nothing, unless every peer this
+// node knows on each of the record's topics lists ResendProtocol: a node
+// of an earlier version that holds the record ignores a resend, so
+// toward it the record is signed again as before.
+func (g *Gossip) PublishResend(ctx context.Context, sa *record.SignedAgent, n int) error {
+	if sa == nil {
+		return fmt.Errorf("%w: nil record", ErrRejected)
+	}
+	if sa.Agent.PeerID != g.h.ID().String() {
+		return fmt.Errorf("%w: record of agent %s names peer %s, this host is %s", ErrForeignRecord, sa.Agent.AgentID, sa.Agent.PeerID, g.h.ID())
+	}
+	if g.cfg.DisableResends {
+		return ErrNotResendable
+	}
+	data, err := EncodeResend(sa, n)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrRejected, err)
+	}
+	if len(data) > g.cfg.MaxMessageBytes {
+		return fmt.Errorf("%w: announcement of %d bytes, limit %d", ErrRejected, len(data), g.cfg.MaxMessageBytes)
+	}
+	topics, err := g.publishTopics(sa.Agent.AllScenes(), sa.Agent.Shards())
+	if err != nil {
+		return err
+	}
+	if topics = heard(topics); len(topics) == 0 {
+		return nil
+	}
+	now := time.Now()
+	for _, ts := range topics {
+		if !g.topicSpeaks(ts, ResendProtocol, now) {
+			return ErrNotResendable
+		}
+	}
+	if err := g.v.VerifyAgent(sa, trust.VerifyOptions{From: g.h.ID(), Transport: "local"}); err != nil {
+		return fmt.Errorf("%w (%s): %v", ErrRejected, verifyReason(err), err)
+	}
+	pre := &accepted{msg: &Message{Version: record.ProtocolVersion, Kind: KindAnnounce, Agent: sa, Resend: n}}
+	if err := g.publish(ctx, KindAnnounce, data, topics, pre); err != nil {
+		return err
+	}
+	if g.m != nil {
+		g.m.Resends.WithLabelValues("sent").Inc()
+	}
+	return nil
 }
 
 // PublishBeat publishes a heartbeat, status or unregister statement on the
@@ -1016,6 +1085,7 @@ func (g *Gossip) Close() error {
 		g.h.RemoveStreamHandler(ScopedSyncProtocol)
 		g.h.RemoveStreamHandler(BatchProtocol)
 		g.h.RemoveStreamHandler(PullProtocol)
+		g.h.RemoveStreamHandler(ResendProtocol)
 	}
 	for _, ts := range topics {
 		g.leave(ts)

@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -194,6 +195,16 @@ func (s *fakeSink) LiveRecords(limit int, keep func(*record.Agent) bool) []LiveR
 		out = append(out, LiveRecord{Record: sa, Heard: s.heard[id]})
 	}
 	return out
+}
+
+// Holds implements RecordHolder as the live view does: the live record
+// of the agent at the same seq, with the same bytes and signatures.
+func (s *fakeSink) Holds(sa *record.SignedAgent) bool {
+	s.mu.Lock()
+	held := s.live[sa.Agent.AgentID]
+	s.mu.Unlock()
+	return held != nil && held.Agent.Seq == sa.Agent.Seq && held.Hash() == sa.Hash() &&
+		bytes.Equal(held.Signature, sa.Signature) && bytes.Equal(held.PeerSignature, sa.PeerSignature)
 }
 
 // setLive puts a record into the live set directly (as a local view would).

@@ -138,6 +138,11 @@ func (g *Gossip) check(topic, scene, shard string, data []byte, author peer.ID) 
 	if m.Kind == KindBeats {
 		return g.checkBatch(topic, key, m, author, local)
 	}
+	if m.Resend > 0 && !local && !g.cfg.DisableResends {
+		if ok, a, res, reason, err := g.checkResend(topic, key, m, author); ok {
+			return a, res, reason, err
+		}
+	}
 	if ok, a, res, reason, err := g.checkByAuthor(topic, key, m, author, local); ok {
 		return a, res, reason, err
 	}
@@ -187,8 +192,93 @@ func (g *Gossip) check(topic, scene, shard string, data []byte, author peer.ID) 
 		}
 		return nil, pubsub.ValidationIgnore, reason, err
 	}
+	if m.Resend > 0 {
+		// Taken as news: a later copy of this resend (a replay after
+		// pubsub's seen TTL) finds the record held and is not forwarded.
+		g.resent.forward(m.Agent.Agent.AgentID, m.Agent.Agent.Seq, m.Resend)
+	}
 	return a, pubsub.ValidationAccept, "", nil
 }
+
+// checkResend judges a resent announcement (docs/protocol.md, "Resent
+// announcements") that this node may already hold. Only the record's own
+// host may resend it (peer_mismatch otherwise, as for any announcement).
+// When the live view holds exactly this record — the same seq, canonical
+// bytes and signatures, all checked when it was admitted — the resend is
+// forwarded without its signatures being verified again and without
+// being delivered; each resend counter of a record is forwarded once
+// (resendLog), so a replay after pubsub's seen TTL goes no further than
+// the node it reaches. It reports ok false, and the caller takes an
+// announcement's path, when the view does not hold the record: the
+// resend is then news here, or a replay the sink refuses.
+func (g *Gossip) checkResend(topic string, key [32]byte, m *Message, author peer.ID) (ok bool, a *accepted, res pubsub.ValidationResult, reason trust.Reason, err error) {
+	sa := m.Agent
+	if sa.Agent.PeerID != author.String() {
+		err = &trust.RejectError{Reason: trust.ReasonPeerMismatch, Field: "peer_id", Detail: fmt.Sprintf("a resend of agent %s's record by %s, which is not its peer %s", sa.Agent.AgentID, author, sa.Agent.PeerID)}
+		return true, nil, pubsub.ValidationReject, trust.ReasonPeerMismatch, err
+	}
+	h, isHolder := g.sink.(RecordHolder)
+	if !isHolder || !h.Holds(sa) {
+		return false, nil, 0, "", nil
+	}
+	if g.recent.claim(key, topic, m) {
+		return true, &accepted{msg: m, dup: true}, pubsub.ValidationAccept, "", nil
+	}
+	if !g.resent.forward(sa.Agent.AgentID, sa.Agent.Seq, m.Resend) {
+		g.recent.release(key, topic)
+		err = &trust.RejectError{Reason: trust.ReasonReplay, Detail: fmt.Sprintf("resend %d of agent %s's record seq %d was forwarded already", m.Resend, sa.Agent.AgentID, sa.Agent.Seq)}
+		return true, nil, pubsub.ValidationIgnore, trust.ReasonReplay, err
+	}
+	if g.m != nil {
+		g.m.Resends.WithLabelValues("forwarded").Inc()
+	}
+	return true, &accepted{msg: m, dup: true}, pubsub.ValidationAccept, "", nil
+}
+
+// RecordHolder is implemented by a Sink that can tell whether it holds a
+// record exactly (the live view): Holds reports whether it holds sa's
+// agent at sa's seq with the same canonical bytes and signatures. It must
+// be fast and must not block.
+type RecordHolder interface {
+	Holds(sa *record.SignedAgent) bool
+}
+
+// resendLog remembers, per agent, the highest resend of its record this
+// node has forwarded or taken, so that each is forwarded at most once.
+// It is bounded; when full it starts over (a replay of a forgotten resend
+// is forwarded once more, which costs what the resend cost the first
+// time, no more).
+type resendLog struct {
+	mu  sync.Mutex
+	max int
+	m   map[string]resendMark
+}
+
+type resendMark struct {
+	seq uint64
+	n   int
+}
+
+func newResendLog(max int) *resendLog { return &resendLog{max: max, m: map[string]resendMark{}} }
+
+// forward reports whether resend n of agentID's record seq is newer than
+// every resend of the agent this node forwarded or took, and records it.
+func (l *resendLog) forward(agentID string, seq uint64, n int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, ok := l.m[agentID]; ok && (e.seq > seq || e.seq == seq && e.n >= n) {
+		return false
+	}
+	if _, ok := l.m[agentID]; !ok && len(l.m) >= l.max {
+		clear(l.m)
+	}
+	l.m[agentID] = resendMark{seq: seq, n: n}
+	return true
+}
+
+// resendLogMax bounds resendLog: one entry per agent resent within its
+// reach, about 60 bytes each.
+const resendLogMax = 1 << 16
 
 // checkByAuthor judges a heartbeat on its pubsub signature when the
 // message's author is the beat's own peer: pubsub has verified the

@@ -70,6 +70,9 @@ type envelope struct {
 	Announce        *record.Announce `json:"announce,omitempty"`
 	Beat            *record.WireBeat `json:"beat,omitempty"`
 	Beats           []batchBeat      `json:"beats,omitempty"`
+	// Resend marks an announcement its host sends again, unchanged, for
+	// peers that missed it (1 … MaxResend; 0 or absent: not a resend).
+	Resend int `json:"resend,omitempty"`
 }
 
 // batchBeat is one entry of a heartbeat batch: a heartbeat without its
@@ -98,6 +101,44 @@ type Message struct {
 	// Beats are the entries of a heartbeat batch, in order, without
 	// PeerID: the validator sets it to the message's author.
 	Beats []record.Beat
+	// Resend is an announcement's resend counter (ResendProtocol): 0 for
+	// an announcement, 1 … MaxResend for the same signed record sent
+	// again by its host.
+	Resend int
+}
+
+// ResendProtocol is the protocol id a node lists (through identify) when
+// it forwards resent announcements that it already holds (docs/protocol.md,
+// "Resent announcements"; protocol version v1.2). A host resends a record
+// instead of signing it again only on topics whose every known peer lists
+// it; no stream is ever opened on it.
+const ResendProtocol = "/agentd/resend/1.2.0"
+
+// MaxResend bounds an announcement's resend counter: how many times a host
+// may send one signed record again. Each counter is a new pubsub message,
+// and a node forwards each at most once (resendLog), so it also bounds
+// what one record costs the network past its first announcement.
+const MaxResend = 8
+
+// EncodeResend returns the pubsub payload resending sa for the n-th time
+// (1 … MaxResend): the announcement of sa with the envelope member
+// "resend". Nodes that do not hold the record take it as an
+// announcement; nodes of this version that hold it forward it without
+// delivering it again, and nodes of earlier versions that hold it ignore
+// it (a replay).
+func EncodeResend(sa *record.SignedAgent, n int) ([]byte, error) {
+	if n < 1 || n > MaxResend {
+		return nil, fmt.Errorf("%w: resend %d is not within 1 … %d", record.ErrMalformed, n, MaxResend)
+	}
+	var a record.Announce
+	if sa != nil {
+		a = sa.Announce()
+	}
+	if len(a.Agent) == 0 {
+		return nil, fmt.Errorf("%w: announce: no signed record", record.ErrMalformed)
+	}
+	a.ProtocolVersion = record.ProtocolVersion
+	return encode(envelope{ProtocolVersion: record.ProtocolVersion, Type: KindAnnounce, Announce: &a, Resend: n})
 }
 
 // EncodeAnnounce returns the pubsub payload announcing sa.
@@ -241,6 +282,15 @@ func Decode(b []byte, maxBytes int) (*Message, error) {
 // then the record, beat or batch itself.
 func decodeBody(version string, newer bool, e *envelope, raw *rawEnvelope) (*Message, error) {
 	m := &Message{Version: version, NewerMinor: newer, Kind: e.Type}
+	if e.Resend != 0 {
+		if e.Type != KindAnnounce {
+			return nil, &record.FieldError{Field: "resend", Reason: "is only allowed in an announce message"}
+		}
+		if e.Resend < 0 || e.Resend > MaxResend {
+			return nil, &record.FieldError{Field: "resend", Reason: fmt.Sprintf("must be an integer from 1 to %d", MaxResend)}
+		}
+		m.Resend = e.Resend
+	}
 	switch {
 	case e.Type == KindAnnounce:
 		if raw.beats != nil {
@@ -311,7 +361,7 @@ func decodeBody(version string, newer bool, e *envelope, raw *rawEnvelope) (*Mes
 // the message), read in one pass by readEnvelope. A member that is absent
 // or null is nil.
 type rawEnvelope struct {
-	version, typ, announce, beat, beats jsontext.Value
+	version, typ, announce, beat, beats, resend jsontext.Value
 	// beatList is beats split into its entries (by decode).
 	beatList []json.RawMessage
 	// caseErr is the first member whose name differs from one of
@@ -367,6 +417,8 @@ func readEnvelope(b []byte) (rawEnvelope, error) {
 			e.beat = v
 		case "beats":
 			e.beats = v
+		case "resend":
+			e.resend = v
 		default:
 			if e.caseErr == nil {
 				e.caseErr = caseMismatch(k, "", envelopeMembers)
@@ -415,6 +467,11 @@ func (r *rawEnvelope) decode(e *envelope) error {
 			return fail("beats", err)
 		}
 	}
+	if r.resend != nil {
+		if err := json.Unmarshal(r.resend, &e.Resend); err != nil {
+			return fail("resend", err)
+		}
+	}
 	return nil
 }
 
@@ -453,7 +510,7 @@ func decodeBatch(version string, raw []json.RawMessage) (beats []record.Beat, ne
 // that differs from one of these only in case is refused rather than read
 // (two parsers must never see different values in one message).
 var (
-	envelopeMembers  = []string{"protocol_version", "type", "announce", "beat", "beats"}
+	envelopeMembers  = []string{"protocol_version", "type", "announce", "beat", "beats", "resend"}
 	batchBeatMembers = []string{"agent_id", "seq", "status", "timestamp", "interval_ms"}
 	announceMembers  = []string{"protocol_version", "agent", "signature", "peer_signature", "timestamp"}
 	wireBeatMembers  = []string{"beat", "signature"}

@@ -173,6 +173,12 @@ func TestDecodeErrors(t *testing.T) {
 		{"member name case (beat fields)", strings.Replace(hb, `"seq":`, `"Seq":`, 1), trust.ReasonMalformed, ""},
 		{"beat over 4 KiB", strings.Replace(hb, `"signature":"`, `"pad":"`+strings.Repeat("p", record.MaxBeatBytes)+`","signature":"`, 1), trust.ReasonTooLarge, ""},
 		{"bad base64 signature", strings.Replace(hb, `"signature":"`, `"signature":"!!`, 1), trust.ReasonMalformed, "signature"},
+		{"resend on a heartbeat", strings.Replace(hb, `"type":"heartbeat"`, `"type":"heartbeat","resend":1`, 1), trust.ReasonMalformed, "resend"},
+		{"resend above MaxResend", strings.Replace(ann, `"type":"announce"`, `"type":"announce","resend":9`, 1), trust.ReasonMalformed, "resend"},
+		{"negative resend", strings.Replace(ann, `"type":"announce"`, `"type":"announce","resend":-1`, 1), trust.ReasonMalformed, "resend"},
+		{"fractional resend", strings.Replace(ann, `"type":"announce"`, `"type":"announce","resend":1.5`, 1), trust.ReasonMalformed, "resend"},
+		{"resend as a string", strings.Replace(ann, `"type":"announce"`, `"type":"announce","resend":"1"`, 1), trust.ReasonMalformed, "resend"},
+		{"member name case (resend)", strings.Replace(ann, `"type":"announce"`, `"type":"announce","Resend":1`, 1), trust.ReasonMalformed, "Resend"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -191,6 +197,18 @@ func TestDecodeErrors(t *testing.T) {
 	// A smaller limit applies.
 	if _, err := Decode([]byte(ann), 100); !errors.Is(err, record.ErrTooLarge) {
 		t.Fatalf("Decode with a 100-byte limit: %v", err)
+	}
+	// A resend decodes as the announcement it repeats, with its counter;
+	// 0 and null are no resend.
+	for in, want := range map[string]int{
+		strings.Replace(ann, `"type":"announce"`, `"type":"announce","resend":3`, 1):    3,
+		strings.Replace(ann, `"type":"announce"`, `"type":"announce","resend":0`, 1):    0,
+		strings.Replace(ann, `"type":"announce"`, `"type":"announce","resend":null`, 1): 0,
+	} {
+		m, err := Decode([]byte(in), 0)
+		if err != nil || m.Kind != KindAnnounce || m.Agent == nil || m.Resend != want {
+			t.Fatalf("%s: %+v, %v; want an announcement with resend %d", in[:80], m, err, want)
+		}
 	}
 	// A newer minor version is accepted and flagged; unknown members are ignored.
 	newer := strings.Replace(ann, `{"protocol_version":"v1.0","type"`, `{"protocol_version":"v1.7","later":[1,2],"type"`, 1)

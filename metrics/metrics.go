@@ -28,6 +28,10 @@ type Metrics struct {
 	// CopiesGated counts received gossip message copies dropped before
 	// pubsub's signature check as identical to a copy still in it.
 	CopiesGated prometheus.Counter
+	// Resends counts resent announcements (gossip.ResendProtocol): those
+	// this node published (direction "sent") and those it forwarded
+	// holding the record already ("forwarded").
+	Resends *prometheus.CounterVec
 	// BatchedBeats counts heartbeats published inside heartbeat batches
 	// (one per entry and topic; the batches themselves are
 	// GossipPublished{type="beats"}).
@@ -101,6 +105,9 @@ func New(withRuntime bool) *Metrics {
 		CopiesGated: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agentd_gossip_copies_gated_total", Help: "Gossip message copies dropped before signature checking as identical to a copy being checked.",
 		}),
+		Resends: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentd_gossip_resends_total", Help: "Resent announcements: published by this node (sent), or forwarded holding the record already (forwarded).",
+		}, []string{"direction"}),
 		BatchedBeats: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agentd_gossip_batched_beats_total", Help: "Heartbeats published inside heartbeat batches, one per entry and topic.",
 		}),
@@ -161,6 +168,9 @@ func New(withRuntime bool) *Metrics {
 	for _, o := range []string{"news", "no_news", "unsupported", "error"} {
 		m.Pulls.WithLabelValues(o)
 	}
+	for _, d := range []string{"sent", "forwarded"} {
+		m.Resends.WithLabelValues(d)
+	}
 	// The gossip message types (gossip.Kind*): a counter exists before the
 	// first message of its type.
 	for _, k := range []string{"announce", "heartbeat", "status", "unregister", "beats"} {
@@ -170,7 +180,7 @@ func New(withRuntime bool) *Metrics {
 	for _, o := range []string{"confirmed", "refuted", "duplicate", "uninterested", "no_address", "malformed", "unsupported_version", "stale", "rate_limited", "self", "suppressed"} {
 		m.DownClaims.WithLabelValues(o)
 	}
-	r.MustRegister(m.Rejects, m.Lookups, m.LookupLatency, m.GossipDelivered, m.GossipPublished, m.BatchedBeats, m.CopiesGated,
+	r.MustRegister(m.Rejects, m.Lookups, m.LookupLatency, m.GossipDelivered, m.GossipPublished, m.BatchedBeats, m.CopiesGated, m.Resends,
 		m.Peers, m.Records, m.LiveAgents, m.Fetches, m.Provides, m.ValuePuts, m.DHTLookups, m.LANPackets, m.HTTPRequests,
 		m.Suspicions, m.DownClaims, m.ShardSyncs, m.Probes, m.Pulls, m.PullsServed)
 	return m

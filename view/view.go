@@ -412,6 +412,22 @@ func replay(format string, args ...any) error {
 	return &trust.RejectError{Reason: trust.ReasonReplay, Detail: fmt.Sprintf(format, args...)}
 }
 
+// Holds reports whether the view holds exactly sa: a remote agent's
+// record at sa's seq with the same canonical bytes and signatures (it
+// implements gossip.RecordHolder: a resent announcement of a record held
+// is forwarded without being verified again).
+func (v *View) Holds(sa *record.SignedAgent) bool {
+	v.mu.Lock()
+	s := v.agents[sa.Agent.AgentID]
+	var held *record.SignedAgent
+	if s != nil && !s.local && s.rec != nil && s.rec.Agent.Seq == sa.Agent.Seq {
+		held = s.rec
+	}
+	v.mu.Unlock()
+	return held != nil && held.Hash() == sa.Hash() &&
+		bytes.Equal(held.Signature, sa.Signature) && bytes.Equal(held.PeerSignature, sa.PeerSignature)
+}
+
 // CheckAnnounce reports whether a record is news: its seq must be newer
 // than the record the view or the store holds and than the agent's
 // tombstone.

@@ -825,3 +825,46 @@ func TestLateCallsOncePerIntervalOfSilence(t *testing.T) {
 		t.Fatal("the silent agent is still live")
 	}
 }
+
+// TestHolds: the view holds a record exactly — same agent, seq, bytes and
+// signatures — only as a remote agent's current record.
+func TestHolds(t *testing.T) {
+	f := newFixture(t)
+	k := newAgent(t)
+	sa := k.sign(t, 10, f.clk.Now(), nil, map[string]float64{"cap.a": 0})
+	if f.v.Holds(sa) {
+		t.Fatal("an empty view holds a record")
+	}
+	f.v.Announce(sa, k.id.PeerID, "")
+	if !f.v.Holds(sa) {
+		t.Fatal("the view does not hold the record it was given")
+	}
+	if !f.v.Holds(sa.Clone()) {
+		t.Fatal("the view does not hold a copy of the record it was given")
+	}
+	// The same seq signed again (another issued_at: other bytes).
+	f.clk.Add(time.Second)
+	other := k.sign(t, 10, f.clk.Now(), nil, map[string]float64{"cap.a": 0})
+	if f.v.Holds(other) {
+		t.Fatal("the view holds other bytes at the same seq")
+	}
+	// The same bytes with another signature.
+	forged := sa.Clone()
+	forged.Signature = slices.Clone(forged.Signature)
+	forged.Signature[len(forged.Signature)-1] ^= 1
+	if f.v.Holds(forged) {
+		t.Fatal("the view holds the record under another signature")
+	}
+	newer := k.sign(t, 11, f.clk.Now(), nil, map[string]float64{"cap.a": 0})
+	f.v.Announce(newer, k.id.PeerID, "")
+	if f.v.Holds(sa) || !f.v.Holds(newer) {
+		t.Fatal("the view holds a record it replaced, or not its replacement")
+	}
+	// A hosted agent's record is not held as a remote one.
+	l := newAgent(t)
+	local := l.sign(t, 5, f.clk.Now(), nil, map[string]float64{"c": 0})
+	f.v.ApplyLocal(local)
+	if f.v.Holds(local) {
+		t.Fatal("the view holds a hosted record as a remote one")
+	}
+}

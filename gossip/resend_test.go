@@ -1,0 +1,168 @@
+package gossip
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/record"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// TestEncodeResend: a resend is the announcement of the same record with
+// its counter, within 1 … MaxResend, and a new payload for each counter.
+func TestEncodeResend(t *testing.T) {
+	tn := newTestNet(t, 1, testConfig())
+	sa := tn.nodes[0].record(t)
+	plain, err := EncodeAnnounce(sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{string(plain): true}
+	for n := 1; n <= MaxResend; n++ {
+		data, err := EncodeResend(sa, n)
+		if err != nil {
+			t.Fatalf("resend %d: %v", n, err)
+		}
+		if seen[string(data)] {
+			t.Fatalf("resend %d is the payload of an earlier message", n)
+		}
+		seen[string(data)] = true
+		m, err := Decode(data, 0)
+		if err != nil || m.Resend != n || m.Agent.Hash() != sa.Hash() || m.Agent.Agent.Seq != sa.Agent.Seq {
+			t.Fatalf("resend %d decodes to %+v, %v", n, m, err)
+		}
+	}
+	for _, n := range []int{0, -1, MaxResend + 1} {
+		if _, err := EncodeResend(sa, n); !errors.Is(err, record.ErrMalformed) {
+			t.Fatalf("resend %d: %v, want ErrMalformed", n, err)
+		}
+	}
+	if _, err := EncodeResend(nil, 1); !errors.Is(err, record.ErrMalformed) {
+		t.Fatalf("resend of nil: %v", err)
+	}
+}
+
+// TestResendLog: each counter of a record's seq passes once; a newer seq
+// starts over; an older seq never passes; a full log starts over.
+func TestResendLog(t *testing.T) {
+	l := newResendLog(2)
+	steps := []struct {
+		id   string
+		seq  uint64
+		n    int
+		want bool
+	}{
+		{"a", 5, 1, true},
+		{"a", 5, 1, false}, // a replay
+		{"a", 5, 2, true},
+		{"a", 5, 1, false}, // an earlier counter
+		{"a", 6, 1, true},  // a newer record
+		{"a", 5, 3, false}, // an older record
+		{"b", 1, 1, true},
+		{"c", 1, 1, true}, // full: starts over
+		{"a", 6, 1, true}, // forgotten
+	}
+	for i, s := range steps {
+		if got := l.forward(s.id, s.seq, s.n); got != s.want {
+			t.Fatalf("step %d: forward(%s, %d, %d) = %v, want %v", i, s.id, s.seq, s.n, got, s.want)
+		}
+	}
+	if len(l.m) > 2 {
+		t.Fatalf("the log holds %d agents, bound 2", len(l.m))
+	}
+}
+
+// TestResendReachesWhoMissedIt: A announces its record to B; C, which
+// joins later behind B only, missed it. A's resend is forwarded by B,
+// which holds the record (not delivered to B again), and delivered to C.
+// A replay of the same resend goes no further than B; a later counter
+// passes; another peer cannot resend A's record.
+func TestResendReachesWhoMissedIt(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn := newTestNet(t, 3, testConfig())
+		a, b, c := tn.nodes[0], tn.nodes[1], tn.nodes[2]
+		tn.connect(a, b)
+		waitFor(t, 10*time.Second, "A and B in each other's mesh", func() bool {
+			return len(a.g.MeshPeers(AnnounceTopic)) == 1 && len(b.g.MeshPeers(AnnounceTopic)) == 1
+		})
+		rec := a.record(t)
+		if err := a.g.PublishAnnounce(tn.ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+		id := a.id.AgentID
+		waitFor(t, 5*time.Second, "the record at B", func() bool { return len(b.sink.announcesOf(id, rec.Agent.Seq)) == 1 })
+		// Past GossipSub's history (5 heartbeats): C cannot fetch the
+		// announcement through IHAVE.
+		time.Sleep(10 * time.Second)
+		tn.connect(b, c)
+		waitFor(t, 10*time.Second, "B and C in each other's mesh", func() bool {
+			return len(c.g.MeshPeers(AnnounceTopic)) == 1 && len(b.g.MeshPeers(AnnounceTopic)) == 2
+		})
+		if got := c.sink.announcesOf(id, rec.Agent.Seq); len(got) != 0 {
+			t.Fatalf("C got the first announcement (%d deliveries); the test needs it to miss it", len(got))
+		}
+		forwarded := func(nd *tnode) float64 { return promtest.ToFloat64(nd.m.Resends.WithLabelValues("forwarded")) }
+
+		if err := a.g.PublishResend(tn.ctx, rec, 1); err != nil {
+			t.Fatalf("resend 1: %v", err)
+		}
+		waitFor(t, 5*time.Second, "the resent record at C", func() bool { return len(c.sink.announcesOf(id, rec.Agent.Seq)) == 1 })
+		if got := b.sink.announcesOf(id, rec.Agent.Seq); len(got) != 1 {
+			t.Fatalf("B was delivered the record %d times, want once (a resend of a record held is forwarded, not delivered)", len(got))
+		}
+		if n := forwarded(b); n != 1 {
+			t.Fatalf("B counted %v resends forwarded, want 1", n)
+		}
+		if n := promtest.ToFloat64(a.m.Resends.WithLabelValues("sent")); n != 1 {
+			t.Fatalf("A counted %v resends sent, want 1", n)
+		}
+
+		// The same resend once pubsub forgot it — its seen TTL, and the
+		// seen cache's sweep, once a minute — so that A publishes it again
+		// and B's pubsub takes it as new: B drops it as a replay and C
+		// never sees it. (Virtual time; nothing to wait for but the clock.)
+		time.Sleep(seenTTL + time.Minute + 5*time.Second)
+		cReplays := rejects(t, c.m, metricsTransport, "replay")
+		bReplays := rejects(t, b.m, metricsTransport, "replay")
+		if err := a.g.PublishResend(tn.ctx, rec, 1); err != nil {
+			t.Fatalf("resend 1 again: %v", err)
+		}
+		waitFor(t, 5*time.Second, "B to drop the replayed resend", func() bool { return rejects(t, b.m, metricsTransport, "replay") > bReplays })
+		time.Sleep(2 * time.Second)
+		if n := rejects(t, c.m, metricsTransport, "replay"); n != cReplays {
+			t.Fatalf("the replayed resend reached C (%v replays counted, %v before): B forwarded it", n, cReplays)
+		}
+		if n := forwarded(b); n != 1 {
+			t.Fatalf("B counted %v resends forwarded after the replay, want 1", n)
+		}
+
+		// A later counter passes both, delivered to neither again.
+		if err := a.g.PublishResend(tn.ctx, rec, 2); err != nil {
+			t.Fatalf("resend 2: %v", err)
+		}
+		waitFor(t, 5*time.Second, "resend 2 forwarded by C", func() bool { return forwarded(c) == 1 })
+		if nb, nc := len(b.sink.announcesOf(id, rec.Agent.Seq)), len(c.sink.announcesOf(id, rec.Agent.Seq)); nb != 1 || nc != 1 {
+			t.Fatalf("deliveries after resend 2: B %d, C %d; want 1 each", nb, nc)
+		}
+
+		// Another peer resending A's record: refused, its forwarder
+		// penalised as for any announcement by a peer that is not the
+		// record's.
+		x, pub := tn.rawPeer(t, b)
+		waitFor(t, 10*time.Second, "X in B's mesh", func() bool { return slices.Contains(b.g.MeshPeers(AnnounceTopic), x.h.ID()) })
+		data, err := EncodeResend(rec, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := rejects(t, b.m, metricsTransport, "peer_mismatch")
+		pub(data)
+		waitFor(t, 5*time.Second, "B to refuse X's resend of A's record", func() bool {
+			return rejects(t, b.m, metricsTransport, "peer_mismatch") > before
+		})
+		if n := forwarded(b); n != 2 {
+			t.Fatalf("B counted %v resends forwarded, want 2 (X's is not one)", n)
+		}
+	})
+}
