@@ -300,6 +300,10 @@ func (n *Node) Start(ctx context.Context) error {
 			gc = *n.cfg.Gossip
 		}
 		gc.Scoped = n.cfg.Scope == ScopeInterest && !n.cfg.legacy
+		if n.cfg.legacy || gc.DisableBatches {
+			// Protocol v1.0 and v1.1 had no resent announcements.
+			gc.DisableResends = true
+		}
 		if !n.cfg.legacy && !gc.DisableBatches {
 			// A node that does not read heartbeat batches models protocol
 			// v1.0 (gossip.Config.DisableBatches), which had no pulls either.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"hash/maphash"
 	"maps"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -177,7 +178,7 @@ func (n *Node) quietDue(id string, interval time.Duration) {
 		}
 		m = newHostedMemo(sa)
 	}
-	if stale || dueForResign(time.Now(), m.issuedAt(), m.ttl, interval) {
+	if stale || dueForResign(time.Now(), m.issuedAt(), m.validFor(), interval) {
 		n.takeStale(id)
 		n.resignHosted(id)
 	}
@@ -247,7 +248,7 @@ func (n *Node) beatDue(id string, interval time.Duration) (hb gossip.Heartbeat, 
 		return hb, false
 	}
 	m := n.memoOf(a.Record)
-	if n.takeStale(id) || dueForResign(time.Now(), m.issuedAt(), m.ttl, interval) {
+	if n.takeStale(id) || dueForResign(time.Now(), m.issuedAt(), m.validFor(), interval) {
 		n.resignHosted(id)
 		return hb, false
 	}
@@ -325,10 +326,17 @@ func (n *Node) dropHostedLocked(id string) {
 type hostedMemo struct {
 	rec    *record.SignedAgent
 	shards []string
-	issued int64 // Unix ns, 0 when issued_at does not parse (issuedAt)
-	ttl    time.Duration
+	issued int64  // Unix ns, 0 when issued_at does not parse (issuedAt)
 	seq    uint64 // the highest seq this node used for the agent (seqLocked)
+	// ttlSeconds is the record's ttl_seconds, and resent how many times
+	// rec was resent (reannounceHosted): small, so that the memo, one per
+	// hosted agent, stays 56 bytes.
+	ttlSeconds uint32
+	resent     uint8
 }
+
+// validFor is the record's time to live.
+func (m hostedMemo) validFor() time.Duration { return time.Duration(m.ttlSeconds) * time.Second }
 
 // issuedAt is the record's issue time; the zero time when it does not parse.
 func (m hostedMemo) issuedAt() time.Time {
@@ -350,7 +358,7 @@ func unixNano(t time.Time) int64 {
 func newHostedMemo(sa *record.SignedAgent) hostedMemo {
 	return hostedMemo{
 		rec: sa, shards: sa.Agent.Shards(),
-		issued: unixNano(sa.Agent.Issued()), ttl: time.Duration(sa.Agent.TTLSeconds) * time.Second,
+		issued: unixNano(sa.Agent.Issued()), ttlSeconds: uint32(max(0, min(sa.Agent.TTLSeconds, math.MaxUint32))),
 	}
 }
 
@@ -389,6 +397,12 @@ func (n *Node) resignHosted(id string) {
 	if !ok {
 		return // unregistered meanwhile
 	}
+	n.resignLocked(sa)
+}
+
+// resignLocked is resignHosted with the agent's lock held.
+func (n *Node) resignLocked(sa *record.SignedAgent) {
+	id := sa.Agent.AgentID
 	if _, err := n.resign(n.ctx, sa); errors.Is(err, store.ErrNoSpace) {
 		// A full disk cannot take the new seq: announce the stored record
 		// as it is (peers that hold it keep it; it is signed again at its
@@ -401,11 +415,62 @@ func (n *Node) resignHosted(id string) {
 		}
 		return
 	}
+	n.restateStatus(id)
+}
+
+// restateStatus publishes a hosted agent's status again when it is not
+// HEALTHY, after its record was announced again: a peer that missed the
+// record missed the status too.
+func (n *Node) restateStatus(id string) {
 	if a, ok := n.view.Get(id); ok && a.Status != "" && a.Status != record.StatusHealthy {
 		if err := n.publishStatus(n.ctx, id, a.Status); err != nil && n.ctx.Err() == nil {
 			n.log.Debug("re-publish status failed", "agent_id", id, "err", err)
 		}
 	}
+}
+
+// reannounceHosted announces a hosted record again for peers that missed
+// it (republishLoop). The record is resent as it is (gossip.PublishResend:
+// no new seq, so no signature, disk write or DHT update here, and the
+// peers that hold it forward it without verifying or applying it again)
+// when this node announced it since it started (a record restored from
+// disk waits in n.stale: its peers may hold a tombstone over its seq), it
+// has resends left (gossip.MaxResend), and every peer of its topics
+// forwards resends; otherwise it is signed again, as before protocol v1.2.
+func (n *Node) reannounceHosted(id string) {
+	unlock := n.lockAgent(id)
+	defer unlock()
+	sa, ok := n.hostedRecord(id)
+	if !ok {
+		return // unregistered meanwhile
+	}
+	if k := n.nextResend(sa); k > 0 && n.gsp != nil && !n.view.Quiet(id) {
+		err := n.gsp.PublishResend(n.ctx, sa, k)
+		if err == nil {
+			n.restateStatus(id)
+			return
+		}
+		if !errors.Is(err, gossip.ErrNotResendable) && n.ctx.Err() == nil {
+			n.log.Debug("resend failed; signing the record again", "agent_id", id, "err", err)
+		}
+	}
+	n.resignLocked(sa)
+}
+
+// nextResend returns the resend counter for sa's next resend, and counts
+// it; 0 when sa may not be resent: it is not the hosted record, it waits
+// to be signed again (n.stale), or its resends are spent.
+func (n *Node) nextResend(sa *record.SignedAgent) int {
+	id := sa.Agent.AgentID
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	m, ok := n.memo[id]
+	if _, stale := n.stale[id]; stale || !ok || m.rec == nil || m.rec.Agent.Seq != sa.Agent.Seq || int(m.resent) >= gossip.MaxResend {
+		return 0
+	}
+	m.resent++
+	n.memo[id] = m
+	return int(m.resent)
 }
 
 // markStale queues hosted agents for re-signing in their next heartbeat
@@ -442,9 +507,11 @@ func (n *Node) Resigning() int {
 // announced again (all of them for the announce topic, those with a
 // capability in the shard for a shard topic). Gossip calls it when the
 // topic gains its first peer: what was published before reached nobody.
-// The record is re-signed with the next seq, because pubsub drops a
-// payload it has published already (message ids are content hashes) and
-// peers would refuse a seq they hold as a replay. Only the first
+// The record is resent unchanged where the topics' peers forward resends
+// (reannounceHosted; protocol v1.2), else re-signed with the next seq,
+// because pubsub drops a payload it has published already (message ids
+// are content hashes) and peers of earlier versions would refuse a seq
+// they hold as a replay. Only the first
 // republishAtOnce are: the new peer learns the others from their
 // heartbeats, whose unknown agents it fetches (within its quota) — a
 // record fetch costs this node one signature, a re-announcement a
@@ -514,7 +581,7 @@ func (n *Node) republishLoop() {
 			if n.ctx.Err() != nil {
 				return false
 			}
-			n.resignHosted(id)
+			n.reannounceHosted(id)
 		}
 		return true
 	}

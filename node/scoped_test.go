@@ -7,6 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/agentd/agentd/gossip"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/view"
@@ -308,6 +309,45 @@ func TestFirstTopicPeersReannounceOnce(t *testing.T) {
 		cur, _ := host.hostedRecord(id)
 		if got, ok := live(peer.Node, id); !ok || got.Record.Agent.Seq != cur.Agent.Seq {
 			t.Fatalf("the peer holds the agent at seq %d (held %v), the host announced %d", got.Record.Agent.Seq, ok, cur.Agent.Seq)
+		}
+		// Both were resends of the registered record: no new seq.
+		if cur.Agent.Seq != sa.Agent.Seq {
+			t.Fatalf("the hosted record is at seq %d, registered at %d: re-announcing signed it again", cur.Agent.Seq, sa.Agent.Seq)
+		}
+		if n := promtest.ToFloat64(host.m.Resends.WithLabelValues("sent")); n != 2 {
+			t.Fatalf("%v resends sent, want 2", n)
+		}
+	})
+}
+
+// TestReannounceSignsAgainForOldPeers: a topic peer that does not
+// forward resends (a node of protocol v1.1) gets the re-announcements
+// signed again, with new seqs, as before v1.2.
+func TestReannounceSignsAgainForOldPeers(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		ctx := context.Background()
+		tn := newNet(t, 1, Config{Scope: ScopeInterest})
+		host := tn.nodes[0]
+		caps := []string{"cap.o1", "cap.o2"}
+		sa, err := host.Register(ctx, spec("skill-o", caps...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := sa.Agent.AgentID
+		old := tn.addConfigured(func(c *Config) {
+			gc := gossip.DefaultConfig()
+			gc.DisableResends = true
+			c.Gossip = &gc
+		})
+		if _, err := old.Register(ctx, spec("skill-p", caps...)); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "the trailing re-announcement at the old peer", func() bool {
+			got, ok := live(old.Node, id)
+			return ok && got.Record.Agent.Seq >= sa.Agent.Seq+2
+		})
+		if n := promtest.ToFloat64(host.m.Resends.WithLabelValues("sent")); n != 0 {
+			t.Fatalf("%v resends sent to a peer that does not forward them", n)
 		}
 	})
 }
