@@ -80,7 +80,7 @@ func (sm *sim) report(setup SetupInfo) *Report {
 	r.Gossip = GossipStats{
 		SampledOneIn: int(sm.probe.every), Propagation: sm.probe.all.summary(), ByKind: map[string]Percentiles{},
 		ProbeDropped: sm.probe.dropped.Load(), RPCDrops: sm.probe.rpcDrops.Load(), Undeliverable: sm.probe.undeliverable.Load(),
-		CatchUp: sm.probe.catchUp.Load(), Interest: sm.interestAt, PubsubIn: sm.mix.perNodeSecond(sm.nodeSecs),
+		CatchUp: sm.probe.catchUp.Load(), ResendsUnmeasured: sm.probe.unpublished.Load(), Interest: sm.interestAt, PubsubIn: sm.mix.perNodeSecond(sm.nodeSecs),
 	}
 	if m := r.Gossip.PubsubIn; m != nil {
 		m.Gated = float64(sm.gated) / sm.nodeSecs

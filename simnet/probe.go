@@ -1,6 +1,7 @@
 package simnet
 
 import (
+	"bytes"
 	"hash/fnv"
 	"sync"
 	"sync/atomic"
@@ -18,7 +19,10 @@ import (
 // decodes the message and subtracts the moment its author signed it (the
 // beat's timestamp, or the record's issued_at), which agentd sets right
 // before publishing. Every node runs in this process on one clock, so the
-// difference is the publish-to-delivery latency, validation included.
+// difference is the publish-to-delivery latency, validation included. A
+// resent announcement (gossip.EncodeResend) carries the record as it was
+// signed earlier: its latency is taken from the moment its author's pubsub
+// delivered it locally (published), which the probe notes by message id.
 type probe struct {
 	// every: only messages whose id hashes to 0 mod every are measured,
 	// at every node (the same messages everywhere), to bound the cost of
@@ -43,6 +47,13 @@ type probe struct {
 	// the nodes that could receive it.
 	catchUp atomic.Int64
 
+	// resentAt holds when each sampled resend was published (unix ns,
+	// by message id); unpublished counts resends delivered whose
+	// publication the probe did not see.
+	resentMu    sync.Mutex
+	resentAt    map[string]int64
+	unpublished atomic.Int64
+
 	byKind map[string]*samples
 	all    *samples
 	done   chan struct{}
@@ -51,16 +62,22 @@ type probe struct {
 type delivery struct {
 	at     time.Time
 	joined time.Time // when the delivering node (instance) first had a mesh peer in the announce topic
+	id     string
 	data   []byte
 }
 
+// resendMember marks a resend's payload (the envelope member EncodeResend
+// writes), so that the probe notes the publication of resends only.
+var resendMember = []byte(`"resend":`)
+
 func newProbe(capacity int, every uint32) *probe {
 	p := &probe{
-		every:  max(every, 1),
-		ch:     make(chan delivery, 1<<14),
-		byKind: map[string]*samples{},
-		all:    newSamples(capacity),
-		done:   make(chan struct{}),
+		every:    max(every, 1),
+		ch:       make(chan delivery, 1<<14),
+		byKind:   map[string]*samples{},
+		resentAt: map[string]int64{},
+		all:      newSamples(capacity),
+		done:     make(chan struct{}),
 	}
 	for _, k := range []string{gossip.KindAnnounce, gossip.KindHeartbeat, gossip.KindStatus, gossip.KindUnregister, gossip.KindBeats} {
 		p.byKind[k] = newSamples(capacity / 4)
@@ -92,6 +109,16 @@ func (p *probe) start() {
 						sent = t
 					}
 				}
+			}
+			if m.Resend > 0 {
+				p.resentMu.Lock()
+				at, ok := p.resentAt[d.id]
+				p.resentMu.Unlock()
+				if !ok {
+					p.unpublished.Add(1)
+					continue
+				}
+				sent = time.Unix(0, at)
 			}
 			if sent.IsZero() {
 				p.decodeErrors.Add(1)
@@ -126,9 +153,6 @@ func (p *probe) close() {
 }
 
 func (p *probe) deliver(msg *pubsub.Message, meshed *meshTimes) {
-	if msg.Local {
-		return
-	}
 	if p.every > 1 {
 		h := fnv.New32a()
 		_, _ = h.Write([]byte(msg.ID))
@@ -137,6 +161,14 @@ func (p *probe) deliver(msg *pubsub.Message, meshed *meshTimes) {
 		}
 	}
 	now := time.Now()
+	if msg.Local {
+		if bytes.Contains(msg.GetData(), resendMember) {
+			p.resentMu.Lock()
+			p.resentAt[msg.ID] = now.UnixNano()
+			p.resentMu.Unlock()
+		}
+		return
+	}
 	if now.UnixNano() < p.from.Load() {
 		return
 	}
@@ -150,7 +182,7 @@ func (p *probe) deliver(msg *pubsub.Message, meshed *meshTimes) {
 		joined = time.Unix(0, t)
 	}
 	select {
-	case p.ch <- delivery{at: now, joined: joined, data: msg.GetData()}:
+	case p.ch <- delivery{at: now, joined: joined, id: msg.ID, data: msg.GetData()}:
 	default:
 		p.dropped.Add(1)
 	}
@@ -200,6 +232,9 @@ var _ pubsub.RawTracer = probeTracer{}
 
 func (t probeTracer) DeliverMessage(msg *pubsub.Message) {
 	if msg.ReceivedFrom == t.self {
+		if msg.Local {
+			t.p.deliver(msg, t.meshed) // notes a resend's publication
+		}
 		return
 	}
 	t.p.mix.add(mixFirst, 1)

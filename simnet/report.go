@@ -163,6 +163,9 @@ type GossipStats struct {
 	// before the delivering node had its first mesh peer in the announce
 	// topic: history a joiner fetched through IHAVE/IWANT.
 	CatchUp int64 `json:"catch_up_at_joiners"`
+	// ResendsUnmeasured deliveries (not in Propagation) were of resent
+	// announcements whose publication the probe did not see.
+	ResendsUnmeasured int64 `json:"resends_unmeasured,omitempty"`
 	// Interest is what the nodes listened to at the end of the run.
 	Interest InterestStats `json:"interest"`
 	// PubsubIn is what the nodes' GossipSub received in the measured
@@ -570,6 +573,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	if m := r.Gossip.PubsubIn; m != nil && m.RPCs > 0 {
 		row("pubsub in", fmt.Sprintf("%.1f RPCs/s: %.1f message copies (%.1f first, %.1f duplicates, refused %.1f ignored / %.1f failed / %.1f unvalidated / %.1f other; %.1f more dropped before validation as identical to a copy in it), %.1f IHAVE ids, %.1f IWANT ids, %.1f IDONTWANT ids, %.2f GRAFT, %.2f PRUNE",
 			m.RPCs, m.Copies, m.First, m.Duplicates, m.Ignored, m.Failed, m.Unvalidated, m.OtherRefused, m.Gated, m.IHaveIDs, m.IWantIDs, m.IDontWantIDs, m.Grafts, m.Prunes))
+	}
+	if g := r.Gossip; g.ResendsUnmeasured > 0 {
+		row("resends unmeasured", fmt.Sprintf("%d deliveries of resent announcements whose publication the probe did not see (not in propagation)", g.ResendsUnmeasured))
 	}
 	if g := r.Gossip; g.CatchUp > 0 {
 		row("gossip catch-up", fmt.Sprintf("%d deliveries of messages signed before the delivering node had a mesh peer (history a joiner fetched; not in propagation)", g.CatchUp))
