@@ -152,23 +152,32 @@ func (p *probe) close() {
 	<-p.done
 }
 
-func (p *probe) deliver(msg *pubsub.Message, meshed *meshTimes) {
-	if p.every > 1 {
-		h := fnv.New32a()
-		_, _ = h.Write([]byte(msg.ID))
-		if h.Sum32()%p.every != 0 {
-			return
-		}
+// sampled reports whether the message with id is one the probe measures.
+func (p *probe) sampled(id string) bool {
+	if p.every <= 1 {
+		return true
 	}
-	now := time.Now()
-	if msg.Local {
-		if bytes.Contains(msg.GetData(), resendMember) {
-			p.resentMu.Lock()
-			p.resentAt[msg.ID] = now.UnixNano()
-			p.resentMu.Unlock()
-		}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return h.Sum32()%p.every == 0
+}
+
+// published notes when a node's own publication of a sampled resend was
+// delivered by its pubsub (the moment it left).
+func (p *probe) published(msg *pubsub.Message) {
+	if !p.sampled(msg.ID) || !bytes.Contains(msg.GetData(), resendMember) {
 		return
 	}
+	p.resentMu.Lock()
+	p.resentAt[msg.ID] = time.Now().UnixNano()
+	p.resentMu.Unlock()
+}
+
+func (p *probe) deliver(msg *pubsub.Message, meshed *meshTimes) {
+	if msg.Local || !p.sampled(msg.ID) {
+		return
+	}
+	now := time.Now()
 	if now.UnixNano() < p.from.Load() {
 		return
 	}
@@ -232,9 +241,7 @@ var _ pubsub.RawTracer = probeTracer{}
 
 func (t probeTracer) DeliverMessage(msg *pubsub.Message) {
 	if msg.ReceivedFrom == t.self {
-		if msg.Local {
-			t.p.deliver(msg, t.meshed) // notes a resend's publication
-		}
+		t.p.published(msg)
 		return
 	}
 	t.p.mix.add(mixFirst, 1)

@@ -10,6 +10,7 @@ import (
 	"github.com/agentd/agentd/trust"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	pb "github.com/libp2p/go-libp2p-pubsub/pb"
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // TestProbeTimesResendsFromTheirPublication: a resent announcement carries
@@ -43,11 +44,12 @@ func TestProbeTimesResendsFromTheirPublication(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		msg := func(mid string, local bool) *pubsub.Message {
+		msg := func(mid string, from peer.ID) *pubsub.Message {
 			topic := "t"
 			// pubsub sets ReceivedFrom to the host itself for its own
-			// publications, and to the forwarding peer otherwise.
-			return &pubsub.Message{Message: &pb.Message{Data: data, Topic: &topic}, ID: mid, ReceivedFrom: id.PeerID, Local: local}
+			// publications (Local is a local-only publication), and to
+			// the forwarding peer otherwise.
+			return &pubsub.Message{Message: &pb.Message{Data: data, Topic: &topic}, ID: mid, ReceivedFrom: from}
 		}
 		p := newProbe(64, 1)
 		p.start()
@@ -55,10 +57,10 @@ func TestProbeTimesResendsFromTheirPublication(t *testing.T) {
 		// The author's and a receiver's tracers, each in the topic's mesh.
 		author, receiver := probeTracer{p, &meshTimes{m: map[string]int64{"t": 1}}, id.PeerID}, probeTracer{p, &meshTimes{m: map[string]int64{"t": 1}}, other.PeerID}
 		time.Sleep(10 * time.Second) // the record is 10 s old when it is resent
-		author.DeliverMessage(msg("m1", true))
+		author.DeliverMessage(msg("m1", id.PeerID))
 		time.Sleep(40 * time.Millisecond)
-		receiver.DeliverMessage(msg("m1", false))
-		receiver.DeliverMessage(msg("m2", false)) // its publication unseen
+		receiver.DeliverMessage(msg("m1", id.PeerID))
+		receiver.DeliverMessage(msg("m2", id.PeerID)) // its publication unseen
 		p.close()
 		got := p.byKind[gossip.KindAnnounce].summary()
 		if got.Count != 1 || got.Max != 40 {
