@@ -21,8 +21,8 @@ import (
 // before publishing. Every node runs in this process on one clock, so the
 // difference is the publish-to-delivery latency, validation included. A
 // resent announcement (gossip.EncodeResend) carries the record as it was
-// signed earlier: its latency is taken from the moment its author's pubsub
-// delivered it locally (published), which the probe notes by message id.
+// signed earlier: its latency is taken from the moment its author first
+// sent it (sent), which the probe notes by message id.
 type probe struct {
 	// every: only messages whose id hashes to 0 mod every are measured,
 	// at every node (the same messages everywhere), to bound the cost of
@@ -162,15 +162,25 @@ func (p *probe) sampled(id string) bool {
 	return h.Sum32()%p.every == 0
 }
 
-// published notes when a node's own publication of a sampled resend was
-// delivered by its pubsub (the moment it left).
-func (p *probe) published(msg *pubsub.Message) {
-	if !p.sampled(msg.ID) || !bytes.Contains(msg.GetData(), resendMember) {
-		return
+// sent notes when a node first sent each sampled resend it authored:
+// pubsub traces a node's own publications to raw tracers only as the RPCs
+// that carry them.
+func (p *probe) sent(rpc *pubsub.RPC, self peer.ID) {
+	for _, m := range rpc.GetPublish() {
+		if peer.ID(m.GetFrom()) != self || !bytes.Contains(m.GetData(), resendMember) {
+			continue
+		}
+		id := gossip.MessageID(m)
+		if !p.sampled(id) {
+			continue
+		}
+		now := time.Now().UnixNano()
+		p.resentMu.Lock()
+		if _, ok := p.resentAt[id]; !ok {
+			p.resentAt[id] = now
+		}
+		p.resentMu.Unlock()
 	}
-	p.resentMu.Lock()
-	p.resentAt[msg.ID] = time.Now().UnixNano()
-	p.resentMu.Unlock()
 }
 
 func (p *probe) deliver(msg *pubsub.Message, meshed *meshTimes) {
@@ -241,8 +251,7 @@ var _ pubsub.RawTracer = probeTracer{}
 
 func (t probeTracer) DeliverMessage(msg *pubsub.Message) {
 	if msg.ReceivedFrom == t.self {
-		t.p.published(msg)
-		return
+		return // pubsub does not trace these to raw tracers; kept as a guard
 	}
 	t.p.mix.add(mixFirst, 1)
 	t.p.deliver(msg, t.meshed)
@@ -261,10 +270,10 @@ func (t probeTracer) RejectMessage(msg *pubsub.Message, reason string) {
 		t.p.mix.reject(reason)
 	}
 }
-func (t probeTracer) DuplicateMessage(*pubsub.Message) { t.p.mix.add(mixDuplicates, 1) }
-func (t probeTracer) ThrottlePeer(peer.ID)             {}
-func (t probeTracer) RecvRPC(rpc *pubsub.RPC)          { t.p.mix.recv(rpc) }
-func (t probeTracer) SendRPC(*pubsub.RPC, peer.ID)     {}
+func (t probeTracer) DuplicateMessage(*pubsub.Message)   { t.p.mix.add(mixDuplicates, 1) }
+func (t probeTracer) ThrottlePeer(peer.ID)               {}
+func (t probeTracer) RecvRPC(rpc *pubsub.RPC)            { t.p.mix.recv(rpc) }
+func (t probeTracer) SendRPC(rpc *pubsub.RPC, _ peer.ID) { t.p.sent(rpc, t.self) }
 
 // pubsubMix counts what the nodes' pubsub received: RPCs, the message
 // copies in them (first copies delivered, duplicates dropped, copies

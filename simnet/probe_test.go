@@ -10,7 +10,6 @@ import (
 	"github.com/agentd/agentd/trust"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	pb "github.com/libp2p/go-libp2p-pubsub/pb"
-	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // TestProbeTimesResendsFromTheirPublication: a resent announcement carries
@@ -44,12 +43,11 @@ func TestProbeTimesResendsFromTheirPublication(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		msg := func(mid string, from peer.ID) *pubsub.Message {
-			topic := "t"
-			// pubsub sets ReceivedFrom to the host itself for its own
-			// publications (Local is a local-only publication), and to
-			// the forwarding peer otherwise.
-			return &pubsub.Message{Message: &pb.Message{Data: data, Topic: &topic}, ID: mid, ReceivedFrom: from}
+		topic := "t"
+		wire := &pb.Message{Data: data, Topic: &topic, From: []byte(id.PeerID)}
+		mid := gossip.MessageID(wire)
+		msg := func(mid string) *pubsub.Message {
+			return &pubsub.Message{Message: wire, ID: mid, ReceivedFrom: id.PeerID}
 		}
 		p := newProbe(64, 1)
 		p.start()
@@ -57,10 +55,13 @@ func TestProbeTimesResendsFromTheirPublication(t *testing.T) {
 		// The author's and a receiver's tracers, each in the topic's mesh.
 		author, receiver := probeTracer{p, &meshTimes{m: map[string]int64{"t": 1}}, id.PeerID}, probeTracer{p, &meshTimes{m: map[string]int64{"t": 1}}, other.PeerID}
 		time.Sleep(10 * time.Second) // the record is 10 s old when it is resent
-		author.DeliverMessage(msg("m1", id.PeerID))
+		// pubsub traces a node's own publication to raw tracers only as
+		// the RPCs it sends.
+		author.SendRPC(&pubsub.RPC{RPC: pb.RPC{Publish: []*pb.Message{wire}}}, other.PeerID)
 		time.Sleep(40 * time.Millisecond)
-		receiver.DeliverMessage(msg("m1", id.PeerID))
-		receiver.DeliverMessage(msg("m2", id.PeerID)) // its publication unseen
+		author.SendRPC(&pubsub.RPC{RPC: pb.RPC{Publish: []*pb.Message{wire}}}, other.PeerID) // a later copy
+		receiver.DeliverMessage(msg(mid))
+		receiver.DeliverMessage(msg("m2")) // its publication unseen
 		p.close()
 		got := p.byKind[gossip.KindAnnounce].summary()
 		if got.Count != 1 || got.Max != 40 {
