@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentd/agentd/internal/backoff"
 	"github.com/agentd/agentd/metrics"
 	"github.com/agentd/agentd/view"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -28,6 +29,13 @@ const (
 	vetWorkers    = 4                // dials in flight
 	vetTimeout    = 10 * time.Second // one attempt to reach a peer
 	vetRetryAfter = 30 * time.Second // a peer not reached is not tried again sooner
+	// An attempt whose peer is not found or not reached is made again,
+	// after a backoff from vetRetryBase up to vetRetryMax, for vetRetryFor
+	// (gossip's validator waits 3 s for an author), while no other peer
+	// waits in the queue.
+	vetRetryBase = 50 * time.Millisecond
+	vetRetryMax  = 800 * time.Millisecond
+	vetRetryFor  = 3 * time.Second
 )
 
 // vetter reaches the peers of held records and remembers who was reached.
@@ -238,20 +246,34 @@ func (v *vetter) run(ctx context.Context, wg *sync.WaitGroup) {
 }
 
 // reach connects to p: by the addresses the peerstore has, else by a DHT
-// lookup of the peer.
+// lookup of the peer. A peer not reached is tried again for vetRetryFor,
+// with a backoff, as long as no other peer waits: a node that joined a
+// moment ago is not in anyone's routing table yet, and its announcement
+// can reach a node through relays before the node can find it (a
+// resent announcement is forwarded at once by the nodes that hold the
+// record). Without the retries that announcement was dropped, and the
+// agent waited for the next one (docs/scaling.md, "Built: re-announcements
+// that are not new records").
 func (v *vetter) reach(ctx context.Context, p peer.ID) {
 	ctx, cancel := context.WithTimeout(ctx, vetTimeout)
 	defer cancel()
 	defer v.finish(p)
 	h := v.n.host
-	if h.Network().Connectedness(p) != network.Connected {
+	retry := backoff.Backoff{Base: vetRetryBase, Max: vetRetryMax}
+	until := time.Now().Add(vetRetryFor)
+	for h.Network().Connectedness(p) != network.Connected {
 		ai := peer.AddrInfo{ID: p}
 		if len(h.Peerstore().Addrs(p)) == 0 && v.n.dht != nil {
 			if found, err := v.n.dht.FindPeer(ctx, p); err == nil {
 				ai = found
 			}
 		}
-		if err := h.Connect(ctx, ai); err != nil {
+		err := h.Connect(ctx, ai)
+		if err == nil {
+			break
+		}
+		wait := retry.Next()
+		if len(v.q) > 0 || time.Now().Add(wait).After(until) || !backoff.Sleep(ctx, wait) {
 			v.m.Reject("view", "vet_failed")
 			v.n.log.Debug("peer of a held record not reached", "peer_id", p, "err", err)
 			return

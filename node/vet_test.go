@@ -1,8 +1,11 @@
 package node
 
 import (
+	"context"
 	"testing"
+	"time"
 
+	"github.com/libp2p/go-libp2p/core/peerstore"
 	ma "github.com/multiformats/go-multiaddr"
 )
 
@@ -23,4 +26,40 @@ func TestPublicPrefix(t *testing.T) {
 	if publicPrefix(nil) != "" {
 		t.Error("nil address has a prefix")
 	}
+}
+
+// TestVetRetriesAPeerNotFoundYet: an author this node cannot find at
+// first (no address known, not in the DHT: a node that joined a moment
+// ago) and can reach a few hundred milliseconds later is vetted within the
+// validator's wait, not refused until the next announcement.
+func TestVetRetriesAPeerNotFoundYet(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn := newNet(t, 1, Config{})
+		n := tn.nodes[0]
+		x, err := tn.mn.GenPeer()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = x.Close() })
+		// Not linked yet: no dial reaches it (mocknet dials by link).
+		linked := make(chan struct{})
+		defer func() { <-linked }()
+		go func() {
+			defer close(linked)
+			time.Sleep(300 * time.Millisecond)
+			if _, err := tn.mn.LinkPeers(n.host.ID(), x.ID()); err != nil {
+				t.Error(err)
+			}
+			n.host.Peerstore().AddAddrs(x.ID(), x.Addrs(), peerstore.TempAddrTTL)
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		start := time.Now()
+		if !n.vet.wait(ctx, x.ID()) {
+			t.Fatalf("the peer was not vetted (gave up after %v); it became reachable at 300 ms", time.Since(start))
+		}
+		if took := time.Since(start); took > 2*time.Second {
+			t.Fatalf("vetted after %v; it was reachable from 300 ms", took)
+		}
+	})
 }
