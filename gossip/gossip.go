@@ -628,36 +628,7 @@ func (g *Gossip) leave(ts *topicState) {
 // record is verified like a received one (except for the replay check),
 // so a record the network would refuse is refused here with ErrRejected.
 func (g *Gossip) PublishAnnounce(ctx context.Context, sa *record.SignedAgent) error {
-	if sa == nil {
-		return fmt.Errorf("%w: nil record", ErrRejected)
-	}
-	if sa.Agent.PeerID != g.h.ID().String() {
-		return fmt.Errorf("%w: record of agent %s names peer %s, this host is %s", ErrForeignRecord, sa.Agent.AgentID, sa.Agent.PeerID, g.h.ID())
-	}
-	data, err := EncodeAnnounce(sa)
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrRejected, err)
-	}
-	if len(data) > g.cfg.MaxMessageBytes {
-		return fmt.Errorf("%w: announcement of %d bytes, limit %d", ErrRejected, len(data), g.cfg.MaxMessageBytes)
-	}
-	topics, err := g.publishTopics(sa.Agent.AllScenes(), sa.Agent.Shards())
-	if err != nil {
-		return err
-	}
-	if topics = heard(topics); len(topics) == 0 {
-		return nil // nobody would receive it; a topic's first peer gets hosted records then (republishLocals, sync)
-	}
-	// sa is checked as a receiver would check it (a record the network
-	// would refuse is refused here, and no peer penalises this node for
-	// it), but not decoded again from the bytes just encoded from it; its
-	// signatures were usually verified moments ago by the same verifier
-	// (node.host_), whose cache answers.
-	if err := g.v.VerifyAgent(sa, trust.VerifyOptions{From: g.h.ID(), Transport: "local"}); err != nil {
-		return fmt.Errorf("%w (%s): %v", ErrRejected, verifyReason(err), err)
-	}
-	pre := &accepted{msg: &Message{Version: record.ProtocolVersion, Kind: KindAnnounce, Agent: sa}}
-	return g.publish(ctx, KindAnnounce, data, topics, pre)
+	return g.publishAnnounce(ctx, sa, 0)
 }
 
 // PublishResend publishes the n-th resend of sa (1 … MaxResend; see
@@ -671,16 +642,30 @@ func (g *Gossip) PublishAnnounce(ctx context.Context, sa *record.SignedAgent) er
 // of an earlier version that holds the record ignores a resend, so
 // toward it the record is signed again as before.
 func (g *Gossip) PublishResend(ctx context.Context, sa *record.SignedAgent, n int) error {
+	if n < 1 || n > MaxResend {
+		return fmt.Errorf("%w: resend %d is not within 1 … %d", ErrRejected, n, MaxResend)
+	}
+	if err := g.publishAnnounce(ctx, sa, n); err != nil {
+		return err
+	}
+	if g.m != nil {
+		g.m.Resends.WithLabelValues("sent").Inc()
+	}
+	return nil
+}
+
+// publishAnnounce is PublishAnnounce (resend 0) and PublishResend.
+func (g *Gossip) publishAnnounce(ctx context.Context, sa *record.SignedAgent, resend int) error {
 	if sa == nil {
 		return fmt.Errorf("%w: nil record", ErrRejected)
 	}
 	if sa.Agent.PeerID != g.h.ID().String() {
 		return fmt.Errorf("%w: record of agent %s names peer %s, this host is %s", ErrForeignRecord, sa.Agent.AgentID, sa.Agent.PeerID, g.h.ID())
 	}
-	if g.cfg.DisableResends {
+	if resend > 0 && g.cfg.DisableResends {
 		return ErrNotResendable
 	}
-	data, err := EncodeResend(sa, n)
+	data, err := encodeAnnounce(sa, resend)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrRejected, err)
 	}
@@ -692,25 +677,26 @@ func (g *Gossip) PublishResend(ctx context.Context, sa *record.SignedAgent, n in
 		return err
 	}
 	if topics = heard(topics); len(topics) == 0 {
-		return nil
+		return nil // nobody would receive it; a topic's first peer gets hosted records then (republishLocals, sync)
 	}
-	now := time.Now()
-	for _, ts := range topics {
-		if !g.topicSpeaks(ts, ResendProtocol, now) {
-			return ErrNotResendable
+	if resend > 0 {
+		now := time.Now()
+		for _, ts := range topics {
+			if !g.topicSpeaks(ts, ResendProtocol, now) {
+				return ErrNotResendable
+			}
 		}
 	}
+	// sa is checked as a receiver would check it (a record the network
+	// would refuse is refused here, and no peer penalises this node for
+	// it), but not decoded again from the bytes just encoded from it; its
+	// signatures were usually verified moments ago by the same verifier
+	// (node.host_), whose cache answers.
 	if err := g.v.VerifyAgent(sa, trust.VerifyOptions{From: g.h.ID(), Transport: "local"}); err != nil {
 		return fmt.Errorf("%w (%s): %v", ErrRejected, verifyReason(err), err)
 	}
-	pre := &accepted{msg: &Message{Version: record.ProtocolVersion, Kind: KindAnnounce, Agent: sa, Resend: n}}
-	if err := g.publish(ctx, KindAnnounce, data, topics, pre); err != nil {
-		return err
-	}
-	if g.m != nil {
-		g.m.Resends.WithLabelValues("sent").Inc()
-	}
-	return nil
+	pre := &accepted{msg: &Message{Version: record.ProtocolVersion, Kind: KindAnnounce, Agent: sa, Resend: resend}}
+	return g.publish(ctx, KindAnnounce, data, topics, pre)
 }
 
 // PublishBeat publishes a heartbeat, status or unregister statement on the

@@ -130,19 +130,14 @@ func EncodeResend(sa *record.SignedAgent, n int) ([]byte, error) {
 	if n < 1 || n > MaxResend {
 		return nil, fmt.Errorf("%w: resend %d is not within 1 … %d", record.ErrMalformed, n, MaxResend)
 	}
-	var a record.Announce
-	if sa != nil {
-		a = sa.Announce()
-	}
-	if len(a.Agent) == 0 {
-		return nil, fmt.Errorf("%w: announce: no signed record", record.ErrMalformed)
-	}
-	a.ProtocolVersion = record.ProtocolVersion
-	return encode(envelope{ProtocolVersion: record.ProtocolVersion, Type: KindAnnounce, Announce: &a, Resend: n})
+	return encodeAnnounce(sa, n)
 }
 
 // EncodeAnnounce returns the pubsub payload announcing sa.
-func EncodeAnnounce(sa *record.SignedAgent) ([]byte, error) {
+func EncodeAnnounce(sa *record.SignedAgent) ([]byte, error) { return encodeAnnounce(sa, 0) }
+
+// encodeAnnounce is EncodeAnnounce (resend 0) and EncodeResend.
+func encodeAnnounce(sa *record.SignedAgent, resend int) ([]byte, error) {
 	var a record.Announce
 	if sa != nil {
 		a = sa.Announce()
@@ -151,7 +146,7 @@ func EncodeAnnounce(sa *record.SignedAgent) ([]byte, error) {
 		return nil, fmt.Errorf("%w: announce: no signed record", record.ErrMalformed)
 	}
 	a.ProtocolVersion = record.ProtocolVersion
-	return encode(envelope{ProtocolVersion: record.ProtocolVersion, Type: KindAnnounce, Announce: &a})
+	return encode(envelope{ProtocolVersion: record.ProtocolVersion, Type: KindAnnounce, Announce: &a, Resend: resend})
 }
 
 // EncodeBeat returns the pubsub payload of a heartbeat, status or
