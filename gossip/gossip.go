@@ -628,7 +628,8 @@ func (g *Gossip) leave(ts *topicState) {
 // record is verified like a received one (except for the replay check),
 // so a record the network would refuse is refused here with ErrRejected.
 func (g *Gossip) PublishAnnounce(ctx context.Context, sa *record.SignedAgent) error {
-	return g.publishAnnounce(ctx, sa, 0)
+	_, err := g.publishAnnounce(ctx, sa, 0)
+	return err
 }
 
 // PublishResend publishes the n-th resend of sa (1 … MaxResend; see
@@ -645,45 +646,44 @@ func (g *Gossip) PublishResend(ctx context.Context, sa *record.SignedAgent, n in
 	if n < 1 || n > MaxResend {
 		return fmt.Errorf("%w: resend %d is not within 1 … %d", ErrRejected, n, MaxResend)
 	}
-	if err := g.publishAnnounce(ctx, sa, n); err != nil {
-		return err
-	}
-	if g.m != nil {
+	sent, err := g.publishAnnounce(ctx, sa, n)
+	if sent && g.m != nil {
 		g.m.Resends.WithLabelValues("sent").Inc()
 	}
-	return nil
+	return err
 }
 
-// publishAnnounce is PublishAnnounce (resend 0) and PublishResend.
-func (g *Gossip) publishAnnounce(ctx context.Context, sa *record.SignedAgent, resend int) error {
+// publishAnnounce is PublishAnnounce (resend 0) and PublishResend. It
+// reports whether the message went to a topic.
+func (g *Gossip) publishAnnounce(ctx context.Context, sa *record.SignedAgent, resend int) (sent bool, err error) {
 	if sa == nil {
-		return fmt.Errorf("%w: nil record", ErrRejected)
+		return false, fmt.Errorf("%w: nil record", ErrRejected)
 	}
 	if sa.Agent.PeerID != g.h.ID().String() {
-		return fmt.Errorf("%w: record of agent %s names peer %s, this host is %s", ErrForeignRecord, sa.Agent.AgentID, sa.Agent.PeerID, g.h.ID())
+		return false, fmt.Errorf("%w: record of agent %s names peer %s, this host is %s", ErrForeignRecord, sa.Agent.AgentID, sa.Agent.PeerID, g.h.ID())
 	}
 	if resend > 0 && g.cfg.DisableResends {
-		return ErrNotResendable
+		return false, ErrNotResendable
 	}
 	data, err := encodeAnnounce(sa, resend)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrRejected, err)
+		return false, fmt.Errorf("%w: %v", ErrRejected, err)
 	}
 	if len(data) > g.cfg.MaxMessageBytes {
-		return fmt.Errorf("%w: announcement of %d bytes, limit %d", ErrRejected, len(data), g.cfg.MaxMessageBytes)
+		return false, fmt.Errorf("%w: announcement of %d bytes, limit %d", ErrRejected, len(data), g.cfg.MaxMessageBytes)
 	}
 	topics, err := g.publishTopics(sa.Agent.AllScenes(), sa.Agent.Shards())
 	if err != nil {
-		return err
+		return false, err
 	}
 	if topics = heard(topics); len(topics) == 0 {
-		return nil // nobody would receive it; a topic's first peer gets hosted records then (republishLocals, sync)
+		return false, nil // nobody would receive it; a topic's first peer gets hosted records then (republishLocals, sync)
 	}
 	if resend > 0 {
 		now := time.Now()
 		for _, ts := range topics {
 			if !g.topicSpeaks(ts, ResendProtocol, now) {
-				return ErrNotResendable
+				return false, ErrNotResendable
 			}
 		}
 	}
@@ -693,10 +693,11 @@ func (g *Gossip) publishAnnounce(ctx context.Context, sa *record.SignedAgent, re
 	// signatures were usually verified moments ago by the same verifier
 	// (node.host_), whose cache answers.
 	if err := g.v.VerifyAgent(sa, trust.VerifyOptions{From: g.h.ID(), Transport: "local"}); err != nil {
-		return fmt.Errorf("%w (%s): %v", ErrRejected, verifyReason(err), err)
+		return false, fmt.Errorf("%w (%s): %v", ErrRejected, verifyReason(err), err)
 	}
 	pre := &accepted{msg: &Message{Version: record.ProtocolVersion, Kind: KindAnnounce, Agent: sa, Resend: resend}}
-	return g.publish(ctx, KindAnnounce, data, topics, pre)
+	err = g.publish(ctx, KindAnnounce, data, topics, pre)
+	return err == nil, err
 }
 
 // PublishBeat publishes a heartbeat, status or unregister statement on the

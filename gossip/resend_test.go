@@ -166,3 +166,22 @@ func TestResendReachesWhoMissedIt(t *testing.T) {
 		}
 	})
 }
+
+// TestResendToNobodyIsNotCounted: a resend on topics without a peer is
+// not published, not counted as sent, and not an error (the caller's
+// counter moves on; the next resend goes out when a peer is there).
+func TestResendToNobodyIsNotCounted(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn := newTestNet(t, 1, testConfig())
+		a := tn.nodes[0]
+		if err := a.g.PublishResend(tn.ctx, a.record(t), 1); err != nil {
+			t.Fatalf("resend to nobody: %v", err)
+		}
+		if n := promtest.ToFloat64(a.m.Resends.WithLabelValues("sent")); n != 0 {
+			t.Fatalf("%v resends counted sent with no peer", n)
+		}
+		if err := a.g.PublishResend(tn.ctx, a.record(t), MaxResend+1); !errors.Is(err, ErrRejected) {
+			t.Fatalf("resend %d: %v, want ErrRejected", MaxResend+1, err)
+		}
+	})
+}
