@@ -28,8 +28,10 @@ type probe struct {
 	// at every node (the same messages everywhere), to bound the cost of
 	// decoding them.
 	every uint32
-	ch    chan delivery
-	from  atomic.Int64 // unix ns; deliveries before it are ignored (warm-up)
+	// now is the clock of deliveries and publications (time.Now).
+	now  func() time.Time
+	ch   chan delivery
+	from atomic.Int64 // unix ns; deliveries before it are ignored (warm-up)
 
 	mu     sync.RWMutex
 	closed bool
@@ -73,6 +75,7 @@ var resendMember = []byte(`"resend":`)
 func newProbe(capacity int, every uint32) *probe {
 	p := &probe{
 		every:    max(every, 1),
+		now:      time.Now,
 		ch:       make(chan delivery, 1<<14),
 		byKind:   map[string]*samples{},
 		resentAt: map[string]int64{},
@@ -174,7 +177,7 @@ func (p *probe) sent(rpc *pubsub.RPC, self peer.ID) {
 		if !p.sampled(id) {
 			continue
 		}
-		now := time.Now().UnixNano()
+		now := p.now().UnixNano()
 		p.resentMu.Lock()
 		if _, ok := p.resentAt[id]; !ok {
 			p.resentAt[id] = now
@@ -187,7 +190,7 @@ func (p *probe) deliver(msg *pubsub.Message, meshed *meshTimes) {
 	if msg.Local || !p.sampled(msg.ID) {
 		return
 	}
-	now := time.Now()
+	now := p.now()
 	if now.UnixNano() < p.from.Load() {
 		return
 	}
