@@ -35,10 +35,7 @@ func TestRogueSyncAnswersAreRefusedAndCounted(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		tn := newTestNet(t, 1, testConfig())
 		b := tn.nodes[0]
-		rogue := tn.addHost(1)
-		if err := tn.mn.LinkAll(); err != nil {
-			t.Fatal(err)
-		}
+		rogue := tn.addLinkedHost(1)
 		tn.connect(b, rogue)
 
 		honestID, err := trust.Generate()

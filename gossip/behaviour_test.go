@@ -209,10 +209,7 @@ func TestForgedPublisherScoredDown(t *testing.T) {
 				tn.connect(tn.nodes[i], tn.nodes[j])
 			}
 		}
-		x := tn.addHost(honest)
-		if err := tn.mn.LinkAll(); err != nil {
-			t.Fatal(err)
-		}
+		x := tn.addLinkedHost(honest)
 		topics, stop := rawPubSub(t, tn.ctx, x.h, AnnounceTopic)
 		defer stop()
 		hn := tn.nodes[:honest]
@@ -282,10 +279,7 @@ func TestScenes(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		tn := newTestNet(t, 2, testConfig())
 		a, b := tn.nodes[0], tn.nodes[1]
-		o := tn.addHost(2) // observer on the scene topic only, no validator
-		if err := tn.mn.LinkAll(); err != nil {
-			t.Fatal(err)
-		}
+		o := tn.addLinkedHost(2) // observer on the scene topic only, no validator
 		scene := SceneTopic("auth")
 		if scene != "/agentd/scene/auth/1.0.0" {
 			t.Fatalf("SceneTopic = %q", scene)

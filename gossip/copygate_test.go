@@ -244,10 +244,7 @@ func TestCopyGateForgedCopyDoesNotHoldBackTheHonestOne(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		tn := newTestNet(t, 1, testConfig())
 		v := tn.nodes[0]
-		liar := tn.addHost(1)
-		if err := tn.mn.LinkAll(); err != nil {
-			t.Fatal(err)
-		}
+		liar := tn.addLinkedHost(1)
 		tn.connect(v, liar)
 		s, err := liar.h.NewStream(tn.ctx, v.h.ID(), pubsub.GossipSubID_v12)
 		if err != nil {

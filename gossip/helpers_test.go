@@ -333,6 +333,17 @@ func (tn *testNet) addHost(i int) *tnode {
 	return nd
 }
 
+// addLinkedHost is addHost with the new host linked to every other, so
+// that it can connect (a raw peer, an attacker, an observer).
+func (tn *testNet) addLinkedHost(i int) *tnode {
+	tn.t.Helper()
+	nd := tn.addHost(i)
+	if err := tn.mn.LinkAll(); err != nil {
+		tn.t.Fatalf("link: %v", err)
+	}
+	return nd
+}
+
 func (tn *testNet) connect(a, b *tnode) {
 	tn.t.Helper()
 	if _, err := tn.mn.ConnectPeers(a.h.ID(), b.h.ID()); err != nil {
@@ -462,10 +473,7 @@ func (nd *tnode) beat(t testing.TB, kind Kind) *record.SignedBeat {
 // and returns it with a function that publishes raw bytes from it there.
 func (tn *testNet) rawPeer(t *testing.T, b *tnode) (x *tnode, pub func([]byte)) {
 	t.Helper()
-	x = tn.addHost(len(tn.nodes))
-	if err := tn.mn.LinkAll(); err != nil {
-		t.Fatal(err)
-	}
+	x = tn.addLinkedHost(len(tn.nodes))
 	topics, stop := rawPubSub(t, tn.ctx, x.h, AnnounceTopic)
 	t.Cleanup(stop)
 	tn.connect(b, x)
