@@ -181,6 +181,13 @@ const pullableTTL = time.Second
 // a node of an earlier version keeps getting every heartbeat, as with
 // heartbeat batches. Answers are kept per topic for a second.
 func (g *Gossip) Pullable(shards ...string) bool {
+	return g.allSpeak(PullProtocol, shards)
+}
+
+// allSpeak reports whether every peer this node knows on every topic a
+// message of the given shards goes to lists proto (topicSpeaks), and some
+// topic has a peer.
+func (g *Gossip) allSpeak(proto string, shards []string) bool {
 	topics, err := g.publishTopics(nil, shards)
 	if err != nil {
 		return false
@@ -190,7 +197,7 @@ func (g *Gossip) Pullable(shards ...string) bool {
 	}
 	now := time.Now()
 	for _, ts := range topics {
-		if !g.topicSpeaks(ts, PullProtocol, now) {
+		if !g.topicSpeaks(ts, proto, now) {
 			return false
 		}
 	}
@@ -198,13 +205,16 @@ func (g *Gossip) Pullable(shards ...string) bool {
 }
 
 // topicSpeaks reports whether every peer this node knows on the topic
-// lists proto (PullProtocol or ResendProtocol) through identify; a topic
+// lists proto (PullProtocol, ResendProtocol or WantedProtocol) through identify; a topic
 // without a known peer, or with a peer whose protocols identify has not
 // listed yet, does not. Answers are kept per topic for pullableTTL.
 func (g *Gossip) topicSpeaks(ts *topicState, proto string, now time.Time) bool {
 	cache := &ts.pullable
-	if proto == ResendProtocol {
+	switch proto {
+	case ResendProtocol:
 		cache = &ts.resendable
+	case WantedProtocol:
+		cache = &ts.wantable
 	}
 	g.mu.Lock()
 	if c := *cache; !c.at.IsZero() && now.Sub(c.at) < pullableTTL {

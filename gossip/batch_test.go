@@ -96,8 +96,11 @@ func TestBatchDecodeErrors(t *testing.T) {
 	if newerMinor([]byte(batch("v1.1", entry("x", 1)))) {
 		t.Fatal("a v1.1 message counts as newer than this node's reading")
 	}
-	if !newerMinor([]byte(batch("v1.2", entry("x", 1)))) {
-		t.Fatal("a v1.2 message does not count as newer")
+	if newerMinor([]byte(batch("v1.3", entry("x", 1)))) {
+		t.Fatal("a v1.3 message counts as newer than this node's reading (v1.3 beat requests)")
+	}
+	if !newerMinor([]byte(batch("v1.4", entry("x", 1)))) {
+		t.Fatal("a v1.4 message does not count as newer")
 	}
 }
 

@@ -97,6 +97,15 @@ type Config struct {
 	// announcement (one it holds is a replay: ignored, not forwarded). For
 	// tests of mixed versions; off by default.
 	DisableResends bool
+	// OnWanted, when set, is called with the agents a peer's beat request
+	// (KindWanted, protocol v1.3) asks this host to put on gossip: the
+	// peer cannot pull their heartbeats. Setting it makes the node list
+	// WantedProtocol; a host then keeps the heartbeats of agents nobody
+	// asked for off gossip on topics whose every known peer lists it
+	// (Requestable). Called from a topic's delivery loop; it must not
+	// block. nil models a node of protocol v1.2: it lists nothing and
+	// asks nothing.
+	OnWanted func(from peer.ID, agentIDs []string)
 	// MaxShards bounds the shard topics this node joins (default 1024).
 	MaxShards int
 	// SubscriptionBuffer is the delivery buffer of each subscription

@@ -46,6 +46,7 @@ func decodeReference(b []byte, maxBytes int) (*Message, error) {
 		Announce json.RawMessage   `json:"announce"`
 		Beat     json.RawMessage   `json:"beat"`
 		Beats    []json.RawMessage `json:"beats"`
+		Wanted   json.RawMessage   `json:"wanted"`
 	}
 	_ = json.Unmarshal(b, &raw) // the same text decoded above
 	// The envelope's members as Decode's last step takes them: present
@@ -60,6 +61,9 @@ func decodeReference(b []byte, maxBytes int) (*Message, error) {
 	}
 	if e.Beats != nil {
 		r.beats = jsontext.Value("[]")
+	}
+	if e.Wanted != nil {
+		r.wanted = jsontext.Value(raw.Wanted)
 	}
 	return decodeBody(version, newer, &e, &r)
 }

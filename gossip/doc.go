@@ -65,6 +65,18 @@
 // forwards resends, and a host resends only on topics whose every known
 // peer lists it.
 //
+// Protocol v1.3 adds the beat request (KindWanted, PublishWanted):
+//
+//	{"protocol_version":"v1.3","type":"wanted","wanted":{"peer_id":"<host>","agents":["<agent_id>", ...]}}
+//
+// 1 to MaxPullAgents distinct agent ids of the named host, whose
+// heartbeats the author cannot pull: the host puts them on gossip again
+// (Config.OnWanted). Any node may author one; a node forwards at most
+// wantedPerWindow of one author per wantedWindow. A node lists
+// WantedProtocol when it sends them, and a host keeps heartbeats nobody
+// asked for off gossip only on topics whose every known peer lists it
+// (Requestable). Nodes of v1.2 and earlier ignore the message.
+//
 // Every pubsub message is signed by its author's host key (pubsub's
 // StrictSign), and the validator requires the author to be the peer_id
 // the record or beat names, so only the host of an agent can speak for it

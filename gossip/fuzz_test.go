@@ -30,11 +30,16 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
-		if m.Kind == KindBeats {
+		switch {
+		case m.Kind == KindBeats:
 			if m.Agent != nil || m.Beat != nil || len(m.Beats) == 0 || len(m.Beats) > MaxBatchBeats {
 				t.Fatalf("decoded batch %+v", m)
 			}
-		} else if (m.Agent == nil) == (m.Beat == nil) || !ValidKind(m.Kind) || m.Beats != nil {
+		case m.Kind == KindWanted:
+			if m.Agent != nil || m.Beat != nil || m.Beats != nil || m.Wanted == nil || len(m.Wanted.Agents) == 0 || len(m.Wanted.Agents) > MaxPullAgents {
+				t.Fatalf("decoded beat request %+v", m)
+			}
+		case (m.Agent == nil) == (m.Beat == nil) || !ValidKind(m.Kind) || m.Beats != nil || m.Wanted != nil:
 			t.Fatalf("decoded %+v", m)
 		}
 		enc, err := m.Encode()

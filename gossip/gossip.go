@@ -198,7 +198,9 @@ type Gossip struct {
 
 	recent *recentCache
 	resent *resendLog
-	synced *recordMemo // the records sync answers carried, decoded
+	// wantedLimit bounds the beat requests forwarded per author.
+	wantedLimit wantedLimit
+	synced      *recordMemo // the records sync answers carried, decoded
 	// own: the payloads publish is handing to pubsub right now, checked
 	// once; pubsub validates a local message again on every topic it is
 	// published on, and those checks find it here (by content key).
@@ -243,8 +245,9 @@ type topicState struct {
 	syncs int
 	ready chan struct{}
 	// Whether every known peer of the topic lists a protocol, and when
-	// that was found (Gossip.mu): Pullable's and Resendable's answers.
-	pullable, resendable speaks
+	// that was found (Gossip.mu): Pullable's, Resendable's and
+	// Requestable's answers.
+	pullable, resendable, wantable speaks
 }
 
 // speaks is a topic's cached answer to "does every known peer list this
@@ -423,6 +426,9 @@ func (g *Gossip) Start(ctx context.Context) error {
 	if !g.cfg.DisableResends {
 		g.h.SetStreamHandler(ResendProtocol, refuseStream)
 	}
+	if g.cfg.OnWanted != nil {
+		g.h.SetStreamHandler(WantedProtocol, refuseStream)
+	}
 	if g.cfg.LatestBeats != nil {
 		g.h.SetStreamHandler(PullProtocol, g.handlePull)
 	}
@@ -508,6 +514,7 @@ func unsubscribe(sub *pubsub.Subscription, cancel context.CancelFunc, done chan 
 func (g *Gossip) deliver(ctx context.Context, topic string, sub *pubsub.Subscription, done chan struct{}) {
 	defer close(done)
 	self := g.h.ID()
+	selfStr := self.String()
 	for {
 		msg, err := sub.Next(ctx)
 		if err != nil {
@@ -527,6 +534,10 @@ func (g *Gossip) deliver(ctx context.Context, topic string, sub *pubsub.Subscrip
 		case KindBeats:
 			for _, sb := range a.beats {
 				g.sink.Beat(KindHeartbeat, sb, author, topic)
+			}
+		case KindWanted:
+			if g.cfg.OnWanted != nil && a.msg.Wanted.PeerID == selfStr {
+				g.cfg.OnWanted(author, a.msg.Wanted.Agents)
 			}
 		default:
 			g.sink.Beat(a.msg.Kind, a.msg.Beat, author, topic)
@@ -1073,6 +1084,7 @@ func (g *Gossip) Close() error {
 		g.h.RemoveStreamHandler(BatchProtocol)
 		g.h.RemoveStreamHandler(PullProtocol)
 		g.h.RemoveStreamHandler(ResendProtocol)
+		g.h.RemoveStreamHandler(WantedProtocol)
 	}
 	for _, ts := range topics {
 		g.leave(ts)

@@ -138,6 +138,9 @@ func (g *Gossip) check(topic, scene, shard string, data []byte, author peer.ID) 
 	if m.Kind == KindBeats {
 		return g.checkBatch(topic, key, m, author, local)
 	}
+	if m.Kind == KindWanted {
+		return g.checkWanted(m, author, local)
+	}
 	if m.Resend > 0 && !local && !g.cfg.DisableResends {
 		if ok, a, res, reason, err := g.checkResend(topic, key, m, author); ok {
 			return a, res, reason, err
@@ -475,7 +478,7 @@ func newerMinor(data []byte) bool {
 		return false
 	}
 	_, minor, err := record.ParseVersion(version)
-	return err == nil && minor > batchMinor
+	return err == nil && minor > readMinor
 }
 
 // ---- recent: payloads accepted per topic ----

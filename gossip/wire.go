@@ -73,6 +73,8 @@ type envelope struct {
 	// Resend marks an announcement its host sends again, unchanged, for
 	// peers that missed it (1 … MaxResend; 0 or absent: not a resend).
 	Resend int `json:"resend,omitempty"`
+	// Wanted is a beat request's body (KindWanted, protocol v1.3).
+	Wanted *Wanted `json:"wanted,omitempty"`
 }
 
 // batchBeat is one entry of a heartbeat batch: a heartbeat without its
@@ -105,6 +107,9 @@ type Message struct {
 	// an announcement, 1 … MaxResend for the same signed record sent
 	// again by its host.
 	Resend int
+	// Wanted is a beat request (KindWanted): the host it names and the
+	// agents whose heartbeats the author cannot pull.
+	Wanted *Wanted
 }
 
 // ResendProtocol is the protocol id a node lists (through identify) when
@@ -277,6 +282,9 @@ func Decode(b []byte, maxBytes int) (*Message, error) {
 // then the record, beat or batch itself.
 func decodeBody(version string, newer bool, e *envelope, raw *rawEnvelope) (*Message, error) {
 	m := &Message{Version: version, NewerMinor: newer, Kind: e.Type}
+	if raw.wanted != nil && e.Type != KindWanted {
+		return nil, &record.FieldError{Field: "wanted", Reason: "must not be present in a " + e.Type + " message"}
+	}
 	if e.Resend != 0 {
 		if e.Type != KindAnnounce {
 			return nil, &record.FieldError{Field: "resend", Reason: "is only allowed in an announce message"}
@@ -320,6 +328,15 @@ func decodeBody(version string, newer bool, e *envelope, raw *rawEnvelope) (*Mes
 			return nil, err
 		}
 		m.Beats, m.NewerMinor = beats, newer
+	case e.Type == KindWanted:
+		if raw.announce != nil || raw.beat != nil || raw.beats != nil {
+			return nil, &record.FieldError{Field: "type", Reason: "a wanted message carries only the wanted member"}
+		}
+		w, newer, err := decodeWanted(version, raw.wanted, e.Wanted)
+		if err != nil {
+			return nil, err
+		}
+		m.Wanted, m.NewerMinor = w, newer
 	case IsBeat(e.Type):
 		if raw.beats != nil {
 			return nil, &record.FieldError{Field: "beats", Reason: "must not be present in a " + e.Type + " message"}
@@ -347,7 +364,7 @@ func decodeBody(version string, newer bool, e *envelope, raw *rawEnvelope) (*Mes
 	case e.Type == "":
 		return nil, &record.FieldError{Field: "type", Reason: "is required"}
 	default:
-		return nil, &record.FieldError{Field: "type", Reason: fmt.Sprintf("%q is not one of announce, heartbeat, status, unregister, beats", record.Truncate(e.Type, 64))}
+		return nil, &record.FieldError{Field: "type", Reason: fmt.Sprintf("%q is not one of announce, heartbeat, status, unregister, beats, wanted", record.Truncate(e.Type, 64))}
 	}
 	return m, nil
 }
@@ -356,7 +373,7 @@ func decodeBody(version string, newer bool, e *envelope, raw *rawEnvelope) (*Mes
 // the message), read in one pass by readEnvelope. A member that is absent
 // or null is nil.
 type rawEnvelope struct {
-	version, typ, announce, beat, beats, resend jsontext.Value
+	version, typ, announce, beat, beats, resend, wanted jsontext.Value
 	// beatList is beats split into its entries (by decode).
 	beatList []json.RawMessage
 	// caseErr is the first member whose name differs from one of
@@ -414,6 +431,8 @@ func readEnvelope(b []byte) (rawEnvelope, error) {
 			e.beats = v
 		case "resend":
 			e.resend = v
+		case "wanted":
+			e.wanted = v
 		default:
 			if e.caseErr == nil {
 				e.caseErr = caseMismatch(k, "", envelopeMembers)
@@ -467,6 +486,12 @@ func (r *rawEnvelope) decode(e *envelope) error {
 			return fail("resend", err)
 		}
 	}
+	if r.wanted != nil {
+		e.Wanted = new(Wanted)
+		if err := json.Unmarshal(r.wanted, e.Wanted); err != nil {
+			return fail("wanted", err)
+		}
+	}
 	return nil
 }
 
@@ -505,7 +530,8 @@ func decodeBatch(version string, raw []json.RawMessage) (beats []record.Beat, ne
 // that differs from one of these only in case is refused rather than read
 // (two parsers must never see different values in one message).
 var (
-	envelopeMembers  = []string{"protocol_version", "type", "announce", "beat", "beats", "resend"}
+	envelopeMembers  = []string{"protocol_version", "type", "announce", "beat", "beats", "resend", "wanted"}
+	wantedMembers    = []string{"peer_id", "agents"}
 	batchBeatMembers = []string{"agent_id", "seq", "status", "timestamp", "interval_ms"}
 	announceMembers  = []string{"protocol_version", "agent", "signature", "peer_signature", "timestamp"}
 	wireBeatMembers  = []string{"beat", "signature"}
@@ -599,6 +625,11 @@ func (m *Message) Encode() ([]byte, error) {
 		return EncodeAnnounce(m.Agent)
 	case KindBeats:
 		return EncodeBatch(m.Beats)
+	case KindWanted:
+		if m.Wanted == nil {
+			return nil, &record.FieldError{Field: "wanted", Reason: "is required for type wanted"}
+		}
+		return EncodeWanted(*m.Wanted)
 	}
 	return EncodeBeat(m.Kind, m.Beat)
 }
@@ -607,6 +638,10 @@ func (m *Message) Encode() ([]byte, error) {
 func (m *Message) Equal(o *Message) bool {
 	if m.Kind == KindBeats || o.Kind == KindBeats {
 		return m.Kind == o.Kind && slices.Equal(m.Beats, o.Beats)
+	}
+	if m.Kind == KindWanted || o.Kind == KindWanted {
+		return m.Kind == o.Kind && m.Wanted != nil && o.Wanted != nil &&
+			m.Wanted.PeerID == o.Wanted.PeerID && slices.Equal(m.Wanted.Agents, o.Wanted.Agents)
 	}
 	if m.Kind != o.Kind || (m.Agent == nil) != (o.Agent == nil) || (m.Beat == nil) != (o.Beat == nil) {
 		return false

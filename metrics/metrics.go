@@ -75,6 +75,10 @@ type Metrics struct {
 	// busy, malformed).
 	Pulls       *prometheus.CounterVec
 	PullsServed *prometheus.CounterVec
+	// BeatRequests counts beat requests (gossip.KindWanted): sent by this
+	// node where a pull of a host failed, or received by this host for
+	// agents it hosts.
+	BeatRequests *prometheus.CounterVec
 }
 
 // New creates the collectors on a fresh registry. withRuntime adds the Go
@@ -156,6 +160,9 @@ func New(withRuntime bool) *Metrics {
 		PullsServed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentd_heartbeat_pulls_served_total", Help: "Heartbeat pulls answered for other nodes, by answer.",
 		}, []string{"answer"}),
+		BeatRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentd_heartbeat_requests_total", Help: "Requests that a host put heartbeats on gossip: sent where a pull failed, or received for hosted agents.",
+		}, []string{"direction"}),
 	}
 	// Liveness outcomes exist from the start, so a dashboard shows zeros
 	// rather than nothing.
@@ -171,9 +178,12 @@ func New(withRuntime bool) *Metrics {
 	for _, d := range []string{"sent", "forwarded"} {
 		m.Resends.WithLabelValues(d)
 	}
+	for _, d := range []string{"sent", "received"} {
+		m.BeatRequests.WithLabelValues(d)
+	}
 	// The gossip message types (gossip.Kind*): a counter exists before the
 	// first message of its type.
-	for _, k := range []string{"announce", "heartbeat", "status", "unregister", "beats"} {
+	for _, k := range []string{"announce", "heartbeat", "status", "unregister", "beats", "wanted"} {
 		m.GossipDelivered.WithLabelValues(k)
 		m.GossipPublished.WithLabelValues(k)
 	}
@@ -182,7 +192,7 @@ func New(withRuntime bool) *Metrics {
 	}
 	r.MustRegister(m.Rejects, m.Lookups, m.LookupLatency, m.GossipDelivered, m.GossipPublished, m.BatchedBeats, m.CopiesGated, m.Resends,
 		m.Peers, m.Records, m.LiveAgents, m.Fetches, m.Provides, m.ValuePuts, m.DHTLookups, m.LANPackets, m.HTTPRequests,
-		m.Suspicions, m.DownClaims, m.ShardSyncs, m.Probes, m.Pulls, m.PullsServed)
+		m.Suspicions, m.DownClaims, m.ShardSyncs, m.Probes, m.Pulls, m.PullsServed, m.BeatRequests)
 	return m
 }
 

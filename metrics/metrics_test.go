@@ -30,7 +30,7 @@ func TestSeriesExistBeforeTheirFirstEvent(t *testing.T) {
 	for _, name := range []string{"agentd_gossip_delivered_total", "agentd_gossip_published_total"} {
 		got := types[name]
 		slices.Sort(got)
-		want := []string{gossip.KindAnnounce, gossip.KindHeartbeat, gossip.KindStatus, gossip.KindUnregister, gossip.KindBeats}
+		want := []string{gossip.KindAnnounce, gossip.KindHeartbeat, gossip.KindStatus, gossip.KindUnregister, gossip.KindBeats, gossip.KindWanted}
 		slices.Sort(want)
 		if !slices.Equal(got, want) {
 			t.Errorf("%s types %v, want %v", name, got, want)
