@@ -39,6 +39,12 @@ type Config struct {
 	// earlier versions do; at most 3, so that a peer that cannot reach the
 	// host still hears it within the seed's three missed beats.
 	GossipBeatEvery int
+	// DisableBeatRequests makes the node behave as one of protocol v1.2
+	// toward heartbeats on request (docs/protocol.md): it does not list
+	// gossip.WantedProtocol, does not ask a host it cannot pull, and its
+	// hosts keep one heartbeat in GossipBeatEvery on gossip for everyone.
+	// For tests and measurements of mixed versions; off by default.
+	DisableBeatRequests bool
 	// MaxAgentsPerPeer bounds the remote agents one peer may have in the
 	// live view (default view.DefaultMaxAgentsPerPeer, 256), and the
 	// hosted agents this node gossips: the others are quiet

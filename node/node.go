@@ -137,6 +137,17 @@ type Node struct {
 	// announcement it depends on). An agent's first heartbeat since it is
 	// hosted is loud too: it has no lastBeats entry yet.
 	loud map[string]struct{}
+	// wanted holds the gossiped agents a peer asked to hear on gossip
+	// (beat requests, pull.go), until when: their heartbeats keep the
+	// 1-in-GossipBeatEvery round on topics where every peer could ask.
+	// At most one entry per gossiped agent.
+	wanted map[string]time.Time
+	// asked is when this node last asked each host for its heartbeats on
+	// gossip (at most maxAsked hosts).
+	asked map[peer.ID]time.Time
+	// requests: this node asks hosts it cannot pull (it lists
+	// gossip.WantedProtocol).
+	requests bool
 	// hostedShardCount counts, per shard, the hosted agents with a
 	// capability in it (applyHosted, dropHosted): the hosted part of the
 	// interest, read without walking every hosted record.
@@ -179,7 +190,7 @@ func New(cfg Config, opts Options) (n *Node, err error) {
 	}
 	n = &Node{
 		cfg: cfg, id: opts.Identity, peerID: opts.Identity.PeerID.String(), host: opts.Host, st: opts.Store, lan: opts.LAN, cat: opts.Catalog,
-		m: m, log: log, lastSeq: map[string]uint64{}, stale: map[string]struct{}{}, memo: map[string]hostedMemo{}, lastBeats: map[string]record.Beat{}, loud: map[string]struct{}{}, hostedShardCount: map[string]int{}, fetches: map[string]time.Time{}, leases: map[string]time.Time{},
+		m: m, log: log, lastSeq: map[string]uint64{}, stale: map[string]struct{}{}, memo: map[string]hostedMemo{}, lastBeats: map[string]record.Beat{}, loud: map[string]struct{}{}, wanted: map[string]time.Time{}, asked: map[peer.ID]time.Time{}, hostedShardCount: map[string]int{}, fetches: map[string]time.Time{}, leases: map[string]time.Time{},
 		repub: map[string]struct{}{}, repubWake: make(chan struct{}, 1),
 		fetchSem: make(chan struct{}, cfg.UnknownFetchConcurrency),
 		in:       newInterest(),
@@ -308,6 +319,10 @@ func (n *Node) Start(ctx context.Context) error {
 			// A node that does not read heartbeat batches models protocol
 			// v1.0 (gossip.Config.DisableBatches), which had no pulls either.
 			gc.LatestBeats = n.latestBeats
+			if !n.cfg.DisableBeatRequests {
+				gc.OnWanted = n.onWanted
+				n.requests = true
+			}
 		}
 		g, err := gossip.New(n.ctx, n.host, gc, n.ver, gossipSink{n.view, n.vet, n.heartbeatInterval}, n.m, n.log)
 		if err != nil {

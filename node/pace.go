@@ -185,22 +185,35 @@ func (n *Node) quietDue(id string, interval time.Duration) {
 }
 
 // quiet reports whether a heartbeat stays off gossip (quiet
-// heartbeats): in all but one round of cfg.GossipBeatEvery (phase: the
-// agent's place in the round, so a node's agents take turns), and only
-// where every peer on its topics serves heartbeat pulls; never an
-// agent's first since it is hosted (a registration, a restart) nor the
-// first after a status (loud). It is kept for them to ask for (noteBeat).
+// heartbeats), only where every peer on its topics serves heartbeat
+// pulls, and never an agent's first since it is hosted (a registration, a
+// restart) nor the first after a status or a beat request (loud). Where
+// every such peer could also ask for it (gossip.Requestable: protocol
+// v1.3, heartbeats on request), it stays off unless a peer asked (wanted);
+// then, and where some peer could not ask, one round in
+// cfg.GossipBeatEvery goes on gossip (phase: the agent's place in the
+// round, so a node's agents take turns). A quiet heartbeat is kept for
+// the peers to pull (noteBeat).
 func (n *Node) quiet(hb gossip.Heartbeat, phase uint64) bool {
-	if n.cfg.GossipBeatEvery <= 1 || n.cfg.legacy || phase%uint64(n.cfg.GossipBeatEvery) == 0 || !n.gsp.Pullable(hb.Shards...) {
+	if n.cfg.GossipBeatEvery <= 1 || n.cfg.legacy || !n.gsp.Pullable(hb.Shards...) {
 		return false
 	}
 	id := hb.Beat.AgentID
+	now := time.Now()
 	n.mu.Lock()
 	_, loud := n.loud[id]
 	_, beaten := n.lastBeats[id]
-	delete(n.loud, id)
+	until, wanted := n.wanted[id]
+	if wanted && !now.Before(until) {
+		delete(n.wanted, id)
+		wanted = false
+	}
 	n.mu.Unlock()
-	if loud || !beaten {
+	onRound := phase%uint64(n.cfg.GossipBeatEvery) == 0
+	if loud || !beaten || onRound && (wanted || !n.requests || !n.gsp.Requestable(hb.Shards...)) {
+		n.mu.Lock()
+		delete(n.loud, id)
+		n.mu.Unlock()
 		return false
 	}
 	n.noteBeat(hb.Beat)
@@ -311,6 +324,7 @@ func (n *Node) dropHostedLocked(id string) {
 	delete(n.memo, id)
 	delete(n.lastBeats, id)
 	delete(n.loud, id)
+	delete(n.wanted, id)
 	n.lastSeq[id] = m.seq // the seqs used stay above it if the agent comes back
 	for _, s := range m.shards {
 		if n.hostedShardCount[s] <= 1 {

@@ -152,8 +152,10 @@ func TestBatchesOnlyToPeersThatReadThem(t *testing.T) {
 				t.Fatalf("agent %s at the old listener: %+v (present %v), want HEALTHY", sa.Agent.AgentID, a, ok)
 			}
 		}
-		// A listener of this version joins and the old one leaves.
-		tn.add(nil, nil)
+		// A listener of protocol v1.2 joins (it pulls, and does not ask
+		// for heartbeats on gossip: the host keeps one in three there)
+		// and the old one leaves.
+		tn.addConfigured(func(c *Config) { c.DisableBeatRequests = true })
 		if err := tn.nodes[0].Close(); err != nil {
 			t.Fatal(err)
 		}

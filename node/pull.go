@@ -161,10 +161,96 @@ func (n *Node) pull(j pullJob) {
 			// simnet run past two cores making them one evicted 24 more
 			// live agents early (docs/scaling.md).
 			n.log.Debug("heartbeat pull failed", "peer_id", p, "agents", len(chunk), "err", err)
+			n.askLoud(p, agents)
 			return
 		}
 	}
 }
+
+// Beat requests (protocol v1.3, docs/protocol.md "Heartbeats on
+// request"): a host whose every peer could ask keeps heartbeats nobody
+// asked for off gossip; a node that cannot pull a host asks it, over
+// gossip, to put them on again.
+const (
+	// askEvery: a host is asked at most this often by one node; while
+	// its pulls keep failing, the node asks again.
+	askEvery = 20 * time.Second
+	// wantedFor is how long a request keeps an agent's heartbeats on
+	// gossip: three requests' worth.
+	wantedFor = 3 * askEvery
+	// maxAsked bounds the hosts whose last request is remembered.
+	maxAsked = 4096
+)
+
+// askLoud asks host p over gossip to put the heartbeats of agents (its
+// agents in this node's interest, whose pull failed) on gossip, at most
+// once per askEvery; a node of an earlier version (requests off) keeps
+// to the seed's clock and the host's 1-in-3 round.
+func (n *Node) askLoud(p peer.ID, agents []string) {
+	if !n.requests || len(agents) == 0 {
+		return
+	}
+	now := time.Now()
+	n.mu.Lock()
+	if at, ok := n.asked[p]; ok && now.Sub(at) < askEvery {
+		n.mu.Unlock()
+		return
+	}
+	if len(n.asked) >= maxAsked {
+		for q, at := range n.asked {
+			if now.Sub(at) >= askEvery {
+				delete(n.asked, q)
+			}
+		}
+		if len(n.asked) >= maxAsked {
+			n.mu.Unlock()
+			return
+		}
+	}
+	n.asked[p] = now
+	n.mu.Unlock()
+	var shards []string
+	for _, id := range agents {
+		if a, ok := n.view.Get(id); ok {
+			shards = append(shards, a.Record.Agent.Shards()...)
+		}
+	}
+	if len(agents) > gossip.MaxPullAgents {
+		agents = agents[:gossip.MaxPullAgents]
+	}
+	sent, err := n.gsp.PublishWanted(n.ctx, p, agents, shards...)
+	switch {
+	case err != nil:
+		n.log.Debug("beat request not sent", "peer_id", p, "agents", len(agents), "err", err)
+	case sent:
+		n.m.Inc(beatRequests, "sent")
+	}
+}
+
+// onWanted is gossip's Config.OnWanted: a peer cannot pull the heartbeats
+// of these agents, so those this node gossips go on gossip again — the
+// next one at once (loud), then one round in GossipBeatEvery for
+// wantedFor. Ids of agents this node does not gossip are ignored.
+func (n *Node) onWanted(from peer.ID, agentIDs []string) {
+	until := time.Now().Add(wantedFor)
+	n.mu.Lock()
+	took := 0
+	for _, id := range agentIDs {
+		if _, gossiped := n.lastBeats[id]; !gossiped {
+			continue // not hosted, quiet, or not beaten yet (then loud anyway)
+		}
+		n.wanted[id] = until
+		n.loud[id] = struct{}{}
+		took++
+	}
+	n.mu.Unlock()
+	if took > 0 {
+		n.m.Inc(beatRequests, "received")
+		n.log.Debug("heartbeats asked on gossip", "peer_id", from, "agents", took)
+	}
+}
+
+func beatRequests(m *metrics.Metrics) *prometheus.CounterVec { return m.BeatRequests }
 
 // mayServePulls reports whether p may serve heartbeat pulls: identify
 // listed the protocol, or has listed nothing yet (never met: asking

@@ -74,11 +74,12 @@ func pullCount(n *tnode, outcome string) float64 {
 // TestPullKeepsAgentWhoseBeatsAreLost: a host whose heartbeats stop
 // reaching a node over gossip is asked for them directly, and its agent
 // stays HEALTHY there; without the pull it is UNHEALTHY after 15 s and
-// gone after 30 s.
+// gone after 30 s. Both run as protocol v1.2 (no beat requests), whose
+// hosts put one heartbeat in three on gossip.
 func TestPullKeepsAgentWhoseBeatsAreLost(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		ctx := context.Background()
-		tn := newNet(t, 1, Config{})
+		tn := newNet(t, 1, Config{DisableBeatRequests: true})
 		var mute atomic.Bool
 		tn.wrap = func(h host.Host) host.Host { return mutedHost{Host: h, mute: &mute} }
 		hostN := tn.add(nil, nil)
@@ -219,15 +220,17 @@ func beatsDelivered(n *tnode) float64 {
 	return promtest.ToFloat64(n.Metrics().GossipDelivered.WithLabelValues("heartbeat"))
 }
 
-// TestQuietHeartbeats: between nodes that serve heartbeat pulls, a host
-// puts one heartbeat in GossipBeatEvery on gossip and its peers ask for
-// the others when late: the agent stays HEALTHY. A node of an earlier
-// version on the topic gets every heartbeat again.
+// TestQuietHeartbeats: toward a node that serves heartbeat pulls but
+// sends no beat requests (protocol v1.2), a host puts one heartbeat in
+// GossipBeatEvery on gossip and the node asks for the others when late:
+// the agent stays HEALTHY. A node of an earlier version on the topic gets
+// every heartbeat again.
 func TestQuietHeartbeats(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		ctx := context.Background()
-		tn := newNet(t, 2, Config{})
-		watcher, hostN := tn.nodes[0], tn.nodes[1]
+		tn := newNet(t, 1, Config{})
+		hostN := tn.nodes[0]
+		watcher := tn.addConfigured(func(c *Config) { c.DisableBeatRequests = true })
 		sa, err := hostN.Register(ctx, spec("skill-q", "cap.q"))
 		if err != nil {
 			t.Fatal(err)
@@ -262,6 +265,96 @@ func TestQuietHeartbeats(t *testing.T) {
 		waitFor(t, time.Minute, "11 heartbeats at the old node", func() bool { return beatsDelivered(old)-before >= 11 })
 		if a, ok := live(old.Node, id); !ok || a.Status != record.StatusHealthy {
 			t.Fatalf("at the old node: live %v, status %s", ok, a.Status)
+		}
+	})
+}
+
+func beatRequestCount(n *tnode, direction string) float64 {
+	return promtest.ToFloat64(n.Metrics().BeatRequests.WithLabelValues(direction))
+}
+
+// keptAll returns a check, for a waitFor condition, that fails the test
+// once the subscription has carried agentID's removal.
+func keptAll(t *testing.T, sub *view.Subscription, agentID, what string) func() {
+	return func() {
+		t.Helper()
+		for {
+			select {
+			case e := <-sub.C():
+				if e.AgentID == agentID && e.Type == view.EventDeregistered {
+					t.Fatalf("%s: removed (%s)", what, e.Reason)
+				}
+			default:
+				return
+			}
+		}
+	}
+}
+
+// TestHeartbeatsOnRequest: between nodes of protocol v1.3 a host keeps
+// its heartbeats off gossip and the watcher pulls them, HEALTHY
+// throughout. When the watcher can no longer pull, it asks the host over
+// gossip, and the host puts one heartbeat in GossipBeatEvery on gossip
+// again: the agent stays in the watcher's view however long its pulls
+// fail, as with a host of v1.2.
+func TestHeartbeatsOnRequest(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		ctx := context.Background()
+		tn := newNet(t, 2, Config{})
+		watcher, hostN := tn.nodes[0], tn.nodes[1]
+		sa, err := hostN.Register(ctx, spec("skill-r", "cap.r"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := sa.Agent.AgentID
+		waitFor(t, 10*time.Second, "the agent at the watcher", func() bool { return hears(watcher, id) })
+		waitFor(t, 40*time.Second, "a first pull: the host is quiet", func() bool { return pullCount(watcher, "news") > 0 })
+		sub := watcher.View().Subscribe(view.Filter{}, 64)
+		defer sub.Close()
+		healthy := healthyAll(t, sub, id, "while nobody asked for heartbeats on gossip")
+		before, pulled := beatsDelivered(watcher), pullCount(watcher, "news")
+		waitFor(t, 90*time.Second, "4 more pulls with news", func() bool {
+			healthy()
+			return pullCount(watcher, "news")-pulled >= 4
+		})
+		if got := beatsDelivered(watcher) - before; got != 0 {
+			t.Fatalf("%v heartbeats on gossip while the watcher pulled them, want none", got)
+		}
+		if n := beatRequestCount(watcher, "sent"); n != 0 {
+			t.Fatalf("%v beat requests sent while pulls worked", n)
+		}
+
+		// The host now resets every pull: the watcher cannot pull, asks,
+		// and hears the agent on gossip again.
+		hostN.Host().SetStreamHandler(gossip.PullProtocol, func(s network.Stream) { _ = s.Reset() })
+		kept := keptAll(t, sub, id, "while its pulls failed")
+		before = beatsDelivered(watcher)
+		waitFor(t, time.Minute, "a heartbeat on gossip after a request", func() bool {
+			kept()
+			return beatsDelivered(watcher) > before
+		})
+		if s, r := beatRequestCount(watcher, "sent"), beatRequestCount(hostN, "received"); s < 1 || r < 1 {
+			t.Fatalf("beat requests: %v sent by the watcher, %v received by the host", s, r)
+		}
+		// Six failed pulls later (about 90 s at one per 15 s), the agent
+		// is still there: the requests keep the host's round on gossip.
+		// Each gossiped heartbeat is followed by one failed pull, two
+		// intervals later, before the next round's: about as many
+		// heartbeats as failures (a request alone would bring one
+		// heartbeat per request, and two failures for each).
+		failed, gossiped := pullCount(watcher, "error"), beatsDelivered(watcher)
+		waitFor(t, 3*time.Minute, "6 more failed pulls", func() bool {
+			kept()
+			return pullCount(watcher, "error")-failed >= 6
+		})
+		if !hears(watcher, id) {
+			t.Fatal("the agent left the watcher's view while its host beat")
+		}
+		if got := beatsDelivered(watcher) - gossiped; got < 5 {
+			t.Fatalf("%v heartbeats on gossip over 6 failed pulls, want one per round of %d", got, DefaultGossipBeatEvery)
+		}
+		if s := beatRequestCount(watcher, "sent"); s < 3 {
+			t.Fatalf("%v beat requests over 90 s of failed pulls, want one per %v", s, askEvery)
 		}
 	})
 }
