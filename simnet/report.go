@@ -83,7 +83,10 @@ type ScenarioInfo struct {
 	HeartbeatInterval float64 `json:"heartbeat_interval_s"`
 	// GossipBeatEvery: one heartbeat in so many goes on gossip where every
 	// peer serves heartbeat pulls (node.Config.GossipBeatEvery).
-	GossipBeatEvery  int     `json:"gossip_beat_every,omitempty"`
+	GossipBeatEvery int `json:"gossip_beat_every,omitempty"`
+	// BeatRequests: heartbeats on request (protocol v1.3), off where
+	// every node ran as v1.2 (node.Config.DisableBeatRequests).
+	BeatRequests     bool    `json:"beat_requests"`
 	LivenessTimeoutS float64 `json:"liveness_timeout_s"`
 	StaleAfterS      float64 `json:"stale_after_s"`
 	GoVersion        string  `json:"go_version"`
@@ -443,7 +446,10 @@ func (r *Report) WriteText(w io.Writer) error {
 			flood = "off"
 		}
 		quiet := ""
-		if s.GossipBeatEvery > 1 {
+		switch {
+		case s.GossipBeatEvery > 1 && s.BeatRequests:
+			quiet = fmt.Sprintf("; heartbeats on request (1 in %d on gossip for a node that asks)", s.GossipBeatEvery)
+		case s.GossipBeatEvery > 1:
 			quiet = fmt.Sprintf("; quiet heartbeats, 1 in %d on gossip", s.GossipBeatEvery)
 		}
 		fmt.Fprintf(&b, "gossip: mesh degree %d, flood publishing %s%s\n", s.MeshDegree, flood, quiet)
