@@ -142,9 +142,10 @@ type Node struct {
 	// 1-in-GossipBeatEvery round on topics where every peer could ask.
 	// At most one entry per gossiped agent.
 	wanted map[string]time.Time
-	// asked is when this node last asked each host for its heartbeats on
-	// gossip (at most maxAsked hosts).
-	asked map[peer.ID]time.Time
+	// asked is, per host whose pull failed, when the last one failed and
+	// when this node last asked it for heartbeats on gossip (at most
+	// maxAsked hosts).
+	asked map[peer.ID]askState
 	// requests: this node asks hosts it cannot pull (it lists
 	// gossip.WantedProtocol).
 	requests bool
@@ -190,7 +191,7 @@ func New(cfg Config, opts Options) (n *Node, err error) {
 	}
 	n = &Node{
 		cfg: cfg, id: opts.Identity, peerID: opts.Identity.PeerID.String(), host: opts.Host, st: opts.Store, lan: opts.LAN, cat: opts.Catalog,
-		m: m, log: log, lastSeq: map[string]uint64{}, stale: map[string]struct{}{}, memo: map[string]hostedMemo{}, lastBeats: map[string]record.Beat{}, loud: map[string]struct{}{}, wanted: map[string]time.Time{}, asked: map[peer.ID]time.Time{}, hostedShardCount: map[string]int{}, fetches: map[string]time.Time{}, leases: map[string]time.Time{},
+		m: m, log: log, lastSeq: map[string]uint64{}, stale: map[string]struct{}{}, memo: map[string]hostedMemo{}, lastBeats: map[string]record.Beat{}, loud: map[string]struct{}{}, wanted: map[string]time.Time{}, asked: map[peer.ID]askState{}, hostedShardCount: map[string]int{}, fetches: map[string]time.Time{}, leases: map[string]time.Time{},
 		repub: map[string]struct{}{}, repubWake: make(chan struct{}, 1),
 		fetchSem: make(chan struct{}, cfg.UnknownFetchConcurrency),
 		in:       newInterest(),

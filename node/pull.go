@@ -172,33 +172,51 @@ func (n *Node) pull(j pullJob) {
 // asked for off gossip; a node that cannot pull a host asks it, over
 // gossip, to put them on again.
 const (
-	// askEvery: a host is asked at most this often by one node; while
-	// its pulls keep failing, the node asks again.
+	// askEvery: a host is asked at most this often by one node, after
+	// two failed pulls within it; while its pulls keep failing, the node
+	// asks again.
 	askEvery = 20 * time.Second
 	// wantedFor is how long a request keeps an agent's heartbeats on
 	// gossip: three requests' worth.
 	wantedFor = 3 * askEvery
-	// maxAsked bounds the hosts whose last request is remembered.
+	// maxAsked bounds the hosts whose failed pulls are remembered.
 	maxAsked = 4096
 )
 
+// askState is what a node remembers of its pulls of one host that failed:
+// when the last one failed and when it last asked the host.
+type askState struct{ failed, asked time.Time }
+
+// fail records a failed pull at now (known: an earlier one is recorded)
+// and reports whether to ask the host: the second failure within
+// askEvery, not within askEvery of the last request.
+func (st askState) fail(now time.Time, known bool) (askState, bool) {
+	second := known && now.Sub(st.failed) <= askEvery
+	st.failed = now
+	ask := second && (st.asked.IsZero() || now.Sub(st.asked) >= askEvery)
+	if ask {
+		st.asked = now
+	}
+	return st, ask
+}
+
 // askLoud asks host p over gossip to put the heartbeats of agents (its
-// agents in this node's interest, whose pull failed) on gossip, at most
-// once per askEvery; a node of an earlier version (requests off) keeps
-// to the seed's clock and the host's 1-in-3 round.
+// agents in this node's interest, whose pull failed) on gossip: on the
+// second failed pull of the host within askEvery, and at most once per
+// askEvery. One failure is not enough: an overloaded asker's pulls time
+// out too, and asking then would put more on gossip where the node is
+// already behind. A node of an earlier version (requests off) keeps to
+// the seed's clock and the host's 1-in-3 round.
 func (n *Node) askLoud(p peer.ID, agents []string) {
 	if !n.requests || len(agents) == 0 {
 		return
 	}
 	now := time.Now()
 	n.mu.Lock()
-	if at, ok := n.asked[p]; ok && now.Sub(at) < askEvery {
-		n.mu.Unlock()
-		return
-	}
-	if len(n.asked) >= maxAsked {
-		for q, at := range n.asked {
-			if now.Sub(at) >= askEvery {
+	st, known := n.asked[p]
+	if !known && len(n.asked) >= maxAsked {
+		for q, s := range n.asked {
+			if now.Sub(s.failed) > askEvery && now.Sub(s.asked) >= askEvery {
 				delete(n.asked, q)
 			}
 		}
@@ -207,8 +225,12 @@ func (n *Node) askLoud(p peer.ID, agents []string) {
 			return
 		}
 	}
-	n.asked[p] = now
+	st, ask := st.fail(now, known)
+	n.asked[p] = st
 	n.mu.Unlock()
+	if !ask {
+		return
+	}
 	var shards []string
 	for _, id := range agents {
 		if a, ok := n.view.Get(id); ok {

@@ -291,6 +291,34 @@ func keptAll(t *testing.T, sub *view.Subscription, agentID, what string) func() 
 	}
 }
 
+// TestAskOnTheSecondFailure: a host is asked on the second failed pull
+// within askEvery, then not again within askEvery of that request;
+// failures further apart than askEvery never ask.
+func TestAskOnTheSecondFailure(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	steps := []struct {
+		at   time.Duration
+		want bool
+	}{
+		{0, false},                             // the first failure
+		{5 * time.Second, true},                // the second within askEvery
+		{10 * time.Second, false},              // asked 5 s ago
+		{25 * time.Second, true},               // asked 20 s ago, failed 15 s ago
+		{25*time.Second + askEvery + 1, false}, // the last failure too long ago
+		{25*time.Second + 2*askEvery, true},
+	}
+	var st askState
+	known := false
+	for i, s := range steps {
+		var ask bool
+		st, ask = st.fail(t0.Add(s.at), known)
+		known = true
+		if ask != s.want {
+			t.Fatalf("step %d (failure at %v): ask %v, want %v", i, s.at, ask, s.want)
+		}
+	}
+}
+
 // TestHeartbeatsOnRequest: between nodes of protocol v1.3 a host keeps
 // its heartbeats off gossip and the watcher pulls them, HEALTHY
 // throughout. When the watcher can no longer pull, it asks the host over
