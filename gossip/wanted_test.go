@@ -186,5 +186,30 @@ func TestWantedReachesTheHost(t *testing.T) {
 		if n := len(got()); n != wantedPerWindow {
 			t.Fatalf("A was asked %d times, want %d", n, wantedPerWindow)
 		}
+
+		// A peer that sends a malformed request (two agents alike) is
+		// refused as malformed by B and goes no further: its valid
+		// request right after reaches A over the same B→A stream, and A
+		// never saw the malformed one.
+		x, pub := tn.rawPeer(t, b)
+		waitFor(t, 10*time.Second, "X in B's mesh", func() bool { return slices.Contains(b.g.MeshPeers(AnnounceTopic), x.h.ID()) })
+		bad := fmt.Sprintf(`{"protocol_version":"v1.3","type":"wanted","wanted":{"peer_id":%q,"agents":[%q,%q]}}`, a.h.ID(), ids[0], ids[0])
+		before := rejects(t, b.m, metricsTransport, "malformed")
+		pub([]byte(bad))
+		waitFor(t, 5*time.Second, "B to refuse the malformed request", func() bool {
+			return rejects(t, b.m, metricsTransport, "malformed") > before
+		})
+		good, err := EncodeWanted(Wanted{PeerID: a.h.ID().String(), Agents: ids})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub(good)
+		waitFor(t, 5*time.Second, "X's valid request at A", func() bool {
+			c := got()
+			return len(c) == wantedPerWindow+1 && c[len(c)-1].from == x.h.ID()
+		})
+		if n := rejects(t, a.m, metricsTransport, "malformed"); n != 0 {
+			t.Fatalf("A refused %v malformed requests: B forwarded one", n)
+		}
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -350,6 +351,15 @@ func TestHeartbeatsOnRequest(t *testing.T) {
 		}
 		if n := beatRequestCount(watcher, "sent"); n != 0 {
 			t.Fatalf("%v beat requests sent while pulls worked", n)
+		}
+		// A request for agents the host does not gossip (another host's,
+		// or made up) changes nothing there.
+		hostN.onWanted(watcher.Host().ID(), []string{uuid.NewString(), watcher.id.AgentID})
+		hostN.mu.Lock()
+		nWanted := len(hostN.wanted)
+		hostN.mu.Unlock()
+		if n := beatRequestCount(hostN, "received"); n != 0 || nWanted != 0 {
+			t.Fatalf("a request for agents the host does not gossip: %v counted, %d agents wanted", n, nWanted)
 		}
 
 		// The host now resets every pull: the watcher cannot pull, asks,
