@@ -217,6 +217,24 @@ func TestPullsForgetUnsupportedHosts(t *testing.T) {
 	}
 }
 
+// pulledAgent registers an agent at hostN and waits until watcher hears
+// it and has pulled its heartbeat once (the host is quiet); it returns
+// the agent's id and a subscription to watcher's view, closed with the
+// test.
+func pulledAgent(t *testing.T, hostN, watcher *tnode, skill, capability string) (string, *view.Subscription) {
+	t.Helper()
+	sa, err := hostN.Register(context.Background(), spec(skill, capability))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sa.Agent.AgentID
+	waitFor(t, 10*time.Second, "the agent at the watcher", func() bool { return hears(watcher, id) })
+	waitFor(t, 40*time.Second, "a first pull: the host is quiet", func() bool { return pullCount(watcher, "news") > 0 })
+	sub := watcher.View().Subscribe(view.Filter{}, 64)
+	t.Cleanup(sub.Close)
+	return id, sub
+}
+
 func beatsDelivered(n *tnode) float64 {
 	return promtest.ToFloat64(n.Metrics().GossipDelivered.WithLabelValues("heartbeat"))
 }
@@ -228,19 +246,10 @@ func beatsDelivered(n *tnode) float64 {
 // every heartbeat again.
 func TestQuietHeartbeats(t *testing.T) {
 	bubble(t, func(t *testing.T) {
-		ctx := context.Background()
 		tn := newNet(t, 1, Config{})
 		hostN := tn.nodes[0]
 		watcher := tn.addConfigured(func(c *Config) { c.DisableBeatRequests = true })
-		sa, err := hostN.Register(ctx, spec("skill-q", "cap.q"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		id := sa.Agent.AgentID
-		waitFor(t, 10*time.Second, "the agent at the watcher", func() bool { return hears(watcher, id) })
-		waitFor(t, 40*time.Second, "a first pull: the host is quiet", func() bool { return pullCount(watcher, "news") > 0 })
-		sub := watcher.View().Subscribe(view.Filter{}, 64)
-		defer sub.Close()
+		id, sub := pulledAgent(t, hostN, watcher, "skill-q", "cap.q")
 		healthy := healthyAll(t, sub, id, "during quiet heartbeats")
 		// Over four quiet cycles (one heartbeat on gossip, one pull each:
 		// a minute at 5 s), gossip carries one heartbeat in three.
@@ -328,18 +337,9 @@ func TestAskOnTheSecondFailure(t *testing.T) {
 // fail, as with a host of v1.2.
 func TestHeartbeatsOnRequest(t *testing.T) {
 	bubble(t, func(t *testing.T) {
-		ctx := context.Background()
 		tn := newNet(t, 2, Config{})
 		watcher, hostN := tn.nodes[0], tn.nodes[1]
-		sa, err := hostN.Register(ctx, spec("skill-r", "cap.r"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		id := sa.Agent.AgentID
-		waitFor(t, 10*time.Second, "the agent at the watcher", func() bool { return hears(watcher, id) })
-		waitFor(t, 40*time.Second, "a first pull: the host is quiet", func() bool { return pullCount(watcher, "news") > 0 })
-		sub := watcher.View().Subscribe(view.Filter{}, 64)
-		defer sub.Close()
+		id, sub := pulledAgent(t, hostN, watcher, "skill-r", "cap.r")
 		healthy := healthyAll(t, sub, id, "while nobody asked for heartbeats on gossip")
 		before, pulled := beatsDelivered(watcher), pullCount(watcher, "news")
 		waitFor(t, 90*time.Second, "4 more pulls with news", func() bool {
