@@ -53,12 +53,26 @@ func (s mutedStream) Write(b []byte) (int, error) {
 // test once the subscription has carried agentID's UNHEALTHY status or
 // removal.
 func healthyAll(t *testing.T, sub *view.Subscription, agentID, what string) func() {
+	return eventCheck(t, sub, agentID, what, func(e view.Event) bool {
+		return e.Type == view.EventDeregistered || (e.Type == view.EventStatus && e.Status != record.StatusHealthy)
+	})
+}
+
+// keptAll returns a check, for a waitFor condition, that fails the test
+// once the subscription has carried agentID's removal.
+func keptAll(t *testing.T, sub *view.Subscription, agentID, what string) func() {
+	return eventCheck(t, sub, agentID, what, func(e view.Event) bool { return e.Type == view.EventDeregistered })
+}
+
+// eventCheck returns a check that drains the subscription and fails the
+// test at the first event of agentID that bad reports.
+func eventCheck(t *testing.T, sub *view.Subscription, agentID, what string, bad func(view.Event) bool) func() {
 	return func() {
 		t.Helper()
 		for {
 			select {
 			case e := <-sub.C():
-				if e.AgentID == agentID && (e.Type == view.EventDeregistered || (e.Type == view.EventStatus && e.Status != record.StatusHealthy)) {
+				if e.AgentID == agentID && bad(e) {
 					t.Fatalf("%s: %s %s %s", what, e.Type, e.Status, e.Reason)
 				}
 			default:
@@ -283,23 +297,6 @@ func beatRequestCount(n *tnode, direction string) float64 {
 	return promtest.ToFloat64(n.Metrics().BeatRequests.WithLabelValues(direction))
 }
 
-// keptAll returns a check, for a waitFor condition, that fails the test
-// once the subscription has carried agentID's removal.
-func keptAll(t *testing.T, sub *view.Subscription, agentID, what string) func() {
-	return func() {
-		t.Helper()
-		for {
-			select {
-			case e := <-sub.C():
-				if e.AgentID == agentID && e.Type == view.EventDeregistered {
-					t.Fatalf("%s: removed (%s)", what, e.Reason)
-				}
-			default:
-				return
-			}
-		}
-	}
-}
 
 // TestAskOnTheSecondFailure: a host is asked on the second failed pull
 // within askEvery, then not again within askEvery of that request;
