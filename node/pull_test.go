@@ -297,7 +297,6 @@ func beatRequestCount(n *tnode, direction string) float64 {
 	return promtest.ToFloat64(n.Metrics().BeatRequests.WithLabelValues(direction))
 }
 
-
 // TestAskOnTheSecondFailure: a host is asked on the second failed pull
 // within askEvery, then not again within askEvery of that request;
 // failures further apart than askEvery never ask.
