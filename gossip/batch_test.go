@@ -44,6 +44,10 @@ func TestBatchWire(t *testing.T) {
 	if m, err := Decode([]byte(later), 0); err != nil || !m.NewerMinor || len(m.Beats) != 2 {
 		t.Fatalf("a v1.4 batch: %+v, %v", m, err)
 	}
+	// v1.3 is a version this node reads (beat requests): not flagged.
+	if m, err := Decode([]byte(strings.Replace(batchGolden, `"v1.1"`, `"v1.3"`, 1)), 0); err != nil || m.NewerMinor || len(m.Beats) != 2 {
+		t.Fatalf("a v1.3 batch: %+v, %v", m, err)
+	}
 }
 
 func TestBatchDecodeErrors(t *testing.T) {

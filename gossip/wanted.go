@@ -2,7 +2,6 @@ package gossip
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -97,11 +96,12 @@ func EncodeWanted(w Wanted) ([]byte, error) {
 	if err := w.validate(); err != nil {
 		return nil, err
 	}
-	return json.Marshal(envelope{ProtocolVersion: WantedVersion, Type: KindWanted, Wanted: &w})
+	return encode(envelope{ProtocolVersion: WantedVersion, Type: KindWanted, Wanted: &w})
 }
 
 // decodeWanted checks a beat request's wanted member (raw, decoded as w)
-// under the envelope's version; newer reports a minor above v1.3.
+// under the envelope's version; newer reports a minor above the highest
+// this package reads (readMinor).
 func decodeWanted(version string, raw jsontext.Value, w *Wanted) (_ *Wanted, newer bool, err error) {
 	_, minor, err := record.ParseVersion(version)
 	if err != nil {
@@ -122,7 +122,7 @@ func decodeWanted(version string, raw jsontext.Value, w *Wanted) (_ *Wanted, new
 	if err := w.validate(); err != nil {
 		return nil, false, err
 	}
-	return w, minor > wantedMinor, nil
+	return w, minor > readMinor, nil
 }
 
 // wantedLimit counts the beat requests forwarded per author in fixed

@@ -35,7 +35,7 @@ const (
 const KindBeats Kind = "beats"
 
 // BatchVersion is the protocol version of a heartbeat batch, and
-// batchMinor its minor number: the highest minor this package reads.
+// batchMinor its minor number: the first that carries one.
 const (
 	BatchVersion = "v1.1"
 	batchMinor   = 1
@@ -496,14 +496,15 @@ func (r *rawEnvelope) decode(e *envelope) error {
 }
 
 // decodeBatch reads the entries of a heartbeat batch of protocol version
-// version (v1.1 or a later minor); newer reports a minor above v1.1.
+// version (v1.1 or a later minor); newer reports a minor above the
+// highest this package reads (readMinor).
 func decodeBatch(version string, raw []json.RawMessage) (beats []record.Beat, newer bool, err error) {
 	if _, minor, err := record.ParseVersion(version); err != nil {
 		return nil, false, err
 	} else if minor < batchMinor {
 		return nil, false, &record.FieldError{Field: "protocol_version", Reason: fmt.Sprintf("%s cannot carry a beats message (%s or later)", record.Truncate(version, 16), BatchVersion)}
 	} else {
-		newer = minor > batchMinor
+		newer = minor > readMinor
 	}
 	if len(raw) == 0 || len(raw) > MaxBatchBeats {
 		return nil, false, &record.FieldError{Field: "beats", Reason: fmt.Sprintf("must hold 1 to %d beats, not %d", MaxBatchBeats, len(raw))}
