@@ -129,7 +129,7 @@ type vettingSink struct {
 	ok map[peer.ID]bool
 }
 
-func (s *vettingSink) VetAuthor(_ context.Context, author peer.ID) bool {
+func (s *vettingSink) VetAuthor(_ context.Context, author peer.ID, _ time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.ok[author]

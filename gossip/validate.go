@@ -49,7 +49,7 @@ func (g *Gossip) validate(ctx context.Context, topic, scene, shard string, msg *
 	if err == nil && !a.dup && a.msg.Kind == KindAnnounce && msg.GetFrom() != g.h.ID() {
 		if v, ok := g.sink.(AuthorVetter); ok {
 			vctx, cancel := context.WithTimeout(ctx, vetWaitDefault)
-			reached := v.VetAuthor(vctx, msg.GetFrom())
+			reached := v.VetAuthor(vctx, msg.GetFrom(), a.msg.Agent.Agent.Issued())
 			cancel()
 			if !reached {
 				g.recent.release(contentKey(msg.GetFrom(), msg.Data), topic)

@@ -14,13 +14,16 @@ import (
 // docs/protocol.md, "Admission on an open network"). When the sink
 // implements it, an announcement is forwarded only once its author is
 // vetted: VetAuthor may block (the node dials the author) until ctx ends,
-// and reports whether the author was reached. An announcement whose author
+// and reports whether the author was reached. issued is when the record
+// being admitted was signed: an author whose last attempt failed before
+// then has shown life since (a node that restarted), and is tried again
+// at once rather than after the retry interval. An announcement whose author
 // cannot be reached is ignored — not delivered, not forwarded — and the
 // peer that delivered it is charged in the application-specific score
 // (P5): honest nodes never forward such messages, so only the peer that
 // injects them pays.
 type AuthorVetter interface {
-	VetAuthor(ctx context.Context, author peer.ID) bool
+	VetAuthor(ctx context.Context, author peer.ID, issued time.Time) bool
 }
 
 // ReasonUnvettedAuthor is the rejects reason of an announcement whose

@@ -947,8 +947,8 @@ type gossipSink struct {
 
 // VetAuthor implements gossip.AuthorVetter: an announcement is forwarded
 // only once its author has been reached.
-func (s gossipSink) VetAuthor(ctx context.Context, author peer.ID) bool {
-	return s.vet.wait(ctx, author)
+func (s gossipSink) VetAuthor(ctx context.Context, author peer.ID, issued time.Time) bool {
+	return s.vet.wait(ctx, author, issued)
 }
 
 func (s gossipSink) Synced(sa *record.SignedAgent, _ peer.ID, h gossip.Heard) {

@@ -74,7 +74,7 @@ func TestVetRetriesAPeerNotFoundYet(t *testing.T) {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
-			vetted <- n.vet.wait(ctx, x.ID())
+			vetted <- n.vet.wait(ctx, x.ID(), time.Time{})
 		}()
 		waitFor(t, 3*time.Second, "a first attempt on the peer", func() bool { return tries.Load() >= 1 })
 		open.Store(true)
@@ -85,4 +85,71 @@ func TestVetRetriesAPeerNotFoundYet(t *testing.T) {
 			t.Fatalf("%d attempts; the first failed, so the vetter must have tried again", n)
 		}
 	})
+}
+
+// TestVetRetriesARestartedPeer: a peer whose attempt failed (it was down)
+// is not tried again within vetRetryAfter for a record signed before that
+// attempt — its old records, forwarded while it was down — but is at once
+// for a record it signed since (it restarted and announces): that
+// announcement used to be ignored, and its agent waited for its first
+// heartbeat.
+func TestVetRetriesARestartedPeer(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tn := newNet(t, 0, Config{})
+		x, err := tn.mn.GenPeer()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = x.Close() })
+		var open atomic.Bool
+		var tries atomic.Int32
+		tn.wrap = func(h host.Host) host.Host { return gatedHost{Host: h, target: x.ID(), open: &open, tries: &tries} }
+		n := tn.add(nil, nil)
+		tn.wrap = nil
+		n.host.Peerstore().AddAddrs(x.ID(), x.Addrs(), peerstore.TempAddrTTL)
+		wait := func(issued time.Time) bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return n.vet.wait(ctx, x.ID(), issued)
+		}
+		old := time.Now().Add(-time.Minute)
+		if wait(old) {
+			t.Fatal("a peer that cannot be reached was vetted")
+		}
+		failed := tries.Load()
+		if failed == 0 {
+			t.Fatal("no attempt on the peer")
+		}
+		open.Store(true) // it restarted
+		if wait(old) {
+			t.Fatal("tried again for a record signed before the failed attempt")
+		}
+		if n := tries.Load(); n != failed {
+			t.Fatalf("%d attempts after the failed one for an old record, want none", n-failed)
+		}
+		if !wait(time.Now()) {
+			t.Fatal("a record signed after the failed attempt did not bring a new attempt")
+		}
+		if n := tries.Load(); n != failed+1 {
+			t.Fatalf("%d attempts, want %d", n, failed+1)
+		}
+	})
+}
+
+func TestRetryVet(t *testing.T) {
+	tried := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		after, issued time.Duration // after tried
+		want          bool
+	}{
+		{after: vetRetryAfter, issued: -time.Hour, want: true},
+		{after: vetRetryAfter - time.Millisecond, issued: -time.Hour, want: false},
+		{after: vetRetryNews, issued: time.Millisecond, want: true},
+		{after: vetRetryNews - time.Millisecond, issued: time.Millisecond, want: false},
+		{after: vetRetryNews, issued: 0, want: false}, // signed as the attempt began: no news
+	} {
+		if got := retryVet(tried.Add(c.after), tried, tried.Add(c.issued)); got != c.want {
+			t.Errorf("retryVet(tried+%v, tried, issued tried%+v) = %v, want %v", c.after, c.issued, got, c.want)
+		}
+	}
 }
