@@ -205,7 +205,8 @@ func (g *Gossip) allSpeak(proto string, shards []string) bool {
 }
 
 // topicSpeaks reports whether every peer this node knows on the topic
-// lists proto (PullProtocol, ResendProtocol or WantedProtocol) through identify; a topic
+// lists proto (PullProtocol, ResendProtocol, WantedProtocol or
+// TrailSyncProtocol) through identify; a topic
 // without a known peer, or with a peer whose protocols identify has not
 // listed yet, does not. Answers are kept per topic for pullableTTL.
 func (g *Gossip) topicSpeaks(ts *topicState, proto string, now time.Time) bool {
@@ -215,6 +216,8 @@ func (g *Gossip) topicSpeaks(ts *topicState, proto string, now time.Time) bool {
 		cache = &ts.resendable
 	case WantedProtocol:
 		cache = &ts.wantable
+	case TrailSyncProtocol:
+		cache = &ts.trailable
 	}
 	g.mu.Lock()
 	if c := *cache; !c.at.IsZero() && now.Sub(c.at) < pullableTTL {

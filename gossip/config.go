@@ -106,6 +106,11 @@ type Config struct {
 	// block. nil models a node of protocol v1.2: it lists nothing and
 	// asks nothing.
 	OnWanted func(from peer.ID, agentIDs []string)
+	// DisableSyncTrail makes the node behave as one of an earlier version
+	// toward trailing shard syncs: it does not list TrailSyncProtocol and
+	// syncs a shard it joins only with its first peers. For tests and
+	// measurements of mixed versions; off by default.
+	DisableSyncTrail bool
 	// MaxShards bounds the shard topics this node joins (default 1024).
 	MaxShards int
 	// SubscriptionBuffer is the delivery buffer of each subscription

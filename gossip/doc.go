@@ -12,7 +12,10 @@
 //     interest; it carries the announce, heartbeat, status and unregister
 //     messages of agents with a capability in the shard. A node asks the
 //     topic's first Config.SyncPeers peers for the shard's live agents
-//     (ShardReady once one answered).
+//     (ShardReady once one answered), and a second after the first answer
+//     asks once more (a trailing sync, TrailSyncProtocol: the shards it
+//     joined together in one request to as few peers as hold them), for
+//     the records announced while it joined.
 //   - /agentd/announce/1.0.0 — every unscoped node subscribes; it carries
 //     announce, heartbeat, status and unregister messages of every agent.
 //     A scoped node (Config.Scoped) joins it without subscribing and

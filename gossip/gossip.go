@@ -51,6 +51,15 @@ const SyncProtocol = "/agentd/sync/1.0.0"
 // the announce topic for it (see the package doc).
 const ScopedSyncProtocol = "/agentd/sync/1.1.0"
 
+// TrailSyncProtocol is ScopedSyncProtocol (the same request and answer)
+// spoken by a node that syncs each shard it joins once more, syncTrail
+// after the first sync succeeded (a trailing sync): a record announced
+// while it joined, which the peers it first synced from did not hold yet,
+// reaches it then. An author whose every peer on a record's shard topics
+// lists it does not announce the record a second time for peers that
+// joined with it (node package; docs/protocol.md, "Trailing shard syncs").
+const TrailSyncProtocol = "/agentd/sync/1.2.0"
+
 const (
 	scenePrefix = "/agentd/scene/"
 	sceneSuffix = "/1.0.0"
@@ -195,6 +204,8 @@ type Gossip struct {
 	shards   map[string]*topicState
 	legacy   map[peer.ID]bool // announce-topic subscribers of the previous version (Scoped)
 	syncQ    chan shardSync
+	// trailQ: shards waiting for their trailing sync (guarded by mu).
+	trailQ map[*topicState]pendingTrail
 
 	recent *recentCache
 	resent *resendLog
@@ -247,7 +258,10 @@ type topicState struct {
 	// Whether every known peer of the topic lists a protocol, and when
 	// that was found (Gossip.mu): Pullable's, Resendable's and
 	// Requestable's answers.
-	pullable, resendable, wantable speaks
+	pullable, resendable, wantable, trailable speaks
+	// trailed: a trailing sync of the shard was scheduled since the topic
+	// last had no peer (Gossip.mu).
+	trailed bool
 }
 
 // speaks is a topic's cached answer to "does every known peer list this
@@ -420,6 +434,9 @@ func (g *Gossip) Start(ctx context.Context) error {
 	}
 	g.h.SetStreamHandler(SyncProtocol, g.handleSync)
 	g.h.SetStreamHandler(ScopedSyncProtocol, g.handleSync)
+	if g.trails() {
+		g.h.SetStreamHandler(TrailSyncProtocol, g.handleSync)
+	}
 	if !g.cfg.DisableBatches {
 		g.h.SetStreamHandler(BatchProtocol, refuseStream)
 	}
@@ -1081,6 +1098,7 @@ func (g *Gossip) Close() error {
 	if started {
 		g.h.RemoveStreamHandler(SyncProtocol)
 		g.h.RemoveStreamHandler(ScopedSyncProtocol)
+		g.h.RemoveStreamHandler(TrailSyncProtocol)
 		g.h.RemoveStreamHandler(BatchProtocol)
 		g.h.RemoveStreamHandler(PullProtocol)
 		g.h.RemoveStreamHandler(ResendProtocol)

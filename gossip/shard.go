@@ -60,10 +60,59 @@ func ShardOfTopic(topic string) (string, bool) {
 	return s, record.ValidShard(s)
 }
 
-// shardSync is one queued sync of a shard with a peer.
+// shardSync is one queued sync with a peer: one of a shard's first
+// (trail 0, of ts), or a trailing sync's first or second attempt (trail
+// 1, 2, of the shards of tss).
 type shardSync struct {
-	p  peer.ID
-	ts *topicState
+	p     peer.ID
+	ts    *topicState
+	tss   []*topicState
+	trail int
+}
+
+// syncTrail is how long after a shard's first successful sync the
+// trailing sync follows (TrailSyncProtocol). A record announced while
+// this node joined reached the peer it then asks long before (gossip
+// propagation p99 85 ms in simnet's churn, 20 ms links); an author used to
+// announce it a second time half a second after the first for the same
+// peers, which cost as much as the first announcement (docs/scaling.md).
+const syncTrail = time.Second
+
+// syncTrailAttempts bounds the attempts of a trailing sync: a failed one
+// is tried once more, syncTrailRetry later.
+const (
+	syncTrailAttempts = 2
+	syncTrailRetry    = 5 * time.Second
+)
+
+// syncTrailBatch: a trailing sync due within this of another's is made
+// with it (shards whose first syncs ended close together share requests).
+const syncTrailBatch = syncTrail / 2
+
+// trails reports whether this node makes trailing syncs.
+func (g *Gossip) trails() bool { return g.cfg.Scoped && !g.cfg.DisableSyncTrail }
+
+// SyncTrailed reports whether an announcement of a record with these
+// scenes and shards goes only to shard topics (not to the announce topic
+// or a scene topic with peers: nothing syncs those) whose every known peer
+// lists TrailSyncProtocol, so that each makes a trailing sync of the
+// shards it joins; and whether some topic has a peer. Answers are kept per
+// topic for a second, as Pullable's.
+func (g *Gossip) SyncTrailed(scenes, shards []string) bool {
+	topics, err := g.publishTopics(scenes, shards)
+	if err != nil {
+		return false
+	}
+	if topics = heard(topics); len(topics) == 0 {
+		return false
+	}
+	now := time.Now()
+	for _, ts := range topics {
+		if ts.shard == "" || !g.topicSpeaks(ts, TrailSyncProtocol, now) {
+			return false
+		}
+	}
+	return true
 }
 
 // JoinShard joins a shard topic. A scoped node subscribes: it then hears
@@ -244,6 +293,7 @@ func (g *Gossip) peerLeft(ts *topicState, p peer.ID, none bool) {
 		// met after the heal.
 		g.mu.Lock()
 		ts.syncs = 0
+		ts.trailed = false
 		g.mu.Unlock()
 	case ts.topic == AnnounceTopic && g.cfg.Scoped:
 		g.setLegacy(p, false)
@@ -374,6 +424,10 @@ func (g *Gossip) shardSyncWorker() {
 		case <-g.ctx.Done():
 			return
 		case req := <-g.syncQ:
+			if req.trail > 0 {
+				g.trailSync(req)
+				continue
+			}
 			err := g.syncFrom(g.ctx, req.p, []string{req.ts.shard})
 			outcome := "ok"
 			if err != nil {
@@ -383,8 +437,14 @@ func (g *Gossip) shardSyncWorker() {
 			g.mu.Lock()
 			if err != nil {
 				req.ts.syncs-- // let the next peer try
-			} else if !req.ts.isReady() {
-				close(req.ts.ready) // under g.mu: closed once
+			} else {
+				if !req.ts.isReady() {
+					close(req.ts.ready) // under g.mu: closed once
+				}
+				if !req.ts.trailed && g.trails() {
+					req.ts.trailed = true
+					g.addTrailLocked(req.ts, 1, syncTrail)
+				}
 			}
 			g.mu.Unlock()
 			if err != nil {
@@ -392,6 +452,152 @@ func (g *Gossip) shardSyncWorker() {
 			}
 		}
 	}
+}
+
+// trailSync runs one trailing sync: the shards of req.tss with req.p in
+// one request. A failed one is tried once more, syncTrailRetry later (a
+// responder's rate limit has room again by then), with the peers then
+// found.
+func (g *Gossip) trailSync(req shardSync) {
+	shards := make([]string, len(req.tss))
+	for i, ts := range req.tss {
+		shards[i] = ts.shard
+	}
+	err := g.syncFrom(g.ctx, req.p, shards)
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+	}
+	g.m.Inc(trailSyncs, outcome)
+	if err == nil {
+		return
+	}
+	g.log.Debug("trailing shard sync failed", "shards", len(shards), "peer_id", req.p, "attempt", req.trail, "err", err)
+	if req.trail >= syncTrailAttempts {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, ts := range req.tss {
+		g.addTrailLocked(ts, req.trail+1, syncTrailRetry)
+	}
+}
+
+// pendingTrail is a shard waiting for its trailing sync.
+type pendingTrail struct {
+	attempt int
+	due     time.Time
+}
+
+// addTrailLocked schedules attempt n of ts's trailing sync after delay.
+// g.mu is held.
+func (g *Gossip) addTrailLocked(ts *topicState, n int, delay time.Duration) {
+	if g.closed {
+		return
+	}
+	if g.trailQ == nil {
+		g.trailQ = map[*topicState]pendingTrail{}
+	}
+	g.trailQ[ts] = pendingTrail{attempt: n, due: time.Now().Add(delay)}
+	g.wg.Go(func() {
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		select {
+		case <-g.ctx.Done():
+		case <-t.C:
+			g.runTrails()
+		}
+	})
+}
+
+// runTrails queues the trailing syncs that are due, or due within
+// syncTrailBatch: the shards a node joined together (a start, a heal) go
+// to as few
+// peers as cover them, each asked once for all of its shards — one
+// request per shard would meet the responder's rate limit (3 at once,
+// then one per 5 s per peer) that the shards' first syncs just spent. A
+// shard whose topic lost its peers, was left, or finds the queue full is
+// dropped: its topic's next first peer starts over (peerLeft).
+func (g *Gossip) runTrails() {
+	now := time.Now()
+	g.mu.Lock()
+	due := map[int][]*topicState{}
+	for ts, pt := range g.trailQ {
+		if pt.due.After(now.Add(syncTrailBatch)) {
+			continue
+		}
+		delete(g.trailQ, ts)
+		if g.shards[ts.shard] == ts && ts.listeners.Load() > 0 {
+			due[pt.attempt] = append(due[pt.attempt], ts)
+		}
+	}
+	g.mu.Unlock()
+	for attempt, tss := range due {
+		peersOf := make(map[*topicState][]peer.ID, len(tss))
+		for _, ts := range tss {
+			peersOf[ts] = ts.t.ListPeers()
+		}
+		for _, grp := range coverShards(peersOf) {
+			g.mu.Lock()
+			if !g.closed {
+				select {
+				case g.syncQ <- shardSync{p: grp.p, tss: grp.tss, trail: attempt}:
+				default:
+				}
+			}
+			g.mu.Unlock()
+		}
+	}
+}
+
+// trailGroup is one trailing sync request: a peer and the shards asked.
+type trailGroup struct {
+	p   peer.ID
+	tss []*topicState
+}
+
+// coverShards groups shards by a peer of each shard's topic, greedily: the
+// peer on the most of the shards left (ties broken at random) takes all of
+// them, until every shard with a peer has one. Each shard's topics'
+// peers are given in peersOf.
+func coverShards(peersOf map[*topicState][]peer.ID) []trailGroup {
+	left := make(map[*topicState][]peer.ID, len(peersOf))
+	for ts, ps := range peersOf {
+		if len(ps) > 0 {
+			left[ts] = ps
+		}
+	}
+	var out []trailGroup
+	for len(left) > 0 {
+		count := map[peer.ID]int{}
+		for _, ps := range left {
+			for _, p := range ps {
+				count[p]++
+			}
+		}
+		var best []peer.ID
+		top := 0
+		for p, c := range count {
+			switch {
+			case c > top:
+				best, top = append(best[:0], p), c
+			case c == top:
+				best = append(best, p)
+			}
+		}
+		slices.Sort(best) // map order is random; the draw below is the one choice
+		p := best[rand.IntN(len(best))]
+		grp := trailGroup{p: p}
+		for ts, ps := range left {
+			if slices.Contains(ps, p) {
+				grp.tss = append(grp.tss, ts)
+				delete(left, ts)
+			}
+		}
+		slices.SortFunc(grp.tss, func(a, b *topicState) int { return strings.Compare(a.shard, b.shard) })
+		out = append(out, grp)
+	}
+	return out
 }
 
 // syncFrom runs one sync exchange with p for shards (nil: everything p
@@ -406,3 +612,5 @@ func (g *Gossip) syncFrom(ctx context.Context, p peer.ID, shards []string) error
 }
 
 func shardSyncs(m *metrics.Metrics) *prometheus.CounterVec { return m.ShardSyncs }
+
+func trailSyncs(m *metrics.Metrics) *prometheus.CounterVec { return m.TrailSyncs }

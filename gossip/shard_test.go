@@ -151,6 +151,7 @@ func TestRetryShardSync(t *testing.T) {
 		// b does not serve sync yet.
 		b.h.RemoveStreamHandler(SyncProtocol)
 		b.h.RemoveStreamHandler(ScopedSyncProtocol)
+		b.h.RemoveStreamHandler(TrailSyncProtocol)
 		for _, nd := range []*tnode{a, b} {
 			if err := nd.g.JoinShard(sh); err != nil {
 				t.Fatal(err)
@@ -167,6 +168,7 @@ func TestRetryShardSync(t *testing.T) {
 		}
 		b.h.SetStreamHandler(SyncProtocol, b.g.handleSync)
 		b.h.SetStreamHandler(ScopedSyncProtocol, b.g.handleSync)
+		b.h.SetStreamHandler(TrailSyncProtocol, b.g.handleSync)
 		if !a.g.RetryShardSync(sh) {
 			t.Fatal("RetryShardSync queued nothing")
 		}

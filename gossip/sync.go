@@ -432,7 +432,7 @@ func (g *Gossip) syncCandidates() []peer.ID {
 func (g *Gossip) fetchLive(ctx context.Context, p peer.ID, shards []string) ([]LiveRecord, error) {
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.SyncTimeout)
 	defer cancel()
-	s, err := g.h.NewStream(ctx, p, protocol.ID(ScopedSyncProtocol), protocol.ID(SyncProtocol))
+	s, err := g.h.NewStream(ctx, p, protocol.ID(TrailSyncProtocol), protocol.ID(ScopedSyncProtocol), protocol.ID(SyncProtocol))
 	if err != nil {
 		return nil, fmt.Errorf("open sync stream: %w", err)
 	}
@@ -441,7 +441,7 @@ func (g *Gossip) fetchLive(ctx context.Context, p peer.ID, shards []string) ([]L
 	_ = s.SetDeadline(time.Now().Add(g.cfg.SyncTimeout))
 	limit := g.cfg.SyncLimit
 	sr := syncRequest{ProtocolVersion: record.ProtocolVersion, Limit: limit}
-	if s.Protocol() == protocol.ID(ScopedSyncProtocol) {
+	if s.Protocol() != protocol.ID(SyncProtocol) {
 		sr.Shards = shards
 	}
 	req, err := json.Marshal(sr)

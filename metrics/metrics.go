@@ -32,6 +32,10 @@ type Metrics struct {
 	// this node published (direction "sent") and those it forwarded
 	// holding the record already ("forwarded").
 	Resends *prometheus.CounterVec
+	// TrailsSkipped counts the trailing re-announcements of hosted agents
+	// this node left out because every peer of the agents' shard topics
+	// makes trailing syncs (gossip.TrailSyncProtocol).
+	TrailsSkipped prometheus.Counter
 	// BatchedBeats counts heartbeats published inside heartbeat batches
 	// (one per entry and topic; the batches themselves are
 	// GossipPublished{type="beats"}).
@@ -66,6 +70,9 @@ type Metrics struct {
 	// ShardSyncs counts the syncs of a shard a scoped node asked its
 	// topic's peers for, by outcome (ok, error).
 	ShardSyncs *prometheus.CounterVec
+	// TrailSyncs counts the trailing syncs among them (gossip
+	// TrailSyncProtocol), by outcome (ok, error).
+	TrailSyncs *prometheus.CounterVec
 	// Probes counts /agentd/probe/1.0.0 requests served, by answer
 	// (reachable, unreachable, refused).
 	Probes *prometheus.CounterVec
@@ -112,6 +119,9 @@ func New(withRuntime bool) *Metrics {
 		Resends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentd_gossip_resends_total", Help: "Resent announcements: published by this node (sent), or forwarded holding the record already (forwarded).",
 		}, []string{"direction"}),
+		TrailsSkipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "agentd_gossip_trailing_announcements_skipped_total", Help: "Trailing re-announcements of hosted agents left out because every peer of their shard topics makes trailing syncs.",
+		}),
 		BatchedBeats: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agentd_gossip_batched_beats_total", Help: "Heartbeats published inside heartbeat batches, one per entry and topic.",
 		}),
@@ -151,6 +161,9 @@ func New(withRuntime bool) *Metrics {
 		ShardSyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentd_gossip_shard_syncs_total", Help: "Shard syncs asked of shard-topic peers, by outcome.",
 		}, []string{"outcome"}),
+		TrailSyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentd_gossip_trailing_syncs_total", Help: "Trailing shard syncs (a second sync of a joined shard a second after the first), by outcome.",
+		}, []string{"outcome"}),
 		Probes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentd_liveness_probes_served_total", Help: "Liveness probes served for other nodes, by answer.",
 		}, []string{"answer"}),
@@ -171,6 +184,7 @@ func New(withRuntime bool) *Metrics {
 	}
 	for _, o := range []string{"ok", "error"} {
 		m.ShardSyncs.WithLabelValues(o)
+		m.TrailSyncs.WithLabelValues(o)
 	}
 	for _, o := range []string{"news", "no_news", "unsupported", "error"} {
 		m.Pulls.WithLabelValues(o)
@@ -190,9 +204,9 @@ func New(withRuntime bool) *Metrics {
 	for _, o := range []string{"confirmed", "refuted", "duplicate", "uninterested", "no_address", "malformed", "unsupported_version", "stale", "rate_limited", "self", "suppressed"} {
 		m.DownClaims.WithLabelValues(o)
 	}
-	r.MustRegister(m.Rejects, m.Lookups, m.LookupLatency, m.GossipDelivered, m.GossipPublished, m.BatchedBeats, m.CopiesGated, m.Resends,
+	r.MustRegister(m.Rejects, m.Lookups, m.LookupLatency, m.GossipDelivered, m.GossipPublished, m.BatchedBeats, m.CopiesGated, m.Resends, m.TrailsSkipped,
 		m.Peers, m.Records, m.LiveAgents, m.Fetches, m.Provides, m.ValuePuts, m.DHTLookups, m.LANPackets, m.HTTPRequests,
-		m.Suspicions, m.DownClaims, m.ShardSyncs, m.Probes, m.Pulls, m.PullsServed, m.BeatRequests)
+		m.Suspicions, m.DownClaims, m.ShardSyncs, m.TrailSyncs, m.Probes, m.Pulls, m.PullsServed, m.BeatRequests)
 	return m
 }
 
