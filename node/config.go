@@ -45,6 +45,14 @@ type Config struct {
 	// hosts keep one heartbeat in GossipBeatEvery on gossip for everyone.
 	// For tests and measurements of mixed versions; off by default.
 	DisableBeatRequests bool
+	// DisableSyncTrail makes the node behave as one of an earlier version
+	// toward trailing shard syncs (gossip.TrailSyncProtocol): it syncs a
+	// shard it joins only with its first peers, and announces its hosted
+	// agents a second time for peers that joined with it. A node that
+	// models v1.2 or earlier (DisableBeatRequests, a gossip configuration
+	// with DisableBatches) does too. For tests and measurements of mixed
+	// versions; off by default.
+	DisableSyncTrail bool
 	// MaxAgentsPerPeer bounds the remote agents one peer may have in the
 	// live view (default view.DefaultMaxAgentsPerPeer, 256), and the
 	// hosted agents this node gossips: the others are quiet

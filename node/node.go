@@ -316,6 +316,10 @@ func (n *Node) Start(ctx context.Context) error {
 			// Protocol v1.0 and v1.1 had no resent announcements.
 			gc.DisableResends = true
 		}
+		if n.cfg.legacy || gc.DisableBatches || n.cfg.DisableBeatRequests || n.cfg.DisableSyncTrail {
+			// Versions before sync 1.2.0 made no trailing syncs.
+			gc.DisableSyncTrail = true
+		}
 		if !n.cfg.legacy && !gc.DisableBatches {
 			// A node that does not read heartbeat batches models protocol
 			// v1.0 (gossip.Config.DisableBatches), which had no pulls either.
@@ -336,6 +340,7 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 		if n.cfg.legacy {
 			n.host.RemoveStreamHandler(gossip.ScopedSyncProtocol)
+			n.host.RemoveStreamHandler(gossip.TrailSyncProtocol)
 		}
 	}
 	if n.dht != nil {

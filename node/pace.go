@@ -583,6 +583,31 @@ const republishSettle = 10 * time.Millisecond
 // only after its first heartbeat (5 s).
 const republishTrail = 500 * time.Millisecond
 
+// trailless reports whether the hosted agent id can skip its trailing
+// re-announcement: every peer on its shard topics makes a trailing sync
+// of the shards it joins (gossip.TrailSyncProtocol, sync 1.2.0), so a
+// peer that joined with this node and missed the first announcement gets
+// the record from a neighbour a second after its first sync, at the cost
+// of one sync answer instead of the announcement's copies at every peer
+// of every topic of the record (docs/scaling.md, "Trailing shard syncs").
+// A record announced on a scene topic (or on the announce topic, for a
+// node of full scope or of an earlier version) keeps it: nothing syncs
+// those.
+func (n *Node) trailless(id string) bool {
+	sa, ok := n.hostedRecord(id)
+	if !ok {
+		return true // unregistered meanwhile
+	}
+	if n.gsp == nil {
+		return false
+	}
+	if n.gsp.SyncTrailed(sa.Agent.AllScenes(), n.shardsOf(sa)) {
+		n.m.TrailsSkipped.Inc()
+		return true
+	}
+	return false
+}
+
 // republishLoop re-announces the hosted agents republishLocals asked for:
 // once after republishSettle, and once more after republishTrail.
 func (n *Node) republishLoop() {
@@ -626,7 +651,7 @@ func (n *Node) republishLoop() {
 				trailing[id] = struct{}{}
 			}
 		case <-trail.C:
-			ids := slices.Sorted(maps.Keys(trailing))
+			ids := slices.DeleteFunc(slices.Sorted(maps.Keys(trailing)), n.trailless)
 			trailing = nil
 			if !resign(ids) {
 				return

@@ -263,10 +263,24 @@ func TestBeatOnForeignShardIsNotAdmitted(t *testing.T) {
 
 // TestFirstTopicPeersReannounceOnce: a node whose topics gain their first
 // peer together (a peer joins every shard of its agent) announces the
-// agent again once on each of those topics, not once per topic, and once
-// more half a second later (republishTrail). The re-announcements of a join
-// were 4.1 per registration in simnet's churn, a fifth of its CPU.
+// agent again once on each of those topics, not once per topic. Toward a
+// peer of an earlier version it announces once more half a second later
+// (republishTrail: a peer that joined at the same moment may have missed
+// the first); toward one of sync 1.2.0, which syncs its shards again a second
+// after joining (gossip.TrailSyncProtocol), it does not. The
+// re-announcements of a join were 4.1 per registration in simnet's churn,
+// a fifth of its CPU; the trailing one cost as much as the first.
 func TestFirstTopicPeersReannounceOnce(t *testing.T) {
+	for _, old := range []bool{false, true} {
+		name := "peer with trailing syncs"
+		if old {
+			name = "peer without"
+		}
+		t.Run(name, func(t *testing.T) { testFirstTopicPeersReannounceOnce(t, old) })
+	}
+}
+
+func testFirstTopicPeersReannounceOnce(t *testing.T, old bool) {
 	bubble(t, func(t *testing.T) {
 		ctx := context.Background()
 		tn := newNet(t, 1, Config{Scope: ScopeInterest})
@@ -287,7 +301,7 @@ func TestFirstTopicPeersReannounceOnce(t *testing.T) {
 		if n := announced(); n != 0 {
 			t.Fatalf("%v announcements published with no peer", n)
 		}
-		peer := tn.add(nil, nil)
+		peer := tn.addConfigured(func(c *Config) { c.DisableSyncTrail = old })
 		if _, err := peer.Register(ctx, spec("skill-q", caps...)); err != nil {
 			t.Fatal(err)
 		}
@@ -303,19 +317,41 @@ func TestFirstTopicPeersReannounceOnce(t *testing.T) {
 		}
 		time.Sleep(5 * time.Second)
 		synctest.Wait()
-		if n := announced(); n != 2*topics {
-			t.Fatalf("%v announcements published %v after the peer joined, want %v (the trailing one)", n, time.Since(joined), 2*topics)
+		want, resends, skipped := topics, 1.0, 1.0
+		if old {
+			want, resends, skipped = 2*topics, 2, 0
+		}
+		if n := announced(); n != want {
+			t.Fatalf("%v announcements published %v after the peer joined, want %v", n, time.Since(joined), want)
+		}
+		if n := promtest.ToFloat64(host.m.TrailsSkipped); n != skipped {
+			t.Fatalf("%v trailing re-announcements skipped, want %v", n, skipped)
 		}
 		cur, _ := host.hostedRecord(id)
 		if got, ok := live(peer.Node, id); !ok || got.Record.Agent.Seq != cur.Agent.Seq {
 			t.Fatalf("the peer holds the agent at seq %d (held %v), the host announced %d", got.Record.Agent.Seq, ok, cur.Agent.Seq)
 		}
-		// Both were resends of the registered record: no new seq.
+		// Every one was a resend of the registered record: no new seq.
 		if cur.Agent.Seq != sa.Agent.Seq {
 			t.Fatalf("the hosted record is at seq %d, registered at %d: re-announcing signed it again", cur.Agent.Seq, sa.Agent.Seq)
 		}
-		if n := promtest.ToFloat64(host.m.Resends.WithLabelValues("sent")); n != 2 {
-			t.Fatalf("%v resends sent, want 2", n)
+		if n := promtest.ToFloat64(host.m.Resends.WithLabelValues("sent")); n != resends {
+			t.Fatalf("%v resends sent, want %v", n, resends)
+		}
+		// The peer's trailing sync, if it makes them: one request for the
+		// four shards it joined together. Its only peer, the host, has
+		// spent its sync rate limit on the four first syncs (3 at once,
+		// then one per 5 s), so the request succeeds at its second attempt.
+		trails := func() float64 { return promtest.ToFloat64(peer.m.TrailSyncs.WithLabelValues("ok")) }
+		if old {
+			if n := trails(); n != 0 {
+				t.Fatalf("%v trailing syncs at a peer of an earlier version", n)
+			}
+			return
+		}
+		waitFor(t, 10*time.Second, "the peer's trailing sync", func() bool { return trails() >= 1 })
+		if n := trails(); n != 1 {
+			t.Fatalf("%v trailing syncs at the peer, want 1 for its four shards", n)
 		}
 	})
 }

@@ -86,7 +86,10 @@ type ScenarioInfo struct {
 	GossipBeatEvery int `json:"gossip_beat_every,omitempty"`
 	// BeatRequests: heartbeats on request (protocol v1.3), off where
 	// every node ran as v1.2 (node.Config.DisableBeatRequests).
-	BeatRequests     bool    `json:"beat_requests"`
+	BeatRequests bool `json:"beat_requests"`
+	// TrailingSyncs: trailing shard syncs (sync 1.2.0), off where every
+	// node ran as an earlier version (node.Config.DisableSyncTrail).
+	TrailingSyncs    bool    `json:"trailing_syncs"`
 	LivenessTimeoutS float64 `json:"liveness_timeout_s"`
 	StaleAfterS      float64 `json:"stale_after_s"`
 	GoVersion        string  `json:"go_version"`
@@ -452,7 +455,11 @@ func (r *Report) WriteText(w io.Writer) error {
 		case s.GossipBeatEvery > 1:
 			quiet = fmt.Sprintf("; quiet heartbeats, 1 in %d on gossip", s.GossipBeatEvery)
 		}
-		fmt.Fprintf(&b, "gossip: mesh degree %d, flood publishing %s%s\n", s.MeshDegree, flood, quiet)
+		trail := ""
+		if s.Scope == "interest" && !s.TrailingSyncs {
+			trail = "; no trailing shard syncs (sync 1.1.0)"
+		}
+		fmt.Fprintf(&b, "gossip: mesh degree %d, flood publishing %s%s%s\n", s.MeshDegree, flood, quiet, trail)
 	}
 	if r.Command != "" {
 		fmt.Fprintf(&b, "command: %s\n", r.Command)

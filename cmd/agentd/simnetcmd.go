@@ -39,6 +39,7 @@ const (
 	flagSimHeartbeat     = "heartbeat-interval"
 	flagSimGossipBeat    = "gossip-beat-every"
 	flagSimBeatRequests  = "beat-requests"
+	flagSimTrailingSyncs = "trailing-syncs"
 	flagSimTimeout       = "liveness-timeout"
 	flagSimLoss          = "loss"
 	flagSimScope         = "scope"
@@ -131,6 +132,7 @@ func simnetCommand() *cli.Command {
 			&cli.DurationFlag{Name: flagSimHeartbeat, Value: health.HeartbeatInterval.D(), Usage: "heartbeat interval of every node, 10ms to 24h (agentd's default, seed 001's); an agent is UNHEALTHY after 3 missed"},
 			&cli.IntFlag{Name: flagSimGossipBeat, Value: node.DefaultGossipBeatEvery, Usage: "quiet heartbeats: a host puts one heartbeat in N on gossip where every peer serves heartbeat pulls, which fetch the others when late; 1 to 3, 1 = every heartbeat, as earlier versions; with --beat-requests only toward nodes that asked (agentd's default)"},
 			&cli.BoolFlag{Name: flagSimBeatRequests, Value: true, Usage: "heartbeats on request (protocol v1.3): a host keeps heartbeats off gossip where every peer pulls them and could ask for them, and a node that cannot pull a host asks; false runs every node as protocol v1.2 (agentd's default)"},
+			&cli.BoolFlag{Name: flagSimTrailingSyncs, Value: true, Usage: "trailing shard syncs (sync protocol 1.2.0): a node syncs each shard it joins once more a second after the first sync, and an author whose peers all do no longer announces a new agent a second time for peers that joined with it; false runs every node as before, with sync 1.1.0 (agentd's default)"},
 			&cli.DurationFlag{Name: flagSimTimeout, Value: health.Timeout.D(), Usage: "silence after which every node removes an agent, and how long a provider must have been dead for an answer naming it to count as stale; at least --heartbeat-interval (agentd's default)"},
 			&cli.Float64Flag{Name: flagSimLoss, Value: 0, Usage: "share of packets lost on every link, 0 to 0.5 (streams stay reliable: each loss costs a 200 ms+ retransmission timeout, as over TCP)"},
 			&cli.StringFlag{Name: flagSimScope, Value: "interest", Usage: "what each node hears: interest (the agents of the capabilities it hosts, queries and watches, on their shard topics) or full (every agent, on the announce topic); the sybil scenario defaults to full, its worst case"},
@@ -206,6 +208,7 @@ func simnetScenario(c *cli.Context) (simnet.Scenario, simnet.Thresholds, error) 
 	}
 	s.Node.GossipBeatEvery = c.Int(flagSimGossipBeat)
 	s.Node.DisableBeatRequests = !c.Bool(flagSimBeatRequests)
+	s.Node.DisableSyncTrail = !c.Bool(flagSimTrailingSyncs)
 	switch sc := c.String(flagSimScope); {
 	case !c.IsSet(flagSimScope):
 		// The scenario's default: interest, full for sybil.
