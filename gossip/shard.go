@@ -550,6 +550,25 @@ func (g *Gossip) runTrails() {
 	}
 }
 
+// maxCoverRounds bounds coverShards' greedy rounds.
+const maxCoverRounds = 8
+
+// ownPeers groups the shards of left by a random peer of each.
+func ownPeers(left map[*topicState][]peer.ID) []trailGroup {
+	byPeer := map[peer.ID][]*topicState{}
+	for ts, ps := range left {
+		p := ps[rand.IntN(len(ps))]
+		byPeer[p] = append(byPeer[p], ts)
+	}
+	out := make([]trailGroup, 0, len(byPeer))
+	for _, p := range slices.Sorted(maps.Keys(byPeer)) {
+		tss := byPeer[p]
+		slices.SortFunc(tss, func(a, b *topicState) int { return strings.Compare(a.shard, b.shard) })
+		out = append(out, trailGroup{p: p, tss: tss})
+	}
+	return out
+}
+
 // trailGroup is one trailing sync request: a peer and the shards asked.
 type trailGroup struct {
 	p   peer.ID
@@ -559,7 +578,9 @@ type trailGroup struct {
 // coverShards groups shards by a peer of each shard's topic, greedily: the
 // peer on the most of the shards left (ties broken at random) takes all of
 // them, until every shard with a peer has one. Each shard's topics'
-// peers are given in peersOf.
+// peers are given in peersOf. A round costs a pass over every peer of
+// every shard left, so after maxCoverRounds the shards left (topics with
+// few peers in common) each take a random peer of their own, grouped.
 func coverShards(peersOf map[*topicState][]peer.ID) []trailGroup {
 	left := make(map[*topicState][]peer.ID, len(peersOf))
 	for ts, ps := range peersOf {
@@ -569,6 +590,9 @@ func coverShards(peersOf map[*topicState][]peer.ID) []trailGroup {
 	}
 	var out []trailGroup
 	for len(left) > 0 {
+		if len(out) == maxCoverRounds {
+			return append(out, ownPeers(left)...)
+		}
 		count := map[peer.ID]int{}
 		for _, ps := range left {
 			for _, p := range ps {

@@ -1,6 +1,8 @@
 package gossip
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -118,5 +120,28 @@ func TestCoverShards(t *testing.T) {
 	}
 	if len(coverShards(map[*topicState][]peer.ID{s4: nil})) != 0 {
 		t.Fatal("a shard without peers was asked")
+	}
+	// Shards with no peer in common: every one asked once, past the
+	// greedy rounds too.
+	disjoint := map[*topicState][]peer.ID{}
+	for i := range 3 * maxCoverRounds {
+		disjoint[&topicState{shard: fmt.Sprintf("%04x", i)}] = []peer.ID{peer.ID(fmt.Sprintf("P%d", i)), peer.ID(fmt.Sprintf("Q%d", i))}
+	}
+	asked := map[*topicState]int{}
+	for _, g := range coverShards(disjoint) {
+		for _, ts := range g.tss {
+			asked[ts]++
+			if !slices.Contains(disjoint[ts], g.p) {
+				t.Fatalf("shard %s asked of %s, not a peer of its topic", ts.shard, g.p)
+			}
+		}
+	}
+	if len(asked) != len(disjoint) {
+		t.Fatalf("%d of %d shards asked", len(asked), len(disjoint))
+	}
+	for ts, n := range asked {
+		if n != 1 {
+			t.Fatalf("shard %s asked %d times", ts.shard, n)
+		}
 	}
 }
