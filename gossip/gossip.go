@@ -204,8 +204,10 @@ type Gossip struct {
 	shards   map[string]*topicState
 	legacy   map[peer.ID]bool // announce-topic subscribers of the previous version (Scoped)
 	syncQ    chan shardSync
-	// trailQ: shards waiting for their trailing sync (guarded by mu).
-	trailQ map[*topicState]pendingTrail
+	// trailQ: shards waiting for their trailing sync, and when the timer
+	// armed last fires (guarded by mu).
+	trailQ    map[*topicState]pendingTrail
+	trailFire time.Time
 
 	recent *recentCache
 	resent *resendLog

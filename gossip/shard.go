@@ -489,8 +489,10 @@ type pendingTrail struct {
 	due     time.Time
 }
 
-// addTrailLocked schedules attempt n of ts's trailing sync after delay.
-// g.mu is held.
+// addTrailLocked schedules attempt n of ts's trailing sync after delay,
+// arming a timer unless the one armed last fires within syncTrailBatch
+// before the sync is due (so a node joining a thousand shards at once
+// waits on one timer, not a thousand). g.mu is held.
 func (g *Gossip) addTrailLocked(ts *topicState, n int, delay time.Duration) {
 	if g.closed {
 		return
@@ -498,7 +500,12 @@ func (g *Gossip) addTrailLocked(ts *topicState, n int, delay time.Duration) {
 	if g.trailQ == nil {
 		g.trailQ = map[*topicState]pendingTrail{}
 	}
-	g.trailQ[ts] = pendingTrail{attempt: n, due: time.Now().Add(delay)}
+	due := time.Now().Add(delay)
+	g.trailQ[ts] = pendingTrail{attempt: n, due: due}
+	if !g.trailFire.After(due) && !g.trailFire.Before(due.Add(-syncTrailBatch)) {
+		return // the timer armed last fires within syncTrailBatch before it and takes it (runTrails)
+	}
+	g.trailFire = due
 	g.wg.Go(func() {
 		t := time.NewTimer(delay)
 		defer t.Stop()
@@ -512,8 +519,7 @@ func (g *Gossip) addTrailLocked(ts *topicState, n int, delay time.Duration) {
 
 // runTrails queues the trailing syncs that are due, or due within
 // syncTrailBatch: the shards a node joined together (a start, a heal) go
-// to as few
-// peers as cover them, each asked once for all of its shards — one
+// to as few peers as cover them, each asked once for all of its shards — one
 // request per shard would meet the responder's rate limit (3 at once,
 // then one per 5 s per peer) that the shards' first syncs just spent. A
 // shard whose topic lost its peers, was left, or finds the queue full is
