@@ -188,7 +188,14 @@ func (g *Gossip) Pullable(shards ...string) bool {
 // message of the given shards goes to lists proto (topicSpeaks), and some
 // topic has a peer.
 func (g *Gossip) allSpeak(proto string, shards []string) bool {
-	topics, err := g.publishTopics(nil, shards)
+	return g.topicsSpeak(proto, nil, shards, false)
+}
+
+// topicsSpeak is allSpeak for a message of the given scenes and shards;
+// with shardsOnly, a topic other than a shard topic among them (the
+// announce topic, a scene topic) makes it false.
+func (g *Gossip) topicsSpeak(proto string, scenes, shards []string, shardsOnly bool) bool {
+	topics, err := g.publishTopics(scenes, shards)
 	if err != nil {
 		return false
 	}
@@ -197,7 +204,7 @@ func (g *Gossip) allSpeak(proto string, shards []string) bool {
 	}
 	now := time.Now()
 	for _, ts := range topics {
-		if !g.topicSpeaks(ts, proto, now) {
+		if (shardsOnly && ts.shard == "") || !g.topicSpeaks(ts, proto, now) {
 			return false
 		}
 	}

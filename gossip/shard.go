@@ -99,20 +99,7 @@ func (g *Gossip) trails() bool { return g.cfg.Scoped && !g.cfg.DisableSyncTrail 
 // shards it joins; and whether some topic has a peer. Answers are kept per
 // topic for a second, as Pullable's.
 func (g *Gossip) SyncTrailed(scenes, shards []string) bool {
-	topics, err := g.publishTopics(scenes, shards)
-	if err != nil {
-		return false
-	}
-	if topics = heard(topics); len(topics) == 0 {
-		return false
-	}
-	now := time.Now()
-	for _, ts := range topics {
-		if ts.shard == "" || !g.topicSpeaks(ts, TrailSyncProtocol, now) {
-			return false
-		}
-	}
-	return true
+	return g.topicsSpeak(TrailSyncProtocol, scenes, shards, true)
 }
 
 // JoinShard joins a shard topic. A scoped node subscribes: it then hears

@@ -51,24 +51,32 @@ func (h gatedHost) Connect(ctx context.Context, ai peer.AddrInfo) error {
 	return h.Host.Connect(ctx, ai)
 }
 
+// gatedNode starts a node whose host cannot reach the peer x until open
+// is set, and counts its attempts on x; x's addresses are in its
+// peerstore.
+func gatedNode(t *testing.T) (n *tnode, x host.Host, open *atomic.Bool, tries *atomic.Int32) {
+	t.Helper()
+	tn := newNet(t, 0, Config{})
+	x, err := tn.mn.GenPeer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = x.Close() })
+	open, tries = new(atomic.Bool), new(atomic.Int32)
+	tn.wrap = func(h host.Host) host.Host { return gatedHost{Host: h, target: x.ID(), open: open, tries: tries} }
+	n = tn.add(nil, nil)
+	tn.wrap = nil
+	n.host.Peerstore().AddAddrs(x.ID(), x.Addrs(), peerstore.TempAddrTTL)
+	return n, x, open, tries
+}
+
 // TestVetRetriesAPeerNotFoundYet: an author this node cannot reach at
 // first (a node that joined a moment ago, in no routing table yet) and can
 // reach once that attempt failed is vetted within the validator's wait,
 // not refused until its next announcement.
 func TestVetRetriesAPeerNotFoundYet(t *testing.T) {
 	bubble(t, func(t *testing.T) {
-		tn := newNet(t, 0, Config{})
-		x, err := tn.mn.GenPeer()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = x.Close() })
-		var open atomic.Bool
-		var tries atomic.Int32
-		tn.wrap = func(h host.Host) host.Host { return gatedHost{Host: h, target: x.ID(), open: &open, tries: &tries} }
-		n := tn.add(nil, nil)
-		tn.wrap = nil
-		n.host.Peerstore().AddAddrs(x.ID(), x.Addrs(), peerstore.TempAddrTTL)
+		n, x, open, tries := gatedNode(t)
 
 		vetted := make(chan bool, 1)
 		go func() {
@@ -95,18 +103,7 @@ func TestVetRetriesAPeerNotFoundYet(t *testing.T) {
 // heartbeat.
 func TestVetRetriesARestartedPeer(t *testing.T) {
 	bubble(t, func(t *testing.T) {
-		tn := newNet(t, 0, Config{})
-		x, err := tn.mn.GenPeer()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = x.Close() })
-		var open atomic.Bool
-		var tries atomic.Int32
-		tn.wrap = func(h host.Host) host.Host { return gatedHost{Host: h, target: x.ID(), open: &open, tries: &tries} }
-		n := tn.add(nil, nil)
-		tn.wrap = nil
-		n.host.Peerstore().AddAddrs(x.ID(), x.Addrs(), peerstore.TempAddrTTL)
+		n, x, open, tries := gatedNode(t)
 		wait := func(issued time.Time) bool {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
