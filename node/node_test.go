@@ -9,10 +9,12 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/agentd/agentd/liveness"
 	"github.com/agentd/agentd/record"
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/trust"
 	"github.com/agentd/agentd/view"
+	"github.com/libp2p/go-libp2p/core/network"
 	ma "github.com/multiformats/go-multiaddr"
 )
 
@@ -469,14 +471,22 @@ func TestCrashedPeerLeavesAtOnce(t *testing.T) {
 			watchers[i] = tn.nodes[i].Subscribe(view.Filter{AgentID: sa.Agent.AgentID, Types: []view.EventType{view.EventDeregistered}}, 8)
 			defer watchers[i].Close()
 		}
+		// A killed process answers nothing from the first instant. mocknet
+		// closes a host's connections one by one, and the node's Close
+		// removes its probe handler first (a host that answers without it
+		// counts as an agentd of an earlier version: alive), so a helper
+		// could still reach the victim through a connection not yet closed;
+		// as liveness's own tests do, the victim resets every probe from
+		// now on, and its host goes before its node.
 		crash := time.Now()
+		victim.Host().SetStreamHandler(liveness.ProbeProtocol, func(s network.Stream) { _ = s.Reset() })
 		for _, p := range tn.mn.Peers() {
 			if p != victim.id.PeerID {
 				_ = tn.mn.UnlinkPeers(victim.id.PeerID, p)
 			}
 		}
-		_ = victim.Close()
 		_ = victim.Host().Close()
+		_ = victim.Close()
 		for i, w := range watchers {
 			select {
 			case ev := <-w.C():
