@@ -555,11 +555,16 @@ func ownPeers(left map[*topicState][]peer.ID) []trailGroup {
 	}
 	out := make([]trailGroup, 0, len(byPeer))
 	for _, p := range slices.Sorted(maps.Keys(byPeer)) {
-		tss := byPeer[p]
-		slices.SortFunc(tss, func(a, b *topicState) int { return strings.Compare(a.shard, b.shard) })
-		out = append(out, trailGroup{p: p, tss: tss})
+		out = append(out, trailGroup{p: p, tss: byShard(byPeer[p])})
 	}
 	return out
+}
+
+// byShard sorts tss by shard, so that a request lists its shards in one
+// order whatever the map order it was gathered in.
+func byShard(tss []*topicState) []*topicState {
+	slices.SortFunc(tss, func(a, b *topicState) int { return strings.Compare(a.shard, b.shard) })
+	return tss
 }
 
 // trailGroup is one trailing sync request: a peer and the shards asked.
@@ -611,7 +616,7 @@ func coverShards(peersOf map[*topicState][]peer.ID) []trailGroup {
 				delete(left, ts)
 			}
 		}
-		slices.SortFunc(grp.tss, func(a, b *topicState) int { return strings.Compare(a.shard, b.shard) })
+		grp.tss = byShard(grp.tss)
 		out = append(out, grp)
 	}
 	return out

@@ -70,8 +70,8 @@ type Metrics struct {
 	// ShardSyncs counts the syncs of a shard a scoped node asked its
 	// topic's peers for, by outcome (ok, error).
 	ShardSyncs *prometheus.CounterVec
-	// TrailSyncs counts the trailing syncs among them (gossip
-	// TrailSyncProtocol), by outcome (ok, error).
+	// TrailSyncs counts the trailing shard syncs (gossip
+	// TrailSyncProtocol; not in ShardSyncs), by outcome (ok, error).
 	TrailSyncs *prometheus.CounterVec
 	// Probes counts /agentd/probe/1.0.0 requests served, by answer
 	// (reachable, unreachable, refused).

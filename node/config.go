@@ -129,6 +129,16 @@ func EffectiveGossipBeatEvery(n int) int {
 	return min(n, DefaultGossipBeatEvery)
 }
 
+// TrailingSyncs reports whether a node of this configuration makes
+// trailing shard syncs (gossip.TrailSyncProtocol, sync 1.2.0): not when it
+// models an earlier version — DisableSyncTrail, DisableBeatRequests
+// (v1.2), a gossip configuration without batches or trailing syncs, or a
+// node of the version before scoped liveness.
+func (c Config) TrailingSyncs() bool {
+	return !c.DisableSyncTrail && !c.DisableBeatRequests && !c.legacy &&
+		(c.Gossip == nil || (!c.Gossip.DisableBatches && !c.Gossip.DisableSyncTrail))
+}
+
 func (c *Config) defaults() {
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = config.DefaultHeartbeatInterval

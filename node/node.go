@@ -316,10 +316,7 @@ func (n *Node) Start(ctx context.Context) error {
 			// Protocol v1.0 and v1.1 had no resent announcements.
 			gc.DisableResends = true
 		}
-		if n.cfg.legacy || gc.DisableBatches || n.cfg.DisableBeatRequests || n.cfg.DisableSyncTrail {
-			// Versions before sync 1.2.0 made no trailing syncs.
-			gc.DisableSyncTrail = true
-		}
+		gc.DisableSyncTrail = !n.cfg.TrailingSyncs()
 		if !n.cfg.legacy && !gc.DisableBatches {
 			// A node that does not read heartbeat batches models protocol
 			// v1.0 (gossip.Config.DisableBatches), which had no pulls either.

@@ -387,3 +387,26 @@ func TestReannounceSignsAgainForOldPeers(t *testing.T) {
 		}
 	})
 }
+
+// TestTrailingSyncsFollowTheVersion: a configuration that models an
+// earlier version makes no trailing syncs.
+func TestTrailingSyncsFollowTheVersion(t *testing.T) {
+	noBatches, noTrail := gossip.DefaultConfig(), gossip.DefaultConfig()
+	noBatches.DisableBatches, noTrail.DisableSyncTrail = true, true
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		want bool
+	}{
+		{"default", Config{}, true},
+		{"DisableSyncTrail", Config{DisableSyncTrail: true}, false},
+		{"v1.2 (DisableBeatRequests)", Config{DisableBeatRequests: true}, false},
+		{"v1.0 (gossip without batches)", Config{Gossip: &noBatches}, false},
+		{"gossip DisableSyncTrail", Config{Gossip: &noTrail}, false},
+		{"before scoped liveness", Config{legacy: true}, false},
+	} {
+		if got := c.cfg.TrailingSyncs(); got != c.want {
+			t.Errorf("%s: TrailingSyncs = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

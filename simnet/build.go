@@ -28,7 +28,7 @@ func (sm *sim) report(setup SetupInfo) *Report {
 			LatencyMS: float64(s.Latency) / 1e6, JitterMS: float64(s.Jitter) / 1e6, BandwidthBps: s.Bandwidth, ConnLow: s.ConnLow, ConnHigh: s.ConnHigh, ConnGraceS: s.ConnGrace.Seconds(), Loss: s.Loss, Scope: scopeOf(s.Node),
 			MeshDegree: meshD, FloodPublish: gc.FloodPublish,
 			QueryRate: s.QueryRate, QueryInterest: s.QueryInterest, Skills: s.Skills, Capabilities: s.Capabilities, Zipf: s.Zipf,
-			HeartbeatInterval: sec(hb), GossipBeatEvery: node.EffectiveGossipBeatEvery(s.Node.GossipBeatEvery), BeatRequests: !s.Node.DisableBeatRequests, TrailingSyncs: !s.Node.DisableSyncTrail && !s.Node.DisableBeatRequests, LivenessTimeoutS: sec(timeout), StaleAfterS: sec(s.StaleAfter),
+			HeartbeatInterval: sec(hb), GossipBeatEvery: node.EffectiveGossipBeatEvery(s.Node.GossipBeatEvery), BeatRequests: !s.Node.DisableBeatRequests, TrailingSyncs: s.Node.TrailingSyncs(), LivenessTimeoutS: sec(timeout), StaleAfterS: sec(s.StaleAfter),
 			GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
 		},
 		Setup: setup,
